@@ -1,0 +1,57 @@
+"""jobcore: a durable job queue on SQLite with pluggy plugins."""
+
+from jobcore.config import Config
+from jobcore.context import JobContext
+from jobcore.errors import (
+    ConfigError,
+    IllegalTransition,
+    Interrupted,
+    InvalidPayload,
+    JobcoreError,
+    JobNotFound,
+    JobTimeout,
+    PayloadTooLarge,
+    PermanentError,
+    RetryAfter,
+    StorageError,
+    UnknownJobType,
+)
+from jobcore.hookspecs import hookimpl
+from jobcore.models import Job, JobStatus, NewJob
+from jobcore.plugins import make_plugin_manager
+from jobcore.queue import Queue
+from jobcore.registry import JobType, Payload
+from jobcore.retry import RetryDecision, RetryPolicy
+from jobcore.storage.base import Inserted
+from jobcore.worker import Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "IllegalTransition",
+    "Inserted",
+    "Interrupted",
+    "InvalidPayload",
+    "Job",
+    "JobContext",
+    "JobNotFound",
+    "JobStatus",
+    "JobTimeout",
+    "JobType",
+    "JobcoreError",
+    "NewJob",
+    "Payload",
+    "PayloadTooLarge",
+    "PermanentError",
+    "Queue",
+    "RetryAfter",
+    "RetryDecision",
+    "RetryPolicy",
+    "StorageError",
+    "UnknownJobType",
+    "Worker",
+    "hookimpl",
+    "make_plugin_manager",
+]

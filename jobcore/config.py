@@ -1,0 +1,157 @@
+"""Settings: command-line option > environment > config file > default.
+
+Core settings live in `[jobcore]` and `JOBCORE_<SETTING>`; a job type's
+overrides in `[types.NAME]`; a plugin's settings in `[plugins.NAME]` and
+`JOBCORE_<PLUGIN>_<SETTING>`. Every value is validated by a pydantic model and
+a bad one raises `ConfigError` naming the setting and where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from jobcore.errors import ConfigError
+from jobcore.timeutil import parse_duration
+
+Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+PositiveSeconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+
+DEFAULT_CONFIG_FILE = "jobcore.toml"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class CoreSettings(BaseModel):
+    """Core settings (`[jobcore]`, `JOBCORE_<NAME>`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    db: str = "jobcore.db"
+    synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
+    busy_timeout: PositiveSeconds = 30.0
+    lease: PositiveSeconds = 60.0
+    poll_interval: PositiveSeconds = 1.0
+    wake_check_interval: PositiveSeconds = 0.002
+    shutdown_timeout: Seconds = 30.0
+    backoff_base: Seconds = 1.0
+    backoff_cap: Seconds = 300.0
+    backoff_jitter: Annotated[float, Field(ge=0, le=1)] = 0.25
+    max_attempts: Annotated[int, Field(ge=1)] = 3
+    timeout: PositiveSeconds | None = 3600.0
+    max_payload_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024
+    max_result_bytes: Annotated[int, Field(gt=0)] = 256 * 1024
+    concurrency: Annotated[int, Field(ge=1, le=1024)] = 4
+    claim_batch: Annotated[int, Field(ge=1)] = 100
+    allow_unregistered_types: bool = False
+    log_format: Literal["text", "json"] = "text"
+
+
+class TypeSettings(BaseModel):
+    """Per-type overrides (`[types.NAME]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: Annotated[int, Field(ge=1)] | None = None
+    timeout: PositiveSeconds | None = None
+    backoff_base: Seconds | None = None
+    backoff_cap: Seconds | None = None
+    queue: str | None = None
+    priority: int | None = None
+
+
+def _validate(model: type[M], values: Mapping[str, tuple[Any, str]], where: str) -> M:
+    """Validate `{name: (value, source)}` into `model`, naming the source of a bad value."""
+    try:
+        return model.model_validate({name: value for name, (value, _) in values.items()})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "?"
+        source = values[name][1] if name in values else where
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown setting"
+        raise ConfigError(f"bad setting {name!r} from {source}: {message}") from None
+
+
+class Config:
+    """Loaded configuration: core settings plus raw per-type and per-plugin tables."""
+
+    def __init__(
+        self,
+        *,
+        file: dict[str, Any] | None = None,
+        file_name: str = "",
+        env: Mapping[str, str] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.file_name = file_name
+        self._file = file or {}
+        self._env = dict(os.environ if env is None else env)
+        values: dict[str, tuple[Any, str]] = {}
+        core_table = self._file.get("jobcore", {})
+        if not isinstance(core_table, dict):
+            raise ConfigError(f"[jobcore] in {file_name} must be a table")
+        for name, value in core_table.items():
+            values[name] = (value, f"{file_name} [jobcore]")
+        for name in CoreSettings.model_fields:
+            key = f"JOBCORE_{name.upper()}"
+            if key in self._env:
+                values[name] = (self._env[key], key)
+        for name, value in (options or {}).items():
+            if value is not None:
+                values[name] = (value, f"--{name.replace('_', '-')}")
+        self.core = _validate(CoreSettings, values, file_name or "configuration")
+        self._types: dict[str, TypeSettings] = {}
+        types_table = self._file.get("types", {})
+        for type_name, table in types_table.items():
+            source = f"{file_name} [types.{type_name}]"
+            self._types[type_name] = _validate(
+                TypeSettings, {k: (v, source) for k, v in table.items()}, source
+            )
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Config:
+        """Read `path` (or `./jobcore.toml` if present) and merge env and options over it."""
+        if path is None:
+            default = Path(DEFAULT_CONFIG_FILE)
+            path = default if default.is_file() else None
+        file: dict[str, Any] = {}
+        name = ""
+        if path is not None:
+            name = str(path)
+            try:
+                with open(path, "rb") as handle:
+                    file = tomllib.load(handle)
+            except FileNotFoundError:
+                raise ConfigError(f"config file {name} does not exist") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
+        return cls(file=file, file_name=name, env=env, options=options)
+
+    def type_settings(self, name: str) -> TypeSettings:
+        """The `[types.NAME]` overrides (all None when absent)."""
+        return self._types.get(name) or TypeSettings()
+
+    def plugin_settings(self, plugin: str, model: type[M]) -> M:
+        """Validate `[plugins.PLUGIN]` with `JOBCORE_<PLUGIN>_<SETTING>` env overrides."""
+        values: dict[str, tuple[Any, str]] = {}
+        table = self._file.get("plugins", {}).get(plugin, {})
+        for name, value in table.items():
+            values[name] = (value, f"{self.file_name} [plugins.{plugin}]")
+        for name in model.model_fields:
+            key = f"JOBCORE_{plugin.upper()}_{name.upper()}"
+            if key in self._env:
+                values[name] = (self._env[key], key)
+        return _validate(model, values, f"[plugins.{plugin}]")

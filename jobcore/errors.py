@@ -1,0 +1,57 @@
+"""Exceptions: one root, plus the control exceptions handlers raise."""
+
+from __future__ import annotations
+
+
+class JobcoreError(Exception):
+    """Root of every error jobcore raises on purpose."""
+
+
+class ConfigError(JobcoreError):
+    """A setting has a bad value; the message names the setting and its source."""
+
+
+class InvalidPayload(JobcoreError):
+    """A payload does not match its job type's model, or is not a JSON object."""
+
+
+class UnknownJobType(JobcoreError):
+    """No plugin registered a job type of this name."""
+
+
+class PayloadTooLarge(JobcoreError):
+    """The encoded payload exceeds `max_payload_bytes`."""
+
+
+class JobNotFound(JobcoreError):
+    """No job has this id."""
+
+
+class IllegalTransition(JobcoreError):
+    """The job is not in a state that allows the requested change."""
+
+
+class StorageError(JobcoreError):
+    """The database cannot be opened or used."""
+
+
+class PermanentError(JobcoreError):
+    """Raised by a handler: fail the job now, without retrying."""
+
+
+class RetryAfter(JobcoreError):
+    """Raised by a handler: retry after exactly `seconds` (still bounded by max_attempts)."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        if seconds < 0:
+            raise ValueError("RetryAfter seconds must be >= 0")
+        self.seconds = float(seconds)
+        super().__init__(message or f"retry requested after {seconds:g}s")
+
+
+class Interrupted(JobcoreError):
+    """Raised by a handler that saw `ctx.should_stop` and stopped early."""
+
+
+class JobTimeout(JobcoreError):
+    """An attempt ran past its timeout."""

@@ -1,0 +1,370 @@
+"""`Queue`: enqueue, inspect and administer jobs; the state-machine rules live here."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from jobcore import wakeup
+from jobcore.config import Config
+from jobcore.errors import (
+    IllegalTransition,
+    InvalidPayload,
+    JobNotFound,
+    PayloadTooLarge,
+    StorageError,
+    UnknownJobType,
+)
+from jobcore.ids import new_id
+from jobcore.models import FINISHED, Job, JobStatus, NewJob
+from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
+from jobcore.registry import JobType, JobTypeRegistry, Payload
+from jobcore.retry import RetryDecision, RetryPolicy
+from jobcore.storage.base import Inserted, Stats, Storage, Swept
+from jobcore.timeutil import now_ms
+
+log = logging.getLogger("jobcore.queue")
+
+
+class _AnyPayload(Payload):
+    """Model for types this process does not know (allowed by `allow_unregistered_types`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def describe_validation_error(type_name: str, exc: ValidationError) -> str:
+    """One line naming each bad field: `payload for 'shell': command: Field required`."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(item) for item in error["loc"]) or "(payload)"
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        parts.append(f"{where}: {message}")
+    return f"invalid payload for {type_name!r}: " + "; ".join(parts)
+
+
+class Queue:
+    """A job queue on one database: the application's and the worker's entry point.
+
+    `db` is a path or URL (default: the `db` setting). `create=False` refuses to
+    create a missing database, for commands that only read.
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        config: Config | None = None,
+        pm: JobcorePluginManager | None = None,
+        create: bool = True,
+    ) -> None:
+        self.config = config if config is not None else Config.load()
+        self.pm = pm if pm is not None else make_plugin_manager()
+        self.url = db if db is not None else self.config.core.db
+        self._create = create
+        self._storage: Storage | None = None
+        self.pm.hook.jobcore_configure.call_historic(kwargs={"config": self.config})
+        self.registry = self._collect_job_types()
+
+    def _collect_job_types(self) -> JobTypeRegistry:
+        registry = JobTypeRegistry()
+        for impl in reversed(self.pm.hook.jobcore_register_job_types.get_hookimpls()):
+            try:
+                impl.function(register=partial(registry.register, plugin=impl.plugin_name))
+            except Exception as exc:
+                if impl.plugin_name.startswith("jobcore.builtin"):
+                    raise
+                log.exception("plugin %s failed to register its job types", impl.plugin_name)
+                self.pm.mark_unavailable(impl.plugin_name, f"registering job types failed: {exc}")
+        return registry
+
+    # -- storage -------------------------------------------------------------------
+
+    @property
+    def storage(self) -> Storage:
+        if self._storage is None:
+            storage = self.pm.hook.jobcore_storage_backend(
+                url=self.url, config=self.config, create=self._create
+            )
+            if storage is None:
+                raise StorageError(f"no storage backend handles {self.url!r}")
+            self._storage = storage
+        return self._storage
+
+    @property
+    def wake_key(self) -> str:
+        return str(getattr(self.storage, "wake_key", self.url))
+
+    def close(self) -> None:
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction on this thread's connection; enqueues inside it join it."""
+        return self.storage.transaction()
+
+    # -- enqueue ---------------------------------------------------------------
+
+    def job_type(self, name: str) -> JobType:
+        job_type = self.registry.get(name)
+        if job_type is not None:
+            return job_type
+        if self.config.core.allow_unregistered_types:
+            return JobType(name=name, payload_model=_AnyPayload, handler=_unregistered)
+        known = ", ".join(sorted(t.name for t in self.registry)) or "none"
+        raise UnknownJobType(
+            f"unknown job type {name!r} (registered: {known}); "
+            "install or enable the plugin that provides it"
+        )
+
+    def validate_payload(self, job_type: JobType, payload: Any) -> BaseModel:
+        if not isinstance(payload, dict):
+            raise InvalidPayload(
+                f"payload for {job_type.name!r} must be a JSON object, not {type(payload).__name__}"
+            )
+        try:
+            return job_type.payload_model.model_validate(payload)
+        except ValidationError as exc:
+            raise InvalidPayload(describe_validation_error(job_type.name, exc)) from None
+
+    def build(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        run_at: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        parent_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+        now: int | None = None,
+    ) -> NewJob:
+        """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
+        job_type = self.job_type(type)
+        model = self.validate_payload(job_type, {} if payload is None else payload)
+        stored = model.model_dump(mode="json")
+        size = len(json.dumps(stored, separators=(",", ":")).encode())
+        limit = self.config.core.max_payload_bytes
+        if size > limit:
+            raise PayloadTooLarge(
+                f"payload for {type!r} is {size} bytes, over the {limit}-byte limit "
+                "(max_payload_bytes); store large data elsewhere and pass a reference"
+            )
+        settings = self.config.type_settings(type)
+        if delay is not None and run_at is not None:
+            raise InvalidPayload("give either delay or run_at, not both")
+        if delay is not None and delay < 0:
+            raise InvalidPayload(f"delay must be >= 0, not {delay}")
+        if max_attempts is not None and max_attempts < 1:
+            raise InvalidPayload(f"max_attempts must be >= 1, not {max_attempts}")
+        if timeout is not None and timeout <= 0:
+            raise InvalidPayload(f"timeout must be > 0, not {timeout}")
+        now = now_ms() if now is None else now
+        when = run_at if run_at is not None else now + int((delay or 0) * 1000)
+        effective_timeout = _first(
+            timeout, settings.timeout, job_type.timeout, self.config.core.timeout
+        )
+        key = idempotency_key
+        if key is None and job_type.idempotency_key is not None:
+            key = job_type.idempotency_key(model)
+        job = NewJob(
+            id=new_id(),
+            type=type,
+            queue=_first(queue, settings.queue, job_type.queue, "default"),
+            payload=stored,
+            priority=_first(priority, settings.priority, 0),
+            max_attempts=_first(
+                max_attempts,
+                settings.max_attempts,
+                job_type.max_attempts,
+                self.config.core.max_attempts,
+            ),
+            run_at=when,
+            timeout_ms=None if effective_timeout is None else int(effective_timeout * 1000),
+            idempotency_key=key,
+            parent_id=parent_id,
+            meta=dict(meta or {}),
+        )
+        for extra in self.pm.hook.jobcore_enqueue_meta(job=job):
+            if extra:
+                job.meta.update(extra)
+        return job
+
+    def enqueue(self, type: str, payload: dict[str, Any] | None = None, **options: Any) -> Inserted:
+        """Validate and durably write one job; returns it with `created` False for a duplicate."""
+        return self.insert([self.build(type, payload, **options)])[0]
+
+    def enqueue_many(
+        self, type: str, payloads: Iterable[dict[str, Any]], **options: Any
+    ) -> list[Inserted]:
+        """Validate every payload first, then write them all in one transaction."""
+        jobs = []
+        for index, payload in enumerate(payloads, start=1):
+            try:
+                jobs.append(self.build(type, payload, **options))
+            except (InvalidPayload, PayloadTooLarge) as exc:
+                raise exc.__class__(f"item {index}: {exc}") from None
+        return self.insert(jobs)
+
+    def insert(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+        """Write already-validated jobs in one transaction; hooks fire after commit."""
+        if not jobs:
+            return []
+        inserted = self.storage.insert(jobs, now_ms())
+        self.storage.after_commit(partial(self._after_insert, inserted))
+        return inserted
+
+    def _after_insert(self, inserted: Sequence[Inserted]) -> None:
+        wakeup.notify(self.wake_key)
+        for item in inserted:
+            if item.created:
+                notify(self.pm, "jobcore_job_enqueued", job=item.job)
+
+    # -- reading ---------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        job = self.storage.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id!r}; `jobcore list` shows recent ids")
+        return job
+
+    def list_jobs(
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        types: Sequence[str] = (),
+        queues: Sequence[str] = (),
+        limit: int = 100,
+    ) -> list[Job]:
+        for status in statuses:
+            if status not in JobStatus.__members__.values():
+                raise InvalidPayload(
+                    f"unknown status {status!r}; use one of {', '.join(s.value for s in JobStatus)}"
+                )
+        return self.storage.list_jobs(statuses=statuses, types=types, queues=queues, limit=limit)
+
+    def stats(self) -> Stats:
+        return self.storage.stats(now=now_ms())
+
+    # -- operator transitions ------------------------------------------------------
+
+    def retry(self, job_ids: Sequence[str]) -> list[Job]:
+        """failed/cancelled -> pending, attempts reset, history kept. All or nothing."""
+        with self.storage.transaction():
+            results = self.storage.retry(job_ids, now=now_ms())
+            for job_id, job in zip(job_ids, results, strict=True):
+                if job is None:
+                    current = self.get(job_id)
+                    raise IllegalTransition(
+                        f"cannot retry job {job_id}: it is {current.status}, "
+                        "only failed or cancelled jobs can be retried"
+                    )
+        jobs = [job for job in results if job is not None]
+        self.storage.after_commit(lambda: wakeup.notify(self.wake_key))
+        return jobs
+
+    def retry_failed(self, types: Sequence[str] = ()) -> list[Job]:
+        with self.storage.transaction():
+            return self.retry(self.storage.failed_ids(types))
+
+    def cancel(self, job_ids: Sequence[str]) -> list[Job]:
+        """scheduled/pending -> cancelled; claimed -> cancel requested. All or nothing."""
+        with self.storage.transaction():
+            results = self.storage.cancel(job_ids, now=now_ms())
+            for job_id, job in zip(job_ids, results, strict=True):
+                if job is None:
+                    current = self.get(job_id)
+                    raise IllegalTransition(
+                        f"cannot cancel job {job_id}: it is already {current.status}"
+                    )
+        jobs = [job for job in results if job is not None]
+        for job in jobs:
+            if job.status is JobStatus.CANCELLED:
+                notify(self.pm, "jobcore_job_cancelled", job=job)
+        return jobs
+
+    def sweep(self) -> list[Swept]:
+        """Reclaim, fail or cancel jobs whose lease expired; fires the matching hooks."""
+        swept = self.storage.sweep(now=now_ms())
+        for item in swept:
+            self.announce_swept(item)
+        if any(item.action == "reclaimed" for item in swept):
+            wakeup.notify(self.wake_key)
+        return swept
+
+    def announce_swept(self, item: Swept) -> None:
+        job = item.job
+        error = job.last_error or "lease expired"
+        if item.action == "reclaimed":
+            notify(self.pm, "jobcore_job_reclaimed", job=job, error=error)
+        elif item.action == "failed":
+            notify(self.pm, "jobcore_job_failed", job=job, error=error)
+        else:
+            notify(self.pm, "jobcore_job_cancelled", job=job)
+
+    def prune(self, older_than: float) -> int:
+        """Delete jobs that finished more than `older_than` seconds ago."""
+        return self.storage.prune(before=now_ms() - int(older_than * 1000))
+
+    def reconcile(self, types: Sequence[str] = ()) -> Iterator[tuple[Job, list[str]]]:
+        """Yield each completed job with the discrepancies plugins report for it."""
+        for job in self.storage.completed(types):
+            problems: list[str] = []
+            for answer in self.pm.hook.jobcore_reconcile(job=job):
+                if answer:
+                    problems.extend(answer)
+            if problems:
+                yield job, problems
+
+    # -- retry policy ------------------------------------------------------------
+
+    def policy_for(self, type_name: str) -> RetryPolicy:
+        core = self.config.core
+        settings = self.config.type_settings(type_name)
+        job_type = self.registry.get(type_name)
+        return RetryPolicy(
+            base=_first(
+                settings.backoff_base, job_type and job_type.backoff_base, core.backoff_base
+            ),
+            cap=_first(settings.backoff_cap, job_type and job_type.backoff_cap, core.backoff_cap),
+            jitter=core.backoff_jitter,
+        )
+
+    def decide_retry(self, job: Job, error: BaseException) -> RetryDecision:
+        policy = self.policy_for(job.type)
+        decision: RetryDecision | None = self.pm.hook.jobcore_retry_decision(
+            job=job, error=error, policy=policy
+        )
+        return decision if decision is not None else policy.decide(job, error)
+
+
+def _first(*values: Any) -> Any:
+    for value in values:
+        if value is not None:
+            return value
+    return None
+
+
+def _unregistered(payload: Any, ctx: Any) -> None:
+    from jobcore.errors import PermanentError
+
+    raise PermanentError(f"no handler for job type {ctx.job.type!r} in this worker")
+
+
+__all__ = ["FINISHED", "Queue"]

@@ -1,0 +1,81 @@
+"""Job types: a name, a pydantic payload model, a handler and per-type defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from jobcore.errors import JobcoreError
+
+if TYPE_CHECKING:
+    from jobcore.context import JobContext
+
+
+class Payload(BaseModel):
+    """Base for payload models: unknown fields are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Handler = Callable[[Any, "JobContext"], Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobType:
+    """A job type as a plugin registers it.
+
+    `handler(payload, ctx)` receives the validated payload model instance and a
+    `JobContext`; its return value (JSON-serialisable) becomes the job's result.
+    Defaults left as None fall back to `[types.NAME]` config, then core config.
+    `idempotency_key(payload)` may derive a key when the caller gives none.
+    """
+
+    name: str
+    payload_model: type[BaseModel]
+    handler: Handler
+    max_attempts: int | None = None
+    timeout: float | None = None
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
+    queue: str | None = None
+    idempotency_key: Callable[[Any], str | None] | None = None
+    description: str = ""
+
+
+class DuplicateJobType(JobcoreError):
+    """Two plugins registered the same job type name."""
+
+
+class JobTypeRegistry:
+    """Job types collected from `jobcore_register_job_types`, with the plugin that gave each."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, JobType] = {}
+        self._owners: dict[str, str] = {}
+
+    def register(self, job_type: JobType, *, plugin: str) -> None:
+        if job_type.name in self._types:
+            raise DuplicateJobType(
+                f"job type {job_type.name!r} is registered by both "
+                f"{self._owners[job_type.name]!r} and {plugin!r}; disable one of them"
+            )
+        self._types[job_type.name] = job_type
+        self._owners[job_type.name] = plugin
+
+    def get(self, name: str) -> JobType | None:
+        return self._types.get(name)
+
+    def owner(self, name: str) -> str:
+        return self._owners[name]
+
+    def names_by_plugin(self, plugin: str) -> list[str]:
+        return sorted(name for name, owner in self._owners.items() if owner == plugin)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self) -> Iterator[JobType]:
+        return iter(self._types.values())

@@ -1,0 +1,59 @@
+"""Forward-only schema migrations for SQLite, numbered by `PRAGMA user_version`.
+
+Migration N (1-based) upgrades a database at version N-1. Append new ones;
+never edit a released one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "create jobs table",
+        """
+        CREATE TABLE jobs (
+            id               TEXT PRIMARY KEY,
+            type             TEXT NOT NULL,
+            queue            TEXT NOT NULL DEFAULT 'default',
+            payload          TEXT NOT NULL,
+            status           TEXT NOT NULL CHECK (status IN
+                               ('scheduled', 'pending', 'claimed',
+                                'completed', 'failed', 'cancelled')),
+            priority         INTEGER NOT NULL DEFAULT 0,
+            attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            max_attempts     INTEGER NOT NULL CHECK (max_attempts >= 1),
+            run_at           INTEGER NOT NULL,
+            timeout_ms       INTEGER,
+            idempotency_key  TEXT,
+            locked_by        TEXT,
+            locked_at        INTEGER,
+            lease_expires_at INTEGER,
+            heartbeat_at     INTEGER,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            last_error       TEXT,
+            errors           TEXT NOT NULL DEFAULT '[]',
+            result           TEXT,
+            parent_id        TEXT,
+            meta             TEXT NOT NULL DEFAULT '{}',
+            created_at       INTEGER NOT NULL,
+            claimed_at       INTEGER,
+            completed_at     INTEGER,
+            updated_at       INTEGER NOT NULL
+        );
+        -- the claim path: only pending rows, in claim order
+        CREATE INDEX jobs_claim ON jobs (priority DESC, run_at, id) WHERE status = 'pending';
+        -- promotion of due scheduled rows
+        CREATE INDEX jobs_scheduled ON jobs (run_at) WHERE status = 'scheduled';
+        -- the sweep: claimed rows by lease expiry
+        CREATE INDEX jobs_leases ON jobs (lease_expires_at) WHERE status = 'claimed';
+        -- at most one unfinished job per (type, idempotency_key)
+        CREATE UNIQUE INDEX jobs_idempotency ON jobs (type, idempotency_key)
+            WHERE idempotency_key IS NOT NULL
+              AND status IN ('scheduled', 'pending', 'claimed');
+        -- list/retry/prune by status, newest first
+        CREATE INDEX jobs_status ON jobs (status, id);
+        CREATE INDEX jobs_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+        """,
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,523 @@
+"""The built-in storage backend: SQLite through APSW, one connection per thread."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from jobcore.errors import IllegalTransition, StorageError
+from jobcore.models import (
+    Cancelled,
+    Completed,
+    Failed,
+    Job,
+    JobStatus,
+    Lease,
+    NewJob,
+    Outcome,
+    Released,
+    Retrying,
+)
+from jobcore.storage.base import Inserted, Recorded, Stats, Swept
+from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
+from jobcore.storage.sql import load_queries
+
+log = logging.getLogger("jobcore.storage")
+
+Q = load_queries("jobcore.storage", "queries.sql")
+
+LEASE_EXPIRED = "lease expired"
+
+_COLUMNS = [
+    "id",
+    "type",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "timeout_ms",
+    "idempotency_key",
+    "locked_by",
+    "locked_at",
+    "lease_expires_at",
+    "heartbeat_at",
+    "cancel_requested",
+    "last_error",
+    "errors",
+    "result",
+    "parent_id",
+    "meta",
+    "created_at",
+    "claimed_at",
+    "completed_at",
+    "updated_at",
+]
+
+
+def _all(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    """Every row of one statement (rows typed loosely: columns are known by position)."""
+    rows: list[Any] = _all(conn, sql, params)
+    return rows
+
+
+def row_to_job(row: Sequence[Any]) -> Job:
+    """Build a `Job` from a `SELECT *` / `RETURNING *` row of the jobs table."""
+    values = dict(zip(_COLUMNS, row, strict=False))
+    values["payload"] = json.loads(values["payload"])
+    values["status"] = JobStatus(values["status"])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    values["errors"] = json.loads(values["errors"])
+    values["result"] = None if values["result"] is None else json.loads(values["result"])
+    values["meta"] = json.loads(values["meta"])
+    return Job(**values)
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file path of a `sqlite:` URL or plain path; None for other URL schemes."""
+    if url.startswith("sqlite:"):
+        rest = url[len("sqlite:") :]
+        return rest[2:] if rest.startswith("//") else rest
+    if "://" in url:
+        return None
+    return url
+
+
+def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
+    if not values:
+        return ""
+    names = []
+    for index, value in enumerate(values):
+        params[f"{prefix}{index}"] = value
+        names.append(f":{prefix}{index}")
+    return f" AND {column} IN ({', '.join(names)})"
+
+
+@dataclass
+class _ThreadState:
+    conn: apsw.Connection
+    depth: int = 0
+    callbacks: list[Callable[[], None]] = field(default_factory=list)
+    data_version: int | None = None
+
+
+class SQLiteStorage:
+    """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        create: bool = True,
+    ) -> None:
+        self.path = str(path)
+        if self.path in ("", ":memory:") or self.path.startswith("file::memory:"):
+            raise StorageError(
+                "an in-memory database cannot be shared by worker threads; give a file path"
+            )
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
+            raise StorageError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = int(busy_timeout * 1000)
+        self._create = create
+        self._local = threading.local()
+        self._all: list[apsw.Connection] = []
+        self._all_lock = threading.Lock()
+        self._migrated = False
+        self._check_location()
+
+    @property
+    def wake_key(self) -> str:
+        """Identifies the database for in-process wake-ups."""
+        return os.path.realpath(self.path)
+
+    # -- connections ---------------------------------------------------------------
+
+    def _check_location(self) -> None:
+        target = Path(self.path)
+        folder = target.parent if str(target.parent) else Path(".")
+        if not folder.is_dir():
+            raise StorageError(
+                f"cannot open database {self.path}: folder {folder} does not exist; "
+                "create it or choose another --db"
+            )
+        if target.exists():
+            if not target.is_file():
+                raise StorageError(f"cannot open database {self.path}: it is not a file")
+            with open(target, "rb") as handle:
+                header = handle.read(16)
+            if header and header != b"SQLite format 3\x00":
+                raise StorageError(
+                    f"{self.path} is not a SQLite database; choose another --db or move it away"
+                )
+        elif not self._create:
+            raise StorageError(
+                f"database {self.path} does not exist; enqueue a job or run a worker to create "
+                "it, or point --db / JOBCORE_DB at an existing one"
+            )
+        if not os.access(folder, os.W_OK | os.X_OK) or (
+            target.exists() and not os.access(target, os.W_OK)
+        ):
+            raise StorageError(
+                f"cannot open database {self.path}: folder {folder} is not writable "
+                "(SQLite needs to create journal files beside the database)"
+            )
+
+    def _open(self) -> apsw.Connection:
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+        try:
+            conn = apsw.Connection(self.path, flags=flags)
+            conn.set_busy_timeout(self.busy_timeout_ms)
+            mode = _all(conn, "PRAGMA journal_mode=WAL")[0][0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"cannot put {self.path} in WAL mode (got {mode!r})")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except apsw.NotADBError:
+            raise StorageError(
+                f"{self.path} is not a SQLite database; choose another --db or move it away"
+            ) from None
+        except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.IOError) as exc:
+            raise StorageError(f"cannot open database {self.path}: {exc}") from None
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def _state(self) -> _ThreadState:
+        state: _ThreadState | None = getattr(self._local, "state", None)
+        if state is None:
+            state = _ThreadState(conn=self._open())
+            self._local.state = state
+            if not self._migrated:
+                self.migrate()
+        return state
+
+    def _conn(self) -> apsw.Connection:
+        return self._state().conn
+
+    def close(self) -> None:
+        """Close every connection this storage opened (all threads)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close(True)
+            except apsw.Error as exc:  # pragma: no cover - closing is best effort
+                log.warning("closing %s: %s", self.path, exc)
+        self._local = threading.local()
+
+    def migrate(self) -> None:
+        conn = self._state().conn
+        with self._write():
+            version = _all(conn, "PRAGMA user_version")[0][0]
+            if version > SCHEMA_VERSION:
+                raise StorageError(
+                    f"database {self.path} has schema version {version}, newer than this "
+                    f"jobcore knows ({SCHEMA_VERSION}); upgrade jobcore"
+                )
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                name, script = MIGRATIONS[number - 1]
+                log.info("migrating %s to schema %d: %s", self.path, number, name)
+                conn.execute(script)
+            if version != SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._migrated = True
+
+    # -- transactions ---------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[apsw.Connection]:
+        state = self._state()
+        conn = state.conn
+        depth = state.depth
+        mark = len(state.callbacks)
+        conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT jobcore_{depth}")
+        state.depth += 1
+        try:
+            yield conn
+        except BaseException:
+            state.depth = depth
+            del state.callbacks[mark:]
+            if depth == 0:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            elif conn.in_transaction:
+                conn.execute(f"ROLLBACK TO jobcore_{depth}; RELEASE jobcore_{depth}")
+            raise
+        state.depth = depth
+        if depth:
+            conn.execute(f"RELEASE jobcore_{depth}")
+            return
+        try:
+            conn.execute("COMMIT")
+        except BaseException:
+            state.callbacks.clear()
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        callbacks, state.callbacks = state.callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        with self._write() as conn:
+            yield conn
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        state = self._state()
+        if state.depth:
+            state.callbacks.append(callback)
+        else:
+            callback()
+
+    # -- enqueue ---------------------------------------------------------------
+
+    def _insert_one(self, conn: apsw.Connection, job: NewJob, now: int) -> Inserted:
+        if job.idempotency_key is not None:
+            existing = _all(
+                conn, Q["find_unfinished_by_key"], {"type": job.type, "key": job.idempotency_key}
+            )
+            if existing:
+                return Inserted(row_to_job(existing[0]), created=False)
+        status = JobStatus.PENDING if job.run_at <= now else JobStatus.SCHEDULED
+        row = _all(
+            conn,
+            Q["insert_job"],
+            {
+                "id": job.id,
+                "type": job.type,
+                "queue": job.queue,
+                "payload": json.dumps(job.payload, separators=(",", ":")),
+                "status": str(status),
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "run_at": job.run_at,
+                "timeout_ms": job.timeout_ms,
+                "idempotency_key": job.idempotency_key,
+                "parent_id": job.parent_id,
+                "meta": json.dumps(job.meta, separators=(",", ":")),
+                "now": now,
+            },
+        )[0]
+        return Inserted(row_to_job(row), created=True)
+
+    def insert(self, jobs: Sequence[NewJob], now: int) -> list[Inserted]:
+        with self._write() as conn:
+            return [self._insert_one(conn, job, now) for job in jobs]
+
+    # -- the worker's path ---------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        worker: str,
+        limit: int,
+        now: int,
+        lease_ms: int,
+        queues: Sequence[str] = (),
+        types: Sequence[str] = (),
+    ) -> list[Job]:
+        params: dict[str, Any] = {
+            "worker": worker,
+            "limit": limit,
+            "now": now,
+            "lease_ms": lease_ms,
+        }
+        filters = _in("queue", queues, "q", params) + _in("type", types, "t", params)
+        sql = Q["claim"].replace("{filters}", filters)
+        with self._write() as conn:
+            conn.execute(Q["promote_due"], {"now": now})
+            rows = _all(conn, sql, params)
+        jobs = [row_to_job(row) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        return jobs
+
+    def next_due(self) -> int | None:
+        value = _all(self._conn(), Q["next_due"])[0][0]
+        return None if value is None else int(value)
+
+    def extend_leases(self, leases: Sequence[Lease], *, now: int, lease_ms: int) -> dict[str, bool]:
+        owned: dict[str, bool] = {}
+        with self._write() as conn:
+            for lease in leases:
+                rows = _all(
+                    conn,
+                    Q["extend_lease"],
+                    {
+                        "id": lease.job_id,
+                        "worker": lease.worker,
+                        "attempt": lease.attempt,
+                        "now": now,
+                        "lease_ms": lease_ms,
+                    },
+                )
+                if rows:
+                    owned[lease.job_id] = bool(rows[0][0])
+        return owned
+
+    def cancel_requested(self, worker: str) -> set[str]:
+        rows = _all(self._conn(), Q["cancel_requested"], {"worker": worker})
+        return {row[0] for row in rows}
+
+    def _apply(self, conn: apsw.Connection, outcome: Outcome, now: int) -> Recorded:
+        lease = outcome.lease
+        fence = {"id": lease.job_id, "worker": lease.worker, "attempt": lease.attempt, "now": now}
+        match outcome:
+            case Completed(result=result, children=children):
+                fence["result"] = json.dumps(result, separators=(",", ":"))
+                rows = _all(conn, Q["complete"], fence)
+                if not rows:
+                    return Recorded(outcome, None)
+                inserted = tuple(self._insert_one(conn, child, now) for child in children)
+                return Recorded(outcome, row_to_job(rows[0]), inserted)
+            case Retrying(error=error, run_at=run_at):
+                found = _all(conn, Q["retry_later"], {**fence, "error": error, "run_at": run_at})
+            case Failed(error=error):
+                found = _all(conn, Q["fail"], {**fence, "error": error})
+            case Released():
+                found = _all(conn, Q["release"], fence)
+            case Cancelled(error=error):
+                found = _all(conn, Q["cancel_owned"], {**fence, "error": error})
+        return Recorded(outcome, row_to_job(found[0]) if found else None)
+
+    def record(self, outcomes: Sequence[Outcome], *, now: int) -> list[Recorded]:
+        recorded: list[Recorded] = []
+        with self._write() as conn:
+            for outcome in outcomes:
+                try:
+                    with self._write():
+                        recorded.append(self._apply(conn, outcome, now))
+                except (apsw.ConstraintError, apsw.SQLError, TypeError, ValueError) as exc:
+                    # One unrecordable outcome must not block the batch: fail that job.
+                    log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
+                    fallback = Failed(lease=outcome.lease, error=f"could not record outcome: {exc}")
+                    recorded.append(self._apply(conn, fallback, now))
+        return recorded
+
+    def sweep(self, *, now: int) -> list[Swept]:
+        swept: list[Swept] = []
+        with self._write() as conn:
+            for name, action in (
+                ("sweep_cancel", "cancelled"),
+                ("sweep_fail", "failed"),
+                ("sweep_reclaim", "reclaimed"),
+            ):
+                for row in _all(conn, Q[name], {"now": now, "error": LEASE_EXPIRED}):
+                    swept.append(Swept(row_to_job(row), action))
+        return swept
+
+    # -- operators ------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job | None:
+        rows = _all(self._conn(), Q["get_job"], {"id": job_id})
+        return row_to_job(rows[0]) if rows else None
+
+    def list_jobs(
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        types: Sequence[str] = (),
+        queues: Sequence[str] = (),
+        limit: int = 100,
+    ) -> list[Job]:
+        params: dict[str, Any] = {"limit": limit}
+        filters = (
+            _in("status", statuses, "s", params)
+            + _in("type", types, "t", params)
+            + _in("queue", queues, "q", params)
+        )
+        rows = _all(self._conn(), Q["list_jobs"].replace("{filters}", filters), params)
+        return [row_to_job(row) for row in rows]
+
+    def failed_ids(self, types: Sequence[str] = ()) -> list[str]:
+        params: dict[str, Any] = {}
+        sql = Q["failed_ids"].replace("{filters}", _in("type", types, "t", params))
+        return [row[0] for row in _all(self._conn(), sql, params)]
+
+    def retry(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
+        results: list[Job | None] = []
+        with self._write() as conn:
+            for job_id in job_ids:
+                try:
+                    rows = _all(conn, Q["operator_retry"], {"id": job_id, "now": now})
+                except apsw.ConstraintError:
+                    job = self.get(job_id)
+                    key = job.idempotency_key if job else "?"
+                    raise IllegalTransition(
+                        f"cannot retry job {job_id}: another unfinished job holds its "
+                        f"idempotency key {key!r}"
+                    ) from None
+                results.append(row_to_job(rows[0]) if rows else None)
+        return results
+
+    def cancel(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
+        results: list[Job | None] = []
+        with self._write() as conn:
+            for job_id in job_ids:
+                params = {"id": job_id, "now": now}
+                rows = _all(conn, Q["cancel_waiting"], params)
+                if not rows:
+                    rows = _all(conn, Q["request_cancel"], params)
+                results.append(row_to_job(rows[0]) if rows else None)
+        return results
+
+    def prune(self, *, before: int) -> int:
+        with self._write() as conn:
+            conn.execute(Q["prune"], {"before": before})
+            return int(conn.changes())
+
+    def completed(self, types: Sequence[str] = (), batch: int = 500) -> Iterator[Job]:
+        after = ""
+        while True:
+            params: dict[str, Any] = {"after": after, "limit": batch}
+            sql = Q["completed_jobs"].replace("{filters}", _in("type", types, "t", params))
+            jobs = [row_to_job(row) for row in _all(self._conn(), sql, params)]
+            yield from jobs
+            if len(jobs) < batch:
+                return
+            after = jobs[-1].id
+
+    def stats(self, *, now: int) -> Stats:
+        conn = self._conn()
+        stats = Stats()
+        for type_name, status, count in _all(conn, Q["stats_counts"]):
+            stats.counts[status] = stats.counts.get(status, 0) + count
+            stats.by_type.setdefault(type_name, {})[status] = count
+        stats.failures = [
+            {"type": t, "error": error, "count": n}
+            for t, error, n in _all(conn, Q["stats_failures"])
+        ]
+        stats.stuck = [row_to_job(row) for row in _all(conn, Q["stats_stuck"], {"now": now})]
+        day_ago, since = now - 86_400_000, now - 3_600_000
+        for type_name, count, p50, p95 in _all(conn, Q["stats_durations"], {"since": day_ago}):
+            stats.durations[type_name] = {"count": count, "p50_ms": p50, "p95_ms": p95}
+        enqueued, completed, failed = _all(conn, Q["stats_last_hour"], {"since": since})[0]
+        stats.last_hour = {"enqueued": enqueued, "completed": completed, "failed": failed}
+        stats.duplicates = [
+            {"type": t, "idempotency_key": key, "count": n}
+            for t, key, n in _all(conn, Q["stats_duplicates"])
+        ]
+        return stats
+
+    def changed(self) -> bool:
+        state = self._state()
+        version = _all(state.conn, "PRAGMA data_version")[0][0]
+        previous, state.data_version = state.data_version, version
+        return previous is not None and version != previous
