@@ -347,13 +347,17 @@ class Worker:
                 if stopping and stop_deadline is not None and mono >= stop_deadline:
                     self._release_all()
                 free = self._free_slots(stopping)
+                # Another connection committed: maybe new work, maybe a cancel request.
+                changed = (free > 0 or bool(self._running)) and storage.changed()
+                if changed and self._running:
+                    self._check_cancels()
                 want_claim = free > 0 and (
                     woken
+                    or changed
                     or self._maybe_more
                     or bool(self._unrecorded)
                     or mono >= next_poll
                     or (next_due is not None and mono >= next_due)
-                    or storage.changed()
                 )
                 if self._unrecorded or want_claim:
                     claimed = self._commit(free if want_claim else 0)
@@ -415,8 +419,8 @@ class Worker:
     def _wait(self, mono: float, *deadlines: float | None) -> None:
         timeout = min(d for d in deadlines if d is not None) - mono
         timeout = min(timeout, self._next_timeout() - mono)
-        if self._free_slots(self._stopping) > 0:
-            timeout = min(timeout, self.wake_check_interval)  # look for other processes' commits
+        if self._free_slots(self._stopping) > 0 or self._running:
+            timeout = min(timeout, self.wake_check_interval)  # look for other connections' commits
         if self._stopping and self._stop_deadline is not None:
             timeout = min(timeout, self._stop_deadline - mono)
         with self._cond:
@@ -551,6 +555,13 @@ class Worker:
         with self._cond:  # outcomes already reported still count
             self._unrecorded.extend(self._reported)
             self._reported.clear()
+
+    def _check_cancels(self) -> None:
+        for job_id in self.queue.storage.cancel_requested(self.worker_id):
+            run = self._running.get(job_id)
+            if run is not None and run.ctx.stop_reason is None:
+                log.info("cancel requested for running job %s; asking it to stop", job_id)
+                run.ctx.request_stop("cancel")
 
     def _heartbeat(self) -> None:
         runs = [run for run in self._running.values() if not run.abandoned]

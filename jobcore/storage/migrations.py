@@ -39,8 +39,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             completed_at     INTEGER,
             updated_at       INTEGER NOT NULL
         );
-        -- the claim path: only pending rows, in claim order
-        CREATE INDEX jobs_claim ON jobs (priority DESC, run_at, id) WHERE status = 'pending';
+        -- the claim path: only pending rows, in claim order; queue and type make
+        -- the worker's filters answerable from the index alone
+        CREATE INDEX jobs_claim ON jobs (priority DESC, run_at, id, queue, type)
+            WHERE status = 'pending';
         -- promotion of due scheduled rows
         CREATE INDEX jobs_scheduled ON jobs (run_at) WHERE status = 'scheduled';
         -- the sweep: claimed rows by lease expiry

@@ -17,11 +17,11 @@ VALUES (:id, :type, :queue, :payload, :status, :priority, 0, :max_attempts,
 RETURNING *;
 
 -- name: promote_due
-UPDATE jobs SET status = 'pending', updated_at = :now
+UPDATE jobs INDEXED BY jobs_scheduled SET status = 'pending', updated_at = :now
  WHERE status = 'scheduled' AND run_at <= :now;
 
 -- name: next_due
-SELECT min(run_at) FROM jobs WHERE status = 'scheduled';
+SELECT min(run_at) FROM jobs INDEXED BY jobs_scheduled WHERE status = 'scheduled';
 
 -- name: claim
 UPDATE jobs
@@ -29,7 +29,7 @@ UPDATE jobs
        claimed_at = :now, heartbeat_at = :now, lease_expires_at = :now + :lease_ms,
        updated_at = :now
  WHERE status = 'pending'
-   AND id IN (SELECT id FROM jobs WHERE status = 'pending' {filters}
+   AND id IN (SELECT id FROM jobs INDEXED BY jobs_claim WHERE status = 'pending' {filters}
                ORDER BY priority DESC, run_at, id LIMIT :limit)
 RETURNING *;
 
@@ -39,7 +39,8 @@ UPDATE jobs SET lease_expires_at = :now + :lease_ms, heartbeat_at = :now, update
 RETURNING cancel_requested;
 
 -- name: cancel_requested
-SELECT id FROM jobs WHERE status = 'claimed' AND cancel_requested = 1 AND locked_by = :worker;
+SELECT id FROM jobs INDEXED BY jobs_leases
+ WHERE status = 'claimed' AND cancel_requested = 1 AND locked_by = :worker;
 
 -- name: complete
 UPDATE jobs
@@ -82,7 +83,7 @@ UPDATE jobs
 RETURNING *;
 
 -- name: sweep_cancel
-UPDATE jobs
+UPDATE jobs INDEXED BY jobs_leases
    SET status = 'cancelled', last_error = 'cancelled (lease expired)', completed_at = :now,
        updated_at = :now,
        locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
@@ -90,7 +91,7 @@ UPDATE jobs
 RETURNING *;
 
 -- name: sweep_fail
-UPDATE jobs
+UPDATE jobs INDEXED BY jobs_leases
    SET status = 'failed', last_error = :error, completed_at = :now, updated_at = :now,
        errors = json_insert(errors, '$[#]', json_object(
            'attempt', attempts, 'error', :error, 'worker', locked_by, 'at', :now)),
@@ -99,7 +100,7 @@ UPDATE jobs
 RETURNING *;
 
 -- name: sweep_reclaim
-UPDATE jobs
+UPDATE jobs INDEXED BY jobs_leases
    SET status = 'pending', last_error = :error, updated_at = :now,
        errors = json_insert(errors, '$[#]', json_object(
            'attempt', attempts, 'error', :error, 'worker', locked_by, 'at', :now)),
@@ -148,7 +149,7 @@ SELECT type, coalesce(last_error, ''), count(*) FROM jobs WHERE status = 'failed
  GROUP BY type, last_error ORDER BY count(*) DESC, type LIMIT 50;
 
 -- name: stats_stuck
-SELECT * FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now
+SELECT * FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed' AND lease_expires_at < :now
  ORDER BY lease_expires_at LIMIT 100;
 
 -- name: stats_durations

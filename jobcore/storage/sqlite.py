@@ -68,7 +68,7 @@ _COLUMNS = [
 
 def _all(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
     """Every row of one statement (rows typed loosely: columns are known by position)."""
-    rows: list[Any] = _all(conn, sql, params)
+    rows: list[Any] = conn.execute(sql, params).fetchall()
     return rows
 
 
