@@ -27,6 +27,7 @@ from jobcore.models import (
     JobStatus,
     Lease,
     NewJob,
+    Outcome,
     Released,
     Retrying,
 )
@@ -179,7 +180,7 @@ class StorageContract:
         [again] = self.claim(storage, worker="new", now=T0 + LEASE + 2)
         assert again.attempts == 2
         child = new_job()
-        stale = [
+        stale: list[Outcome] = [
             Completed(lease=lease_of(job, "old"), result="late", children=(child,)),
             Failed(lease=lease_of(job, "old"), error="late"),
             Retrying(lease=lease_of(job, "old"), error="late", run_at=T0),
