@@ -48,4 +48,3 @@ def configure_logging(log_format: str = "text", level: int = logging.INFO) -> No
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level)
-    root.propagate = False

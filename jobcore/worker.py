@@ -290,8 +290,6 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 on a clean stop)."""
-        storage = self.queue.storage
-        storage.migrate()
         key = self.queue.wake_key
         wakeup.subscribe(key, self.wake)
         previous_handlers = self._install_signals()
@@ -310,7 +308,8 @@ class Worker:
             ",".join(self.queues) or "all",
         )
         try:
-            self._loop()
+            if self._ready_database():
+                self._loop()
         finally:
             wakeup.unsubscribe(key, self.wake)
             self._restore_signals(previous_handlers)
@@ -325,6 +324,25 @@ class Worker:
                 ", ".join(f"{k} {v}" for k, v in self.stats.items() if v) or "no jobs",
             )
         return self.exit_code
+
+    def _ready_database(self) -> bool:
+        """Create or migrate the schema, backing off while the database is unavailable."""
+        backoff = 0.0
+        while True:
+            try:
+                self.queue.storage.migrate()
+                return True
+            except StorageError:
+                raise  # not transient: a newer schema, not a database, no such folder
+            except Exception as exc:
+                backoff = min(MAX_DB_BACKOFF, max(0.1, backoff * 2))
+                log.error(
+                    "database error at start (%s); retrying in %.1fs", describe_error(exc), backoff
+                )
+                if self._stopping:
+                    self.exit_code = 1
+                    return False
+                self._sleep(backoff)
 
     def _loop(self) -> None:
         storage = self.queue.storage
