@@ -151,7 +151,7 @@ def test_child_enqueue_is_validated_in_the_handler(queue: Queue) -> None:
 def test_cancel_a_running_job(queue: Queue, tmp_path: Path, jobcore_recorder: HookRecorder) -> None:
     marker = tmp_path / "started"
     job = queue.enqueue("sleepy", {"seconds": 30, "cooperative": True, "started": str(marker)}).job
-    worker, thread = start_worker(queue, until_empty=True)
+    _worker, thread = start_worker(queue, until_empty=True)
     wait_for(marker.exists)
     [requested] = queue.cancel([job.id])
     assert requested.cancel_requested and requested.status is JobStatus.CLAIMED
@@ -215,7 +215,7 @@ def test_a_failing_notification_hook_never_fails_the_job(
 def test_heartbeats_keep_a_long_job_claimed(queue: Queue, tmp_path: Path) -> None:
     marker = tmp_path / "started"
     job = queue.enqueue("sleepy", {"seconds": 1.5, "started": str(marker)}).job
-    worker, thread = start_worker(queue, lease=0.4, until_empty=True)
+    _worker, thread = start_worker(queue, lease=0.4, until_empty=True)
     wait_for(marker.exists)
     deadline = time.monotonic() + 1.2
     while time.monotonic() < deadline:
@@ -263,7 +263,7 @@ def test_database_errors_back_off_and_recover(
     blocker = apsw.Connection(jobcore_db)
     blocker.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
     with caplog.at_level(logging.ERROR, logger="jobcore.worker"):
-        worker, thread = start_worker(queue, until_empty=True)
+        _worker, thread = start_worker(queue, until_empty=True)
         wait_for(lambda: any("database error" in r.getMessage() for r in caplog.records))
         blocker.execute(
             "INSERT INTO jobs (id, type, queue, payload, status, max_attempts, run_at,"
