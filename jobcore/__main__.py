@@ -1,0 +1,5 @@
+"""`python -m jobcore` runs the command line."""
+
+from jobcore.cli import main
+
+main()

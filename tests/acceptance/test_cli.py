@@ -1,0 +1,424 @@
+"""The CLI contract of DESIGN §8, through click's CliRunner on a real database file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from jobcore.cli import cli, main
+from jobcore.storage.sqlite import SQLiteStorage
+from jobcore.timeutil import now_ms
+
+Run = Callable[..., Result]
+
+JOB_FIELDS = {
+    "id",
+    "type",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "timeout",
+    "idempotency_key",
+    "locked_by",
+    "locked_at",
+    "lease_expires_at",
+    "heartbeat_at",
+    "cancel_requested",
+    "last_error",
+    "errors",
+    "result",
+    "parent_id",
+    "meta",
+    "created_at",
+    "claimed_at",
+    "completed_at",
+    "updated_at",
+}
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "cli.db"
+
+
+@pytest.fixture
+def run(db: Path) -> Run:
+    def invoke(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+        runner = CliRunner()
+        full_env = {"JOBCORE_DB": str(db), "JOBCORE_PLUGINS": "jobcore_test_plugin", **(env or {})}
+        return runner.invoke(cli, list(args), input=input, env=full_env, catch_exceptions=False)
+
+    return invoke
+
+
+def job_count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    storage = SQLiteStorage(db, create=False)
+    try:
+        return len(storage.list_jobs(limit=100_000))
+    finally:
+        storage.close()
+
+
+def assert_runtime_error(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert result.stdout == ""
+
+
+# -- help and listing --------------------------------------------------------------
+
+
+def test_every_command_has_help(run: Run) -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    names = [
+        "enqueue",
+        "run",
+        "list",
+        "show",
+        "stats",
+        "retry",
+        "cancel",
+        "sweep",
+        "prune",
+        "reconcile",
+        "plugins",
+    ]
+    for name in names:
+        assert name in result.stdout
+        assert run(name, "--help").exit_code == 0
+
+
+def test_plugins_json_lists_loaded_and_unavailable(run: Run, tmp_path: Path) -> None:
+    (tmp_path / "broken_plugin.py").write_text("import not_a_real_dependency_xyz\n")
+    env = {"JOBCORE_PLUGINS": "jobcore_test_plugin,broken_plugin", "PYTHONPATH": str(tmp_path)}
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        result = run("plugins", "--json", env=env)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert result.exit_code == 0, result.output
+    plugins = {p["name"]: p for p in json.loads(result.stdout)}
+    for plugin in plugins.values():
+        assert set(plugin) == {"name", "version", "status", "reason", "job_types", "hooks"}
+    assert plugins["jobcore.builtin.noop"]["job_types"] == ["noop"]
+    assert plugins["jobcore_test_plugin"]["status"] == "loaded"
+    assert "sleepy" in plugins["jobcore_test_plugin"]["job_types"]
+    assert "jobcore_register_job_types" in plugins["jobcore_test_plugin"]["hooks"]
+    broken = plugins["broken_plugin"]
+    assert broken["status"] == "unavailable" and "not_a_real_dependency_xyz" in broken["reason"]
+    assert run("enqueue", "noop", env=env).exit_code == 0  # the CLI still works
+
+
+# -- enqueue -------------------------------------------------------------------------
+
+
+def test_enqueue_prints_the_id_and_json_has_every_field(run: Run, db: Path) -> None:
+    result = run("enqueue", "noop", '{"sleep": 0}')
+    assert result.exit_code == 0
+    job_id = result.stdout.strip()
+    shown = json.loads(run("show", job_id, "--json").stdout)
+    assert set(shown) == JOB_FIELDS
+    assert shown["id"] == job_id and shown["status"] == "pending" and shown["timeout"] == 3600.0
+    assert shown["created_at"].endswith("Z") and shown["errors"] == []
+
+
+def test_enqueue_options_and_idempotency(run: Run) -> None:
+    args = [
+        "enqueue",
+        "noop",
+        "{}",
+        "--queue",
+        "mail",
+        "--priority",
+        "5",
+        "--delay",
+        "5m",
+        "--max-attempts",
+        "9",
+        "--timeout",
+        "500ms",
+        "--idempotency-key",
+        "k1",
+        "--json",
+    ]
+    first = json.loads(run(*args).stdout)
+    assert first["created"] is True
+    assert (first["queue"], first["priority"], first["max_attempts"], first["timeout"]) == (
+        "mail",
+        5,
+        9,
+        0.5,
+    )
+    assert first["status"] == "scheduled" and first["idempotency_key"] == "k1"
+    again = run(*args)
+    assert json.loads(again.stdout)["created"] is False
+    assert json.loads(again.stdout)["id"] == first["id"]
+    at = json.loads(run("enqueue", "noop", "--run-at", "2030-01-02T03:04:05", "--json").stdout)
+    assert at["run_at"] == "2030-01-02T03:04:05.000Z"
+
+
+def test_payload_from_stdin_file_and_jsonl(run: Run, db: Path, tmp_path: Path) -> None:
+    assert run("enqueue", "noop", "-", "--json", input='{"sleep": 0.5}').exit_code == 0
+    (tmp_path / "p.json").write_text('{"fail": true}')
+    result = json.loads(run("enqueue", "noop", "@p.json", "--json").stdout)
+    assert result["payload"] == {"sleep": 0.0, "fail": True}
+    (tmp_path / "many.jsonl").write_text('{"sleep": 0}\n\n{"fail": false}\n{}\n')
+    result = run("enqueue", "noop", "--from", "many.jsonl")
+    assert result.exit_code == 0 and len(result.stdout.split()) == 3
+    assert job_count(db) == 5
+
+
+def test_a_bad_jsonl_line_rejects_the_whole_file(run: Run, db: Path, tmp_path: Path) -> None:
+    (tmp_path / "bad.jsonl").write_text('{}\n{"sleep": 1}\n{"slep": 1}\n')
+    assert_runtime_error(run("enqueue", "noop", "--from", "bad.jsonl"), "line 3", "slep")
+    (tmp_path / "broken.jsonl").write_text("{}\n{oops\n")
+    assert_runtime_error(
+        run("enqueue", "noop", "--from", "broken.jsonl"), "line 2", "not valid JSON"
+    )
+    assert job_count(db) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["enqueue", "noop", "{bad"], ["not valid JSON"]),
+        (["enqueue", "noop", "[1, 2]"], ["must be a JSON object"]),
+        (["enqueue", "noop", '{"sleep": "long"}'], ["sleep", "valid number"]),
+        (["enqueue", "noop", '{"colour": 1}'], ["colour: unknown field"]),
+        (["enqueue", "teleport", "{}"], ["unknown job type 'teleport'"]),
+        (["enqueue", "noop", "@missing.json"], ["cannot read payload file missing.json"]),
+    ],
+)
+def test_bad_enqueue_input_is_one_clear_line_and_writes_nothing(
+    run: Run, db: Path, args: list[str], fragments: list[str]
+) -> None:
+    assert_runtime_error(run(*args), *fragments)
+    assert not db.exists()
+
+
+def test_oversized_payload(run: Run, db: Path) -> None:
+    env = {"JOBCORE_MAX_PAYLOAD_BYTES": "200"}
+    big = json.dumps({"log": "x" * 300})
+    assert_runtime_error(run("enqueue", "record", big, env=env), "over the 200-byte limit")
+    assert job_count(db) == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["enqueue", "noop", "--delay", "5 minutes"],
+        ["enqueue", "noop", "--timeout", "-1"],
+        ["enqueue", "noop", "--run-at", "next tuesday"],
+        ["enqueue", "noop", "--max-attempts", "0"],
+        ["run", "--lease", "forever"],
+        ["prune", "--older-than", "old"],
+        ["list", "--status", "sleeping"],
+    ],
+)
+def test_bad_option_values_are_usage_errors(run: Run, db: Path, args: list[str]) -> None:
+    result = run(*args)
+    assert result.exit_code == 2
+    assert "Usage:" in result.stderr and "Invalid value" in result.stderr
+    assert not db.exists()
+
+
+def test_unknown_id(run: Run, db: Path) -> None:
+    run("enqueue", "noop")
+    for command in ("show", "retry", "cancel"):
+        assert_runtime_error(run(command, "0000-nope"), "no job with id '0000-nope'")
+
+
+def test_database_location_errors(run: Run, tmp_path: Path) -> None:
+    assert_runtime_error(
+        run("--db", str(tmp_path / "no" / "such" / "x.db"), "enqueue", "noop"), "does not exist"
+    )
+    assert not (tmp_path / "no").exists()
+    not_db = tmp_path / "notes.txt"
+    not_db.write_text("these are my notes, not a database\n")
+    assert_runtime_error(run("--db", str(not_db), "enqueue", "noop"), "is not a SQLite database")
+    assert not_db.read_text() == "these are my notes, not a database\n"
+    assert_runtime_error(run("--db", str(tmp_path / "absent.db"), "list"), "does not exist")
+    assert not (tmp_path / "absent.db").exists()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    # root ignores permission bits: use a read-only bind mount instead
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"cannot make a read-only folder as root here: {mounted.stderr.decode().strip()}"
+        )
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_read_only_folder(run: Run, read_only_dir: Path) -> None:
+    assert_runtime_error(
+        run("--db", str(read_only_dir / "x.db"), "enqueue", "noop"), "not writable"
+    )
+    assert list(read_only_dir.iterdir()) == []
+
+
+def test_bad_config_value_names_the_setting(run: Run, db: Path) -> None:
+    assert_runtime_error(
+        run("enqueue", "noop", env={"JOBCORE_LEASE": "soon"}), "'lease'", "JOBCORE_LEASE"
+    )
+    assert not db.exists()
+
+
+# -- operating on jobs --------------------------------------------------------------
+
+
+def test_run_list_show_retry_cancel(run: Run, db: Path) -> None:
+    ok = run("enqueue", "noop").stdout.strip()
+    bad = run("enqueue", "fail", '{"how": "permanent", "message": "no route"}').stdout.strip()
+    later = run("enqueue", "noop", "--delay", "1h").stdout.strip()
+    result = run("run", "--until-empty", "--concurrency", "2")
+    assert result.exit_code == 0, result.output
+    assert "completed 1" in result.stdout and "failed 1" in result.stdout
+
+    listed = json.loads(run("list", "--json").stdout)
+    assert [job["id"] for job in listed] == [later, bad, ok]  # newest first
+    failed = json.loads(run("list", "--status", "failed", "--json").stdout)
+    assert [job["id"] for job in failed] == [bad]
+    assert bad in run("list", "--type", "fail").stdout
+
+    text = run("show", bad).stdout
+    assert "PermanentError: no route" in text and "attempt 1" in text
+    shown = json.loads(run("show", bad, "--json").stdout)
+    assert shown["errors"][0]["error"] == "PermanentError: no route"
+
+    assert_runtime_error(run("retry", ok), "only failed or cancelled")
+    retried = run("retry", "--failed", "--type", "fail")
+    assert retried.exit_code == 0 and bad in retried.stdout
+    again = json.loads(run("show", bad, "--json").stdout)
+    assert again["status"] == "pending" and again["attempts"] == 0 and len(again["errors"]) == 1
+
+    assert run("cancel", later).stdout.strip() == f"{later} cancelled"
+    assert_runtime_error(run("cancel", ok), "already completed")
+    assert_runtime_error(run("cancel", later, ok), "already")  # all or nothing
+
+
+def test_json_lifecycle_logs_on_stderr(run: Run) -> None:
+    job_id = run("enqueue", "noop").stdout.strip()
+    result = run("--log-format", "json", "run", "--until-empty")
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    lifecycle = [e for e in events if e.get("job_id") == job_id]
+    assert [e["event"] for e in lifecycle] == ["claimed", "completed"]
+    for event in lifecycle:
+        assert {"ts", "event", "job_id", "type", "queue", "attempt", "worker"} <= set(event)
+    assert "duration_ms" in lifecycle[-1]
+    assert all(not line.startswith("{") for line in result.stdout.splitlines())
+
+
+def test_sweep_reclaims_expired_leases(run: Run, db: Path) -> None:
+    job_id = run("enqueue", "noop").stdout.strip()
+    storage = SQLiteStorage(db)
+    storage.claim(worker="dead-worker", limit=1, now=now_ms() - 120_000, lease_ms=60_000)
+    storage.close()
+    stats = json.loads(run("stats", "--json").stdout)
+    assert [job["id"] for job in stats["stuck"]] == [job_id]
+    result = run("sweep")
+    assert result.stdout.strip() == f"reclaimed {job_id} (noop, attempt 1)"
+    shown = json.loads(run("show", job_id, "--json").stdout)
+    assert shown["status"] == "pending" and shown["errors"][0]["error"] == "lease expired"
+    assert shown["errors"][0]["worker"] == "dead-worker"
+
+
+def test_prune(run: Run, db: Path) -> None:
+    run("enqueue", "noop")
+    run("run", "--until-empty")
+    assert run("prune", "--older-than", "1h").stdout.strip() == "deleted 0 job(s)"
+    assert run("prune", "--older-than", "0s").stdout.strip() == "deleted 1 job(s)"
+
+
+def test_stats_json_shape(run: Run) -> None:
+    run("enqueue", "noop", "--idempotency-key", "a")
+    run("enqueue", "fail", '{"how": "permanent"}')
+    run("run", "--until-empty")
+    run("enqueue", "noop", "--idempotency-key", "a")
+    stats = json.loads(run("stats", "--json").stdout)
+    assert set(stats) == {
+        "counts",
+        "by_type",
+        "failures",
+        "stuck",
+        "durations",
+        "last_hour",
+        "duplicates",
+    }
+    assert (
+        stats["counts"]["completed"] == 1
+        and stats["counts"]["failed"] == 1
+        and stats["counts"]["pending"] == 1
+    )
+    assert stats["failures"] == [{"type": "fail", "error": "PermanentError: it broke", "count": 1}]
+    assert stats["duplicates"] == [{"type": "noop", "idempotency_key": "a", "count": 2}]
+    assert set(stats["durations"]["noop"]) == {"count", "p50_ms", "p95_ms"}
+    assert stats["last_hour"] == {"enqueued": 3, "completed": 1, "failed": 1}
+    assert "Failures" in run("stats").stdout
+
+
+def test_reconcile_uses_the_hook(run: Run, db: Path, tmp_path: Path) -> None:
+    (tmp_path / "reconcile_plugin.py").write_text(
+        "from jobcore import hookimpl\n"
+        "@hookimpl\n"
+        "def jobcore_reconcile(job):\n"
+        "    if job.payload.get('sleep') == 0.25:\n"
+        "        return ['the quarter-second nap did not happen']\n"
+    )
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        env = {"JOBCORE_PLUGINS": "reconcile_plugin"}
+        run("enqueue", "noop", '{"sleep": 0.25}', env=env)
+        run("enqueue", "noop", env=env)
+        run("run", "--until-empty", env=env)
+        result = run("reconcile", env=env)
+        assert result.exit_code == 1
+        assert "the quarter-second nap did not happen" in result.stdout
+        assert len(result.stdout.splitlines()) == 1
+        assert run("reconcile", "--type", "other", env=env).exit_code == 0
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_main_entry_point(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JOBCORE_DB", str(tmp_path / "m.db"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["enqueue", "noop"])
+    assert exit_info.value.code == 0
+    assert len(capsys.readouterr().out.strip()) == 36

@@ -1,0 +1,192 @@
+"""Real worker processes: SIGKILL, os._exit, SIGTERM and several workers on one database."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import subprocess_env
+
+from jobcore.storage.sqlite import SQLiteStorage
+
+JOBCORE = [sys.executable, "-m", "jobcore"]
+
+
+class Cluster:
+    """Runs `jobcore` commands and worker processes against one database file."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.db = tmp_path / "jobs.db"
+        self.env = subprocess_env(JOBCORE_DB=str(self.db))
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*JOBCORE, *args],
+            env=self.env,
+            cwd=self.tmp,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def enqueue(self, job_type: str, payload: dict[str, Any], *options: str) -> str:
+        done = self.cli("enqueue", job_type, json.dumps(payload), *options)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def worker(self, *options: str) -> subprocess.Popen[bytes]:
+        with open(self.tmp / f"worker{len(self.workers)}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [*JOBCORE, "run", *options],
+                env=self.env,
+                cwd=self.tmp,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.workers.append(proc)
+        return proc
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        shown = self.cli("show", job_id, "--json")
+        assert shown.returncode == 0, shown.stderr
+        result: dict[str, Any] = json.loads(shown.stdout)
+        return result
+
+    def wait_file(self, path: Path, timeout: float = 20.0) -> None:
+        wait_until(path.exists, timeout)
+
+    def stop_all(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path)
+    yield cluster
+    cluster.stop_all()
+
+
+def test_sigkilled_worker_job_is_reclaimed_and_completed(cluster: Cluster) -> None:
+    marker = cluster.tmp / "started"
+    job_id = cluster.enqueue("sleepy", {"seconds": 1.0, "started": str(marker)})
+    first = cluster.worker("--lease", "1s")
+    cluster.wait_file(marker)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    assert cluster.job(job_id)["status"] == "claimed"  # the dead worker's lease still holds it
+    second = cluster.worker("--lease", "1s")
+    wait_until(lambda: cluster.job(job_id)["status"] == "completed", timeout=30)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(20) == 0
+    job = cluster.job(job_id)
+    assert job["status"] == "completed" and job["attempts"] == 2
+    assert [entry["error"] for entry in job["errors"]] == ["lease expired"]
+
+
+def test_handler_calling_os_exit_ends_failed_with_history(cluster: Cluster) -> None:
+    job_id = cluster.enqueue("crash", {}, "--max-attempts", "2")
+    for _ in range(6):
+        proc = cluster.worker("--lease", "500ms", "--until-empty")
+        code = proc.wait(30)
+        if cluster.job(job_id)["status"] == "failed":
+            break
+        assert code in (0, 3)  # 3: the handler's os._exit took the process down
+        time.sleep(0.6)  # let the dead worker's lease expire
+    job = cluster.job(job_id)
+    assert job["status"] == "failed" and job["attempts"] == 2
+    assert [entry["error"] for entry in job["errors"]] == ["lease expired", "lease expired"]
+
+
+@pytest.mark.stress
+def test_three_workers_drain_thousands_of_jobs_each_run_once(cluster: Cluster) -> None:
+    total = 3000
+    log = cluster.tmp / "runs.log"
+    lines = "".join(json.dumps({"log": str(log)}) + "\n" for _ in range(total))
+    (cluster.tmp / "jobs.jsonl").write_text(lines)
+    done = cluster.cli("enqueue", "record", "--from", "jobs.jsonl")
+    assert done.returncode == 0, done.stderr
+    procs = [cluster.worker("--until-empty", "--concurrency", "4") for _ in range(3)]
+    assert [proc.wait(300) for proc in procs] == [0, 0, 0]
+    runs = [line.split() for line in log.read_text().splitlines()]
+    per_job = Counter(job_id for job_id, _, _ in runs)
+    assert len(per_job) == total and set(per_job.values()) == {1}
+    assert {attempt for _, attempt, _ in runs} == {"1"}
+    workers = Counter(worker for _, _, worker in runs)
+    assert len(workers) == 3, workers  # every process took part
+    storage = SQLiteStorage(cluster.db, create=False)
+    assert {job.status for job in storage.list_jobs(limit=total + 1)} == {"completed"}
+    storage.close()
+
+
+def test_sigterm_lets_a_short_job_finish(cluster: Cluster) -> None:
+    marker = cluster.tmp / "started"
+    job_id = cluster.enqueue("sleepy", {"seconds": 1.0, "started": str(marker)})
+    worker = cluster.worker("--shutdown-timeout", "10s")
+    cluster.wait_file(marker)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert cluster.job(job_id)["status"] == "completed"
+
+
+def test_sigterm_releases_a_long_job_without_spending_an_attempt(cluster: Cluster) -> None:
+    marker = cluster.tmp / "started"
+    job_id = cluster.enqueue("sleepy", {"seconds": 60, "started": str(marker)})
+    worker = cluster.worker("--shutdown-timeout", "500ms")
+    cluster.wait_file(marker)
+    started = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert time.monotonic() - started < 10
+    job = cluster.job(job_id)
+    assert job["status"] == "pending" and job["attempts"] == 0 and job["locked_by"] is None
+    log = (cluster.tmp / "worker0.log").read_text()
+    assert "released job" in log
+
+
+def test_second_sigterm_stops_at_once(cluster: Cluster) -> None:
+    marker = cluster.tmp / "started"
+    job_id = cluster.enqueue("sleepy", {"seconds": 60, "started": str(marker)})
+    worker = cluster.worker("--shutdown-timeout", "60s")
+    cluster.wait_file(marker)
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert worker.poll() is None  # still waiting for the job
+    worker.send_signal(signal.SIGINT)
+    assert worker.wait(20) == 0
+    assert cluster.job(job_id)["status"] == "pending"
+
+
+def test_other_process_enqueue_wakes_an_idle_worker(cluster: Cluster) -> None:
+    cluster.cli("enqueue", "noop", "--delay", "1h")  # creates the database
+    worker = cluster.worker("--poll-interval", "60s")
+    time.sleep(1.0)  # idle now; its next full poll is a minute away
+    started = time.monotonic()
+    job_id = cluster.enqueue("noop", {})
+    wait_until(lambda: cluster.job(job_id)["status"] == "completed", timeout=10)
+    assert time.monotonic() - started < 10
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
