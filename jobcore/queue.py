@@ -73,7 +73,8 @@ class Queue:
 
     def _collect_job_types(self) -> JobTypeRegistry:
         registry = JobTypeRegistry()
-        for impl in reversed(self.pm.hook.jobcore_register_job_types.get_hookimpls()):
+        # in registration order, so a later plugin cannot take over an earlier one's name
+        for impl in self.pm.hook.jobcore_register_job_types.get_hookimpls():
             try:
                 impl.function(register=partial(registry.register, plugin=impl.plugin_name))
             except Exception as exc:
