@@ -37,7 +37,7 @@ class CoreSettings(BaseModel):
     busy_timeout: PositiveSeconds = 30.0
     lease: PositiveSeconds = 60.0
     poll_interval: PositiveSeconds = 1.0
-    wake_check_interval: PositiveSeconds = 0.002
+    wake_check_interval: PositiveSeconds = 0.003
     shutdown_timeout: Seconds = 30.0
     backoff_base: Seconds = 1.0
     backoff_cap: Seconds = 300.0

@@ -9,7 +9,6 @@ timeout, next scheduled job) is due.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue as stdqueue
@@ -17,24 +16,20 @@ import signal
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from types import FrameType
 from typing import Any
 
-import pluggy
-
 from jobcore import wakeup
+from jobcore.attempt import AttemptRunner, Running, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import Interrupted, InvalidPayload, JobcoreError, JobTimeout, StorageError
+from jobcore.errors import InvalidPayload, JobcoreError, JobTimeout, StorageError
 from jobcore.models import (
     Cancelled,
     Completed,
     Failed,
     Job,
-    JobStatus,
     Lease,
     Outcome,
     Released,
@@ -52,44 +47,6 @@ MAX_DB_BACKOFF = 30.0
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
-
-
-def describe_error(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-_PLUMBING = (
-    os.path.dirname(pluggy.__file__),
-    __file__,
-    os.path.join("jobcore", "builtin", "execute.py"),
-)
-
-
-def handler_traceback(exc: BaseException) -> str:
-    """The traceback of a handler's exception without pluggy's and the worker's frames."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith(_PLUMBING[0])
-        and not frame.filename.endswith(_PLUMBING[1:])
-    ]
-    lines = traceback.format_list(frames) + traceback.format_exception_only(exc)
-    return "Traceback (handler frames):\n" + "".join(lines).rstrip()
-
-
-@dataclass(eq=False)
-class Running:
-    """A claimed job this worker is executing."""
-
-    job: Job
-    ctx: JobContext
-    lease: Lease
-    deadline: float | None  # monotonic seconds, from the job's timeout
-    started: float = 0.0
-    duration_ms: float = 0.0
-    abandoned: bool = False  # timed out, lost or released: its late outcome is dropped
-    children: list[Any] = field(default_factory=list)
 
 
 class Worker:
@@ -139,12 +96,13 @@ class Worker:
         self.install_signal_handlers = install_signal_handlers
         self.clock = clock
         self.claim_batch = core.claim_batch
-        self.max_result_bytes = core.max_result_bytes
+        self.attempts = AttemptRunner(queue, clock=clock, max_result_bytes=core.max_result_bytes)
 
         self._cond = threading.Condition()
         self._reported: list[tuple[Running, Outcome]] = []  # from executors, under _cond
         self._unrecorded: list[tuple[Running, Outcome]] = []  # loop-owned, awaiting commit
         self._woken = True
+        self._external_change = False  # set by _wait when another connection committed
         self._heartbeat_requested = False
         self._running: dict[str, Running] = {}
         self._ready: stdqueue.SimpleQueue[Running | None] = stdqueue.SimpleQueue()
@@ -210,7 +168,7 @@ class Worker:
             run = self._ready.get()
             if run is None:
                 return
-            outcome = self._execute(run)
+            outcome = self.attempts.execute(run)
             with self._cond:
                 if run.abandoned:
                     log.info(
@@ -222,69 +180,6 @@ class Worker:
                     return  # a replacement executor already took this slot
                 self._reported.append((run, outcome))
                 self._cond.notify_all()
-
-    def _execute(self, run: Running) -> Outcome:
-        job, ctx = run.job, run.ctx
-        run.started = time.perf_counter()
-        try:
-            result = self.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
-            result = self._bounded_result(job, result)
-        except BaseException as exc:  # a handler must never take the worker down
-            run.duration_ms = (time.perf_counter() - run.started) * 1000
-            return self._failure_outcome(run, exc)
-        run.duration_ms = (time.perf_counter() - run.started) * 1000
-        if ctx.stop_reason == "cancel":
-            return Cancelled(lease=run.lease, error="cancelled while running")
-        return Completed(lease=run.lease, result=result, children=tuple(ctx.children))
-
-    def _bounded_result(self, job: Job, result: Any) -> Any:
-        try:
-            encoded = json.dumps(result, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise JobcoreError(
-                f"handler returned a result that is not JSON-serialisable: {exc}"
-            ) from None
-        if len(encoded) > self.max_result_bytes:
-            log.warning(
-                "job %s result is %d bytes, over max_result_bytes; stored truncated",
-                job.id,
-                len(encoded),
-            )
-            return {"truncated": True, "size": len(encoded), "head": encoded[:1024]}
-        return result
-
-    def _failure_outcome(self, run: Running, exc: BaseException) -> Outcome:
-        ctx = run.ctx
-        error = describe_error(exc)
-        if ctx.stop_reason == "cancel":
-            return Cancelled(lease=run.lease, error=f"cancelled: {error}")
-        if ctx.stop_reason == "shutdown" and isinstance(exc, Interrupted):
-            return Released(lease=run.lease)
-        if not isinstance(exc, JobcoreError):
-            log.warning(
-                "job %s (%s) attempt %d raised %s\n%s",
-                run.job.id,
-                run.job.type,
-                run.job.attempts,
-                error,
-                handler_traceback(exc),
-            )
-        return self._retry_or_fail(run, exc, error)
-
-    def _retry_or_fail(self, run: Running, exc: BaseException, error: str) -> Outcome:
-        try:
-            decision = self.queue.decide_retry(run.job, exc)
-        except Exception as hook_error:
-            log.exception(
-                "retry decision failed for job %s; retrying with default backoff", run.job.id
-            )
-            decision = self.queue.policy_for(run.job.type).decide(run.job, exc)
-            error += f" (retry hook failed: {describe_error(hook_error)})"
-        if decision.delay is None:
-            return Failed(lease=run.lease, error=error)
-        return Retrying(
-            lease=run.lease, error=error, run_at=self.clock() + int(decision.delay * 1000)
-        )
 
     # -- the loop ------------------------------------------------------------------
 
@@ -366,7 +261,8 @@ class Worker:
                     self._release_all()
                 free = self._free_slots(stopping)
                 # Another connection committed: maybe new work, maybe a cancel request.
-                changed = (free > 0 or bool(self._running)) and storage.changed()
+                changed, self._external_change = self._external_change, False
+                changed = changed or ((free > 0 or bool(self._running)) and storage.changed())
                 if changed and self._running:
                     self._check_cancels()
                 want_claim = free > 0 and (
@@ -435,17 +331,30 @@ class Worker:
         return self.until_empty and not self._maybe_more
 
     def _wait(self, mono: float, *deadlines: float | None) -> None:
-        timeout = min(d for d in deadlines if d is not None) - mono
-        timeout = min(timeout, self._next_timeout() - mono)
-        if self._free_slots(self._stopping) > 0 or self._running:
-            timeout = min(timeout, self.wake_check_interval)  # look for other connections' commits
+        """Sleep until a deadline, an in-process event, or another connection's commit.
+
+        Other connections' commits are looked for every `wake_check_interval`
+        in this tight inner loop (one `Storage.changed()` call each), so an idle
+        worker costs little CPU yet notices new work within milliseconds.
+        """
+        until = min(min(d for d in deadlines if d is not None), self._next_timeout())
         if self._stopping and self._stop_deadline is not None:
-            timeout = min(timeout, self._stop_deadline - mono)
-        with self._cond:
-            if self._reported or self._woken or self._heartbeat_requested:
+            until = min(until, self._stop_deadline)
+        watch = self._free_slots(self._stopping) > 0 or bool(self._running)
+        changed = self.queue.storage.changed
+        cond = self._cond
+        while True:
+            with cond:
+                if self._reported or self._woken or self._heartbeat_requested:
+                    return
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return
+                if cond.wait(min(remaining, self.wake_check_interval) if watch else remaining):
+                    return  # notified: an outcome, a wake-up, a heartbeat or a stop request
+            if watch and changed():
+                self._external_change = True
                 return
-            if timeout > 0:
-                self._cond.wait(timeout)
 
     def _sleep(self, seconds: float) -> None:
         with self._cond:
@@ -548,7 +457,7 @@ class Worker:
             error = f"timed out after {seconds:g}s"
             run.ctx.request_stop("timeout")
             self._abandon(run)
-            outcome = self._retry_or_fail(run, JobTimeout(error), f"JobTimeout: {error}")
+            outcome = self.attempts.retry_or_fail(run, JobTimeout(error), f"JobTimeout: {error}")
             run.duration_ms = seconds * 1000
             self._unrecorded.append((run, outcome))
             log.warning(
@@ -636,4 +545,4 @@ class Worker:
             signal.signal(signum, handler)
 
 
-__all__ = ["JobStatus", "Running", "Worker"]
+__all__ = ["Worker"]
