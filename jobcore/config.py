@@ -108,6 +108,7 @@ class Config:
                 values[name] = (value, f"--{name.replace('_', '-')}")
         self.core = _validate(CoreSettings, values, file_name or "configuration")
         self._types: dict[str, TypeSettings] = {}
+        self._plugin_cache: dict[tuple[str, type[BaseModel]], BaseModel] = {}
         types_table = self._file.get("types", {})
         for type_name, table in types_table.items():
             source = f"{file_name} [types.{type_name}]"
@@ -145,7 +146,15 @@ class Config:
         return self._types.get(name) or TypeSettings()
 
     def plugin_settings(self, plugin: str, model: type[M]) -> M:
-        """Validate `[plugins.PLUGIN]` with `JOBCORE_<PLUGIN>_<SETTING>` env overrides."""
+        """Validate `[plugins.PLUGIN]` with `JOBCORE_<PLUGIN>_<SETTING>` env overrides (cached)."""
+        cached = self._plugin_cache.get((plugin, model))
+        if cached is not None:
+            return cached  # type: ignore[return-value]
+        settings = self._load_plugin_settings(plugin, model)
+        self._plugin_cache[(plugin, model)] = settings
+        return settings
+
+    def _load_plugin_settings(self, plugin: str, model: type[M]) -> M:
         values: dict[str, tuple[Any, str]] = {}
         table = self._file.get("plugins", {}).get(plugin, {})
         for name, value in table.items():

@@ -11,13 +11,14 @@ from jobcore.errors import Interrupted
 from jobcore.models import Job, NewJob
 
 if TYPE_CHECKING:
+    from jobcore.config import Config
     from jobcore.registry import JobType
 
 STOP_REASONS = ("shutdown", "cancel", "timeout", "lease lost")
 
 
 class JobContext:
-    """Per-attempt context: the job, a logger, heartbeat, stop requests and child enqueue.
+    """Per-attempt context: the job, a logger, settings, heartbeat, stop requests, child enqueue.
 
     Jobs enqueued through `ctx.enqueue` are validated at once but written in the
     same transaction that completes this job, and dropped if this attempt fails.
@@ -30,6 +31,7 @@ class JobContext:
         job_type: JobType,
         payload: Any,
         worker: str,
+        config: Config,
         build_child: Callable[..., NewJob],
         request_heartbeat: Callable[[], None],
     ) -> None:
@@ -37,6 +39,7 @@ class JobContext:
         self.job_type = job_type
         self.payload = payload
         self.worker = worker
+        self.config = config
         self.logger = logging.LoggerAdapter(
             logging.getLogger(f"jobcore.job.{job.type}"),
             {"job_id": job.id, "attempt": job.attempts},

@@ -155,10 +155,11 @@ def jobcore_worker_stopped(worker: str) -> None:
 
 
 @hookspec
-def jobcore_reconcile(job: Job) -> list[str] | None:
+def jobcore_reconcile(job: Job, config: Config) -> list[str] | None:
     """Return discrepancies between completed ``job`` and the world (empty or None: none).
 
-    Used by ``jobcore reconcile``; must not change anything.
+    Used by ``jobcore reconcile``; must not change anything. Return None for
+    jobs of types this plugin does not own.
     """
 
 

@@ -159,6 +159,8 @@ class Queue:
         """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
         job_type = self.job_type(type)
         model = self.validate_payload(job_type, {} if payload is None else payload)
+        if job_type.check is not None:
+            job_type.check(model, self.config)
         stored = model.model_dump(mode="json")
         size = len(json.dumps(stored, separators=(",", ":")).encode())
         limit = self.config.core.max_payload_bytes
@@ -327,7 +329,7 @@ class Queue:
         """Yield each completed job with the discrepancies plugins report for it."""
         for job in self.storage.completed(types):
             problems: list[str] = []
-            for answer in self.pm.hook.jobcore_reconcile(job=job):
+            for answer in self.pm.hook.jobcore_reconcile(job=job, config=self.config):
                 if answer:
                     problems.extend(answer)
             if problems:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from jobcore.errors import JobcoreError
 
 if TYPE_CHECKING:
+    from jobcore.config import Config
     from jobcore.context import JobContext
 
 
@@ -31,6 +32,8 @@ class JobType:
     `JobContext`; its return value (JSON-serialisable) becomes the job's result.
     Defaults left as None fall back to `[types.NAME]` config, then core config.
     `idempotency_key(payload)` may derive a key when the caller gives none.
+    `check(payload, config)` runs at enqueue for rules that need settings (a
+    files root, say); it raises `InvalidPayload` to reject the job.
     """
 
     name: str
@@ -42,6 +45,7 @@ class JobType:
     backoff_cap: float | None = None
     queue: str | None = None
     idempotency_key: Callable[[Any], str | None] | None = None
+    check: Callable[[Any, Config], None] | None = None
     description: str = ""
 
 

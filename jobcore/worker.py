@@ -435,6 +435,7 @@ class Worker:
             job_type=job_type,
             payload=None,
             worker=self.worker_id,
+            config=self.queue.config,
             build_child=self.queue.build,
             request_heartbeat=self._request_heartbeat,
         )
