@@ -19,9 +19,17 @@ FAST_SETTINGS: dict[str, Any] = {
 }
 
 
-def make_config(**options: Any) -> Config:
-    """Config isolated from the environment and any ./jobcore.toml, with fast retries."""
-    return Config(env={}, options={**FAST_SETTINGS, **options})
+def make_config(
+    *, plugin_settings: dict[str, dict[str, Any]] | None = None, **options: Any
+) -> Config:
+    """Config isolated from the environment and any ./jobcore.toml, with fast retries.
+
+    `plugin_settings` is `{plugin: {setting: value}}`, as `[plugins.NAME]` tables.
+    """
+    file = {"plugins": plugin_settings} if plugin_settings else {}
+    return Config(
+        file=file, file_name="(test settings)", env={}, options={**FAST_SETTINGS, **options}
+    )
 
 
 def make_queue(
@@ -29,6 +37,7 @@ def make_queue(
     *plugins: Any,
     entrypoints: bool = False,
     modules: Iterable[str] = (),
+    plugin_settings: dict[str, dict[str, Any]] | None = None,
     **options: Any,
 ) -> Queue:
     """A Queue on `db` whose plugin manager holds the built-ins plus exactly `plugins`.
@@ -46,7 +55,7 @@ def make_queue(
         plugins=named,
         only=None if entrypoints else (),
     )
-    return Queue(str(db), config=make_config(**options), pm=pm)
+    return Queue(str(db), config=make_config(plugin_settings=plugin_settings, **options), pm=pm)
 
 
 def drain(queue: Queue, **worker_options: Any) -> Worker:

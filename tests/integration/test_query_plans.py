@@ -47,7 +47,9 @@ def test_promotion_sweep_and_stuck_use_their_indexes(storage: SQLiteStorage) -> 
     assert "INDEX jobs_scheduled (run_at<?)" in plan(storage, Q["promote_due"], {"now": T0})
     assert "INDEX jobs_scheduled" in plan(storage, Q["next_due"], {})
     for name in ("sweep_reclaim", "sweep_fail", "sweep_cancel", "stats_stuck"):
-        assert "INDEX jobs_leases (lease_expires_at<?)" in plan(storage, Q[name], {"now": T0, "error": ""})
+        assert "INDEX jobs_leases (lease_expires_at<?)" in plan(
+            storage, Q[name], {"now": T0, "error": ""}
+        )
 
 
 def test_idempotency_lookup_uses_its_index(storage: SQLiteStorage) -> None:
