@@ -1,0 +1,92 @@
+"""jobcore plugin `shell`: run a command (through /bin/sh) or an argv list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from jobcore import Interrupted, JobContext, JobType, Payload, PermanentError, hookimpl
+from jobcore.timeutil import parse_duration
+from jobcore_shell.runner import run_command
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+
+
+class ShellPayload(Payload):
+    command: str | None = Field(default=None, min_length=1, description="run through /bin/sh -c")
+    argv: list[str] | None = Field(default=None, min_length=1, description="run without a shell")
+    cwd: str | None = None
+    env: dict[str, str] | None = Field(
+        default=None, description="added to the worker's environment"
+    )
+    timeout: Duration | None = None
+    output_limit: int = Field(default=65536, ge=0, description="bytes kept per stream (the tail)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ShellPayload:
+        if (self.command is None) == (self.argv is None):
+            raise ValueError("give exactly one of command or argv")
+        return self
+
+
+class CommandFailed(Exception):
+    """The command exited non-zero (retryable)."""
+
+
+def tail(text: str, limit: int = 500) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def run_shell(payload: ShellPayload, ctx: JobContext) -> dict[str, Any]:
+    args = payload.command if payload.command is not None else payload.argv
+    assert args is not None
+    try:
+        finished = run_command(
+            args,
+            shell=payload.command is not None,
+            cwd=payload.cwd,
+            env=payload.env,
+            timeout=payload.timeout,
+            output_limit=payload.output_limit,
+            should_stop=lambda: ctx.stop_reason,
+        )
+    except FileNotFoundError as exc:
+        raise PermanentError(f"cannot run {args!r}: {exc.strerror}: {exc.filename}") from None
+    except NotADirectoryError as exc:
+        raise PermanentError(f"cannot run {args!r}: cwd {payload.cwd!r}: {exc.strerror}") from None
+    except PermissionError as exc:
+        raise PermanentError(f"cannot run {args!r}: {exc.strerror}: {exc.filename}") from None
+    result = {
+        "exit_code": finished.exit_code,
+        "stdout": finished.stdout.text(),
+        "stderr": finished.stderr.text(),
+        "duration_ms": round(finished.duration_ms, 3),
+        "truncated": finished.stdout.truncated or finished.stderr.truncated,
+    }
+    if finished.stopped == "timeout":
+        raise TimeoutError(
+            f"command timed out after {payload.timeout:g}s; process group killed; "
+            f"stderr: {tail(finished.stderr.text())}"
+        )
+    if finished.stopped is not None:
+        raise Interrupted(f"command stopped ({finished.stopped}); process group killed")
+    if finished.exit_code != 0:
+        raise CommandFailed(
+            f"exit code {finished.exit_code}; stderr: {tail(finished.stderr.text())}"
+        )
+    return result
+
+
+@hookimpl
+def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
+    register(
+        JobType(
+            name="shell",
+            payload_model=ShellPayload,
+            handler=run_shell,
+            description="run a command; non-zero exit retries",
+        )
+    )

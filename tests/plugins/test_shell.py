@@ -1,0 +1,157 @@
+"""shell plugin: real subprocesses, process groups, output limits, timeouts and cancel."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jobcore_shell
+import pytest
+
+from jobcore import InvalidPayload, JobStatus, Queue, Worker
+from jobcore.testing import drain
+
+MakeQueue = Callable[..., Queue]
+
+
+@pytest.fixture
+def queue(jobcore_make_queue: MakeQueue) -> Queue:
+    return jobcore_make_queue(jobcore_shell)
+
+
+def run_one(queue: Queue, payload: dict[str, Any], **options: Any) -> dict[str, Any]:
+    job = queue.enqueue("shell", payload, **options).job
+    drain(queue)
+    return queue.get(job.id).to_json()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_command_through_the_shell(queue: Queue, tmp_path: Path) -> None:
+    job = run_one(
+        queue,
+        {
+            "command": "echo out; echo err >&2; echo $GREETING",
+            "env": {"GREETING": "hi"},
+            "cwd": str(tmp_path),
+        },
+    )
+    assert job["status"] == "completed"
+    result = job["result"]
+    assert (
+        result["exit_code"] == 0 and result["stdout"] == "out\nhi\n" and result["stderr"] == "err\n"
+    )
+    assert result["truncated"] is False and result["duration_ms"] > 0
+
+
+def test_argv_without_a_shell(queue: Queue, tmp_path: Path) -> None:
+    job = run_one(queue, {"argv": ["printf", "%s|", "a b", "$HOME"], "cwd": str(tmp_path)})
+    assert job["result"]["stdout"] == "a b|$HOME|"
+
+
+def test_output_is_bounded_and_marked(queue: Queue) -> None:
+    job = run_one(queue, {"command": "seq 1 100000", "output_limit": 20})
+    assert job["result"]["truncated"] is True
+    assert len(job["result"]["stdout"]) == 20 and job["result"]["stdout"].endswith(
+        "99999\n100000\n"
+    )
+
+
+def test_non_zero_exit_retries_naming_code_and_stderr_tail(queue: Queue) -> None:
+    job = run_one(queue, {"command": "echo starting; echo 'disk full' >&2; exit 7"}, max_attempts=2)
+    assert job["status"] == "failed" and job["attempts"] == 2
+    assert job["errors"][0]["error"] == "CommandFailed: exit code 7; stderr: disk full"
+
+
+def test_retry_then_success_is_idempotent_for_the_queue(queue: Queue, tmp_path: Path) -> None:
+    counter = tmp_path / "count"
+    script = (
+        f"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}; [ $n -ge 2 ]"
+    )
+    job = run_one(queue, {"command": script}, max_attempts=3)
+    assert (
+        job["status"] == "completed" and job["attempts"] == 2 and counter.read_text().strip() == "2"
+    )
+
+
+def test_missing_program_and_cwd_fail_permanently(queue: Queue, tmp_path: Path) -> None:
+    job = run_one(queue, {"argv": ["definitely-not-a-program-xyz"]})
+    assert (
+        job["status"] == "failed" and job["attempts"] == 1 and "No such file" in job["last_error"]
+    )
+    job = run_one(queue, {"argv": ["true"], "cwd": str(tmp_path / "nope")})
+    assert job["status"] == "failed" and job["attempts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({}, "exactly one of command or argv"),
+        ({"command": "ls", "argv": ["ls"]}, "exactly one of command or argv"),
+        ({"argv": []}, "argv"),
+        ({"command": "ls", "timeout": "soon"}, "timeout"),
+        ({"command": "ls", "shell": "/bin/bash"}, "shell: unknown field"),
+        ({"command": "ls", "env": {"A": 1}}, "env.A"),
+    ],
+)
+def test_bad_payloads(queue: Queue, payload: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidPayload, match=message):
+        queue.enqueue("shell", payload)
+
+
+def test_timeout_kills_the_whole_process_group(queue: Queue, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    command = f"sleep 60 & echo $! > {pids}; sh -c 'sleep 61' & echo $! >> {pids}; wait"
+    job = run_one(queue, {"command": command, "timeout": "500ms"}, max_attempts=1)
+    assert job["status"] == "failed" and "timed out after 0.5s" in job["last_error"]
+    grandchildren = [int(pid) for pid in pids.read_text().split()]
+    assert len(grandchildren) == 2
+    wait_for(lambda: not any(alive(pid) for pid in grandchildren))
+
+
+def test_job_timeout_also_kills_the_group(queue: Queue, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    job = run_one(
+        queue, {"command": f"sleep 60 & echo $! > {pids}; wait"}, timeout=0.5, max_attempts=1
+    )
+    assert job["status"] == "failed" and "JobTimeout" in job["last_error"]
+    grandchild = int(wait_for(lambda: pids.exists() and pids.read_text().strip()))
+    wait_for(lambda: not alive(grandchild))
+
+
+def test_cancel_kills_the_whole_process_group(queue: Queue, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    job = queue.enqueue("shell", {"command": f"sleep 60 & echo $! > {pids}; wait"}).job
+    worker = Worker(queue, until_empty=True)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    grandchild = int(wait_for(lambda: pids.exists() and pids.read_text().strip()))
+    queue.cancel([job.id])
+    thread.join(15)
+    assert not thread.is_alive()
+    assert queue.get(job.id).status is JobStatus.CANCELLED
+    wait_for(lambda: not alive(grandchild))
