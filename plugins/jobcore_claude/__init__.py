@@ -1,0 +1,81 @@
+"""jobcore plugin `claude`: `claude_extraction` asks Claude and writes the answer to a file."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from jobcore_files import files_root, resolved_target, write_atomic
+from jobcore_files.paths import check_path
+from jobcore_files.writer import sha256
+from pydantic import AliasChoices, Field, model_validator
+
+from jobcore import JobContext, JobType, Payload, hookimpl
+from jobcore_claude.backends import ClaudeSettings, ask_api, ask_cli
+
+__all__ = ["ClaudeExtraction", "ClaudeSettings"]
+
+
+def prompt_sha256(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
+class ClaudeExtraction(Payload):
+    prompt: str = Field(min_length=1)
+    target_path: str = Field(
+        min_length=1, validation_alias=AliasChoices("target_path", "targetPath")
+    )
+    requirement_id: str | None = Field(
+        default=None, min_length=1, validation_alias=AliasChoices("requirement_id", "requirementId")
+    )
+    prompt_hash: str | None = Field(
+        default=None, validation_alias=AliasChoices("prompt_hash", "promptHash")
+    )
+
+    @model_validator(mode="after")
+    def _hash_matches(self) -> ClaudeExtraction:
+        actual = prompt_sha256(self.prompt)
+        if self.prompt_hash is not None and self.prompt_hash.lower() != actual:
+            raise ValueError(f"prompt_hash does not match the prompt (its sha256 is {actual})")
+        self.prompt_hash = actual
+        return self
+
+
+def idempotency_key(payload: ClaudeExtraction) -> str | None:
+    return payload.requirement_id or payload.prompt_hash
+
+
+def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]:
+    settings = ctx.config.plugin_settings("claude", ClaudeSettings)
+    root = files_root(ctx.config)
+    target = resolved_target(root, payload.target_path)  # a bad path fails before spending a call
+    if settings.backend == "api":
+        text = ask_api(payload.prompt, settings)
+    else:
+        text = ask_cli(payload.prompt, settings, should_stop=lambda: ctx.stop_reason)
+    data = text.encode("utf-8")
+    write_atomic(root, target, data, overwrite=True)
+    return {
+        "target_path": payload.target_path,
+        "bytes": len(data),
+        "sha256": sha256(data),
+        "backend": settings.backend,
+        "model": settings.model,
+    }
+
+
+@hookimpl
+def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
+    register(
+        JobType(
+            name="claude_extraction",
+            payload_model=ClaudeExtraction,
+            handler=run_extraction,
+            idempotency_key=idempotency_key,
+            check=lambda payload, config: check_path(payload.target_path, config),
+            timeout=900,
+            max_attempts=5,
+            description="ask Claude (Code CLI or API) and write the answer atomically to a file",
+        )
+    )

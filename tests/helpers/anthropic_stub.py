@@ -1,0 +1,246 @@
+"""A local stub of the Anthropic Messages API over real HTTP on 127.0.0.1.
+
+Answers `POST /v1/messages` with plain JSON or, when the request asks for
+`"stream": true`, the server-sent-event format. Tests script failures with
+`fail_next(status, retry_after=...)`; every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass
+class Scripted:
+    status: int
+    retry_after: str | None = None
+    text: str | None = None
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class StubState:
+    script: deque[Scripted] = field(default_factory=deque)
+    requests: list[Recorded] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    reply: str = "EXTRACTED: {prompt}"
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"] or [{}]
+    content = users[-1].get("content", "")
+    if isinstance(content, list):  # Claude Code sends reminders first, the prompt last
+        texts = [
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        ]
+        return texts[-1] if texts else ""
+    return str(content)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: StubServer  # type: ignore[assignment]
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("request-id", "req_stub")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self._send(200, b"", "text/plain")
+
+    def do_GET(self) -> None:
+        self._send(
+            404,
+            json.dumps(
+                {"type": "error", "error": {"type": "not_found_error", "message": self.path}}
+            ).encode(),
+            "application/json",
+        )
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        state = self.server.state
+        with state.lock:
+            state.requests.append(
+                Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+            scripted = (
+                state.script.popleft()
+                if state.script
+                and self.path.startswith("/v1/messages")
+                and "count_tokens" not in self.path
+                else None
+            )
+        if "count_tokens" in self.path:
+            self._send(200, json.dumps({"input_tokens": 10}).encode(), "application/json")
+            return
+        if not self.path.startswith("/v1/messages"):
+            self.do_GET()
+            return
+        if scripted is not None and scripted.status != 200:
+            error = {
+                "type": "error",
+                "error": {
+                    "type": ERROR_TYPES.get(scripted.status, "api_error"),
+                    "message": f"stub says {scripted.status}",
+                },
+            }
+            headers = {"retry-after": scripted.retry_after} if scripted.retry_after else {}
+            self._send(scripted.status, json.dumps(error).encode(), "application/json", headers)
+            return
+        text = (
+            scripted.text
+            if scripted is not None and scripted.text is not None
+            else state.reply.format(prompt=prompt_of(body))
+        )
+        model = body.get("model", "claude-stub")
+        message = {
+            "id": "msg_stub",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": max(1, len(text) // 4)},
+        }
+        if body.get("stream"):
+            self._send(200, self._sse(message, text), "text/event-stream")
+        else:
+            self._send(200, json.dumps(message).encode(), "application/json")
+
+    @staticmethod
+    def _sse(message: dict[str, Any], text: str) -> bytes:
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": 10, "output_tokens": 1},
+        }
+        half = len(text) // 2
+        events = [
+            ("message_start", {"type": "message_start", "message": start}),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text[:half]},
+                },
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text[half:]},
+                },
+            ),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": message["usage"]["output_tokens"]},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return "".join(
+            f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events
+        ).encode()
+
+
+class StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.state = StubState()
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def start(self) -> StubServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def fail_next(self, status: int, retry_after: str | None = None, times: int = 1) -> None:
+        with self.state.lock:
+            self.state.script.extend(Scripted(status, retry_after) for _ in range(times))
+
+    def reply_next(self, text: str) -> None:
+        with self.state.lock:
+            self.state.script.append(Scripted(200, text=text))
+
+    @property
+    def requests(self) -> list[Recorded]:
+        with self.state.lock:
+            return list(self.state.requests)
+
+    def message_requests(self) -> list[Recorded]:
+        return [
+            r
+            for r in self.requests
+            if r.path.startswith("/v1/messages") and "count_tokens" not in r.path
+        ]
+
+
+if __name__ == "__main__":  # manual use: python anthropic_stub.py
+    server = StubServer()
+    print(server.base_url, flush=True)
+    server.serve_forever()
