@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 from collections.abc import Iterable
@@ -76,9 +77,24 @@ class JobcorePluginManager(pluggy.PluginManager):
         return sorted(caller.name for caller in self.get_hookcallers(plugin) or [])
 
 
+def require(module: str, *, extra: str) -> None:
+    """Fail a plugin's import cheaply when an optional dependency is missing.
+
+    Call at the top of a plugin module and import the heavy dependency lazily
+    where it is used: `jobcore plugins` still reports the plugin as
+    unavailable with an install hint, and commands stay quick to start.
+    """
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(
+            f"No module named {module!r}; install the extra: pip install 'jobcore[{extra}]' "
+            f"(from a checkout: pip install -e '.[{extra}]')",
+            name=module,
+        )
+
+
 def _import_error_reason(exc: BaseException) -> str:
     reason = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, ModuleNotFoundError) and exc.name:
+    if isinstance(exc, ModuleNotFoundError) and exc.name and "install" not in str(exc):
         reason += f" (install the plugin's extra, e.g. pip install -e '.[all]', or pip install {exc.name.split('.')[0]})"
     return reason
 

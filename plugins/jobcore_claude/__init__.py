@@ -12,7 +12,10 @@ from jobcore_files.writer import sha256
 from pydantic import AliasChoices, Field, model_validator
 
 from jobcore import JobContext, JobType, Payload, hookimpl
-from jobcore_claude.backends import ClaudeSettings, ask_api, ask_cli
+from jobcore.plugins import require
+from jobcore_claude.settings import ClaudeSettings
+
+require("anthropic", extra="claude")
 
 __all__ = ["ClaudeExtraction", "ClaudeSettings"]
 
@@ -51,8 +54,12 @@ def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]
     root = files_root(ctx.config)
     target = resolved_target(root, payload.target_path)  # a bad path fails before spending a call
     if settings.backend == "api":
+        from jobcore_claude.backends import ask_api  # imports the SDK on first use
+
         text = ask_api(payload.prompt, settings)
     else:
+        from jobcore_claude.backends import ask_cli
+
         text = ask_cli(payload.prompt, settings, should_stop=lambda: ctx.stop_reason)
     data = text.encode("utf-8")
     write_atomic(root, target, data, overwrite=True)

@@ -9,26 +9,11 @@ from collections.abc import Callable
 
 import anthropic
 from jobcore_shell.runner import run_command
-from pydantic import BaseModel, ConfigDict, Field
 
 from jobcore import PermanentError, RetryAfter
-from jobcore.config import PositiveSeconds
+from jobcore_claude.settings import ClaudeSettings
 
 RETRYABLE_STATUS = {408, 409, 429, 529}
-
-
-class ClaudeSettings(BaseModel):
-    """`[plugins.claude]` / `JOBCORE_CLAUDE_*`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    backend: str = Field(default="cli", pattern="^(cli|api)$")
-    bin: str = "claude"
-    base_url: str | None = None
-    model: str = "claude-sonnet-4-6"
-    max_tokens: int = Field(default=4096, gt=0)
-    timeout: PositiveSeconds = 600.0
-    stream: bool = False
 
 
 class TransientClaudeError(Exception):
