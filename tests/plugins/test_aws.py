@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -186,7 +187,7 @@ class FlakyProxy:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 if proxy.failures:
                     status, code = proxy.failures.pop(0)
-                    reply = ('{"__type": "%s", "message": "injected by the test"}' % code).encode()
+                    reply = json.dumps({"__type": code, "message": "injected by the test"}).encode()
                     self.send_response(status)
                     self.send_header("content-type", "application/x-amz-json-1.1")
                     self.send_header("content-length", str(len(reply)))
