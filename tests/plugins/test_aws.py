@@ -37,15 +37,24 @@ def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def queue(jobcore_make_queue: MakeQueue, endpoint: str) -> Queue:
-    return jobcore_make_queue(jobcore_aws, plugin_settings={"aws": {"endpoint_url": endpoint, "region": REGION}})
+    return jobcore_make_queue(
+        jobcore_aws, plugin_settings={"aws": {"endpoint_url": endpoint, "region": REGION}}
+    )
 
 
 def aws(service: str, endpoint: str) -> Any:
     return boto3.client(service, endpoint_url=endpoint, region_name=REGION)
 
 
-def sync(queue: Queue, resource_type: str, resource_id: str, action: str = "upsert", **config: Any) -> dict[str, Any]:
-    payload = {"resource_type": resource_type, "resource_id": resource_id, "action": action, "config": config}
+def sync(
+    queue: Queue, resource_type: str, resource_id: str, action: str = "upsert", **config: Any
+) -> dict[str, Any]:
+    payload = {
+        "resource_type": resource_type,
+        "resource_id": resource_id,
+        "action": action,
+        "config": config,
+    }
     job = queue.enqueue("sync_aws", payload).job
     drain(queue)
     return queue.get(job.id).to_json()
@@ -58,12 +67,16 @@ def changes(job: dict[str, Any]) -> list[str]:
 
 def test_s3_bucket_converges_and_is_idempotent(queue: Queue, endpoint: str) -> None:
     s3 = aws("s3", endpoint)
-    assert changes(sync(queue, "s3_bucket", "jc-bucket", tags={"team": "core"}, versioning=True)) == [
-        "created bucket", "set tags", "versioning enabled"]
-    assert changes(sync(queue, "s3_bucket", "jc-bucket", tags={"team": "core"}, versioning=True)) == []
+    assert changes(
+        sync(queue, "s3_bucket", "jc-bucket", tags={"team": "core"}, versioning=True)
+    ) == ["created bucket", "set tags", "versioning enabled"]
+    assert (
+        changes(sync(queue, "s3_bucket", "jc-bucket", tags={"team": "core"}, versioning=True)) == []
+    )
     assert s3.get_bucket_versioning(Bucket="jc-bucket")["Status"] == "Enabled"
-    assert changes(sync(queue, "s3_bucket", "jc-bucket", tags={"team": "ops"}, versioning=False)) == [
-        "set tags", "versioning suspended"]
+    assert changes(
+        sync(queue, "s3_bucket", "jc-bucket", tags={"team": "ops"}, versioning=False)
+    ) == ["set tags", "versioning suspended"]
     assert s3.get_bucket_tagging(Bucket="jc-bucket")["TagSet"] == [{"Key": "team", "Value": "ops"}]
     assert changes(sync(queue, "s3_bucket", "jc-bucket", "delete")) == ["deleted bucket"]
     assert changes(sync(queue, "s3_bucket", "jc-bucket", "delete")) == []  # absent: still a success
@@ -74,36 +87,89 @@ def test_non_empty_bucket_delete_fails_permanently(queue: Queue, endpoint: str) 
     s3.create_bucket(Bucket="jc-full", CreateBucketConfiguration={"LocationConstraint": REGION})
     s3.put_object(Bucket="jc-full", Key="k", Body=b"x")
     job = sync(queue, "s3_bucket", "jc-full", "delete")
-    assert job["status"] == "failed" and job["attempts"] == 1 and "BucketNotEmpty" in job["last_error"]
+    assert (
+        job["status"] == "failed" and job["attempts"] == 1 and "BucketNotEmpty" in job["last_error"]
+    )
 
 
 def test_sqs_queue(queue: Queue, endpoint: str) -> None:
     sqs = aws("sqs", endpoint)
-    assert changes(sync(queue, "sqs_queue", "jc-q", attributes={"VisibilityTimeout": "45"}, tags={"a": "1"})) == ["created queue"]
-    assert changes(sync(queue, "sqs_queue", "jc-q", attributes={"VisibilityTimeout": "45"}, tags={"a": "1"})) == []
-    assert changes(sync(queue, "sqs_queue", "jc-q", attributes={"VisibilityTimeout": "60"}, tags={"b": "2"})) == [
-        "set attributes ['VisibilityTimeout']", "set tags"]
+    assert changes(
+        sync(queue, "sqs_queue", "jc-q", attributes={"VisibilityTimeout": "45"}, tags={"a": "1"})
+    ) == ["created queue"]
+    assert (
+        changes(
+            sync(
+                queue, "sqs_queue", "jc-q", attributes={"VisibilityTimeout": "45"}, tags={"a": "1"}
+            )
+        )
+        == []
+    )
+    assert changes(
+        sync(queue, "sqs_queue", "jc-q", attributes={"VisibilityTimeout": "60"}, tags={"b": "2"})
+    ) == ["set attributes ['VisibilityTimeout']", "set tags"]
     url = sqs.get_queue_url(QueueName="jc-q")["QueueUrl"]
-    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"] == {"VisibilityTimeout": "60"}
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])[
+        "Attributes"
+    ] == {"VisibilityTimeout": "60"}
     assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"b": "2"}
     assert changes(sync(queue, "sqs_queue", "jc-q", "delete")) == ["deleted queue"]
     assert changes(sync(queue, "sqs_queue", "jc-q", "delete")) == []
 
 
 def test_sns_topic(queue: Queue, endpoint: str) -> None:
-    assert changes(sync(queue, "sns_topic", "jc-topic", attributes={"DisplayName": "Alerts"}, tags={"env": "test"})) == ["created topic"]
-    assert changes(sync(queue, "sns_topic", "jc-topic", attributes={"DisplayName": "Alerts"}, tags={"env": "test"})) == []
-    assert changes(sync(queue, "sns_topic", "jc-topic", attributes={"DisplayName": "Pager"}, tags={"env": "test"})) == ["set attribute DisplayName"]
+    assert changes(
+        sync(
+            queue,
+            "sns_topic",
+            "jc-topic",
+            attributes={"DisplayName": "Alerts"},
+            tags={"env": "test"},
+        )
+    ) == ["created topic"]
+    assert (
+        changes(
+            sync(
+                queue,
+                "sns_topic",
+                "jc-topic",
+                attributes={"DisplayName": "Alerts"},
+                tags={"env": "test"},
+            )
+        )
+        == []
+    )
+    assert changes(
+        sync(
+            queue,
+            "sns_topic",
+            "jc-topic",
+            attributes={"DisplayName": "Pager"},
+            tags={"env": "test"},
+        )
+    ) == ["set attribute DisplayName"]
     assert changes(sync(queue, "sns_topic", "jc-topic", "delete")) == ["deleted topic"]
     assert changes(sync(queue, "sns_topic", "jc-topic", "delete")) == []
 
 
 def test_ssm_parameter(queue: Queue, endpoint: str) -> None:
     ssm = aws("ssm", endpoint)
-    assert changes(sync(queue, "ssm_parameter", "/jc/db-url", value="postgres://a", type="SecureString")) == ["created parameter"]
-    assert changes(sync(queue, "ssm_parameter", "/jc/db-url", value="postgres://a", type="SecureString")) == []
-    assert changes(sync(queue, "ssm_parameter", "/jc/db-url", value="postgres://b", type="SecureString")) == ["updated parameter"]
-    assert ssm.get_parameter(Name="/jc/db-url", WithDecryption=True)["Parameter"]["Value"] == "postgres://b"
+    assert changes(
+        sync(queue, "ssm_parameter", "/jc/db-url", value="postgres://a", type="SecureString")
+    ) == ["created parameter"]
+    assert (
+        changes(
+            sync(queue, "ssm_parameter", "/jc/db-url", value="postgres://a", type="SecureString")
+        )
+        == []
+    )
+    assert changes(
+        sync(queue, "ssm_parameter", "/jc/db-url", value="postgres://b", type="SecureString")
+    ) == ["updated parameter"]
+    assert (
+        ssm.get_parameter(Name="/jc/db-url", WithDecryption=True)["Parameter"]["Value"]
+        == "postgres://b"
+    )
     assert changes(sync(queue, "ssm_parameter", "/jc/db-url", "delete")) == ["deleted parameter"]
     assert changes(sync(queue, "ssm_parameter", "/jc/db-url", "delete")) == []
 
@@ -115,12 +181,25 @@ def test_dynamodb_table(queue: Queue, endpoint: str) -> None:
     }
     assert changes(sync(queue, "dynamodb_table", "jc-table", **config)) == ["created table"]
     assert changes(sync(queue, "dynamodb_table", "jc-table", **config)) == []
-    provisioned = {**config, "billing_mode": "PROVISIONED", "provisioned_throughput": {"ReadCapacityUnits": 2, "WriteCapacityUnits": 3}}
-    assert changes(sync(queue, "dynamodb_table", "jc-table", **provisioned)) == ["billing mode PROVISIONED"]
-    other_key = {**config, "key_schema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-                 "attribute_definitions": [{"AttributeName": "pk", "AttributeType": "S"}]}
+    provisioned = {
+        **config,
+        "billing_mode": "PROVISIONED",
+        "provisioned_throughput": {"ReadCapacityUnits": 2, "WriteCapacityUnits": 3},
+    }
+    assert changes(sync(queue, "dynamodb_table", "jc-table", **provisioned)) == [
+        "billing mode PROVISIONED"
+    ]
+    other_key = {
+        **config,
+        "key_schema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "attribute_definitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+    }
     job = sync(queue, "dynamodb_table", "jc-table", **other_key)
-    assert job["status"] == "failed" and job["attempts"] == 1 and "cannot be changed in place" in job["last_error"]
+    assert (
+        job["status"] == "failed"
+        and job["attempts"] == 1
+        and "cannot be changed in place" in job["last_error"]
+    )
     assert changes(sync(queue, "dynamodb_table", "jc-table", "delete")) == ["deleted table"]
     assert changes(sync(queue, "dynamodb_table", "jc-table", "delete")) == []
 
@@ -129,27 +208,53 @@ def test_dynamodb_table(queue: Queue, endpoint: str) -> None:
     ("payload", "message"),
     [
         ({"resource_type": "ec2_instance", "resource_id": "x"}, "resource_type"),
-        ({"resource_type": "s3_bucket", "resource_id": "x", "config": {"tags": {"a": 1}}}, r"config for s3_bucket: tags\.a"),
-        ({"resource_type": "s3_bucket", "resource_id": "x", "config": {"acl": "public"}}, "acl: unknown field"),
-        ({"resource_type": "ssm_parameter", "resource_id": "x", "config": {}}, "value: Field required"),
-        ({"resource_type": "dynamodb_table", "resource_id": "t", "config": {
-            "key_schema": [{"AttributeName": "id", "KeyType": "HASH"}],
-            "attribute_definitions": [{"AttributeName": "other", "AttributeType": "S"}]}}, "no attribute_definitions"),
+        (
+            {"resource_type": "s3_bucket", "resource_id": "x", "config": {"tags": {"a": 1}}},
+            r"config for s3_bucket: tags\.a",
+        ),
+        (
+            {"resource_type": "s3_bucket", "resource_id": "x", "config": {"acl": "public"}},
+            "acl: unknown field",
+        ),
+        (
+            {"resource_type": "ssm_parameter", "resource_id": "x", "config": {}},
+            "value: Field required",
+        ),
+        (
+            {
+                "resource_type": "dynamodb_table",
+                "resource_id": "t",
+                "config": {
+                    "key_schema": [{"AttributeName": "id", "KeyType": "HASH"}],
+                    "attribute_definitions": [{"AttributeName": "other", "AttributeType": "S"}],
+                },
+            },
+            "no attribute_definitions",
+        ),
         ({"resource_type": "s3_bucket", "resource_id": "x", "action": "destroy"}, "action"),
     ],
 )
-def test_bad_payloads_are_rejected_at_enqueue(queue: Queue, payload: dict[str, Any], message: str) -> None:
+def test_bad_payloads_are_rejected_at_enqueue(
+    queue: Queue, payload: dict[str, Any], message: str
+) -> None:
     with pytest.raises(InvalidPayload, match=message):
         queue.enqueue("sync_aws", payload)
 
 
 def test_invalid_name_fails_permanently(queue: Queue) -> None:
     job = sync(queue, "s3_bucket", "X")  # bucket names are 3-63 lowercase characters
-    assert job["status"] == "failed" and job["attempts"] == 1 and "InvalidBucketName" in job["last_error"]
+    assert (
+        job["status"] == "failed"
+        and job["attempts"] == 1
+        and "InvalidBucketName" in job["last_error"]
+    )
 
 
 def test_unreachable_endpoint_is_retried(jobcore_make_queue: MakeQueue) -> None:
-    queue = jobcore_make_queue(jobcore_aws, plugin_settings={"aws": {"endpoint_url": "http://127.0.0.1:9", "region": REGION}})
+    queue = jobcore_make_queue(
+        jobcore_aws,
+        plugin_settings={"aws": {"endpoint_url": "http://127.0.0.1:9", "region": REGION}},
+    )
     job = sync(queue, "sqs_queue", "jc-unreachable")
     assert job["status"] == "failed" and job["attempts"] == 5
     assert all("Could not connect" in entry["error"] for entry in job["errors"])
@@ -216,11 +321,15 @@ class FlakyProxy:
         self.server.server_close()
 
 
-def test_throttling_and_server_errors_are_retried(jobcore_make_queue: MakeQueue, endpoint: str) -> None:
+def test_throttling_and_server_errors_are_retried(
+    jobcore_make_queue: MakeQueue, endpoint: str
+) -> None:
     proxy = FlakyProxy(endpoint)
     try:
         proxy.failures = [(400, "ThrottlingException"), (500, "InternalServerError")]
-        queue = jobcore_make_queue(jobcore_aws, plugin_settings={"aws": {"endpoint_url": proxy.url, "region": REGION}})
+        queue = jobcore_make_queue(
+            jobcore_aws, plugin_settings={"aws": {"endpoint_url": proxy.url, "region": REGION}}
+        )
         job = sync(queue, "ssm_parameter", "/jc/flaky", value="v")
         assert job["status"] == "completed" and job["attempts"] == 3
         assert "ThrottlingException" in job["errors"][0]["error"]

@@ -31,7 +31,9 @@ main(sys.argv[1:])
 
 
 def test_every_first_party_plugin_is_listed(tmp_path: Path, monkeypatch: object) -> None:
-    result = CliRunner().invoke(cli, ["plugins", "--json"], env={"JOBCORE_DB": str(tmp_path / "x.db")})
+    result = CliRunner().invoke(
+        cli, ["plugins", "--json"], env={"JOBCORE_DB": str(tmp_path / "x.db")}
+    )
     assert result.exit_code == 0, result.output
     listed = {p["name"]: p for p in json.loads(result.stdout)}
     for name, job_types in FIRST_PARTY.items():
@@ -46,7 +48,14 @@ def test_missing_extra_is_reported_and_the_cli_still_works(tmp_path: Path) -> No
     env = {"JOBCORE_DB": str(tmp_path / "x.db"), "PATH": "/usr/bin:/bin"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", BLOCK_BOTO3, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-c", BLOCK_BOTO3, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=60,
+        )
 
     listed = {p["name"]: p for p in json.loads(run("plugins", "--json").stdout)}
     assert listed["aws"]["status"] == "unavailable"
@@ -56,4 +65,7 @@ def test_missing_extra_is_reported_and_the_cli_still_works(tmp_path: Path) -> No
     assert run("enqueue", "create_file", '{"path": "a.txt", "content": "x"}').returncode == 0
     unknown = run("enqueue", "sync_aws", '{"resource_type": "s3_bucket", "resource_id": "b"}')
     assert unknown.returncode == 1 and "unknown job type 'sync_aws'" in unknown.stderr
-    assert "unavailable: No module named 'boto3'" in run("plugins").stdout or "boto3" in run("plugins").stdout
+    assert (
+        "unavailable: No module named 'boto3'" in run("plugins").stdout
+        or "boto3" in run("plugins").stdout
+    )

@@ -14,7 +14,9 @@ from jobcore.testing import drain
 def test_greets_once(jobcore_make_queue, tmp_path: Path) -> None:
     queue = jobcore_make_queue(jobcore_hello)
     target = tmp_path / "greetings.txt"
-    job = queue.enqueue("greet", {"name": "Ada", "greetings_file": str(target), "language": "fr"}).job
+    job = queue.enqueue(
+        "greet", {"name": "Ada", "greetings_file": str(target), "language": "fr"}
+    ).job
     drain(queue)
     assert queue.get(job.id).status is JobStatus.COMPLETED
     assert target.read_text() == f"Bonjour, Ada! ({job.id})\n"
