@@ -327,7 +327,7 @@ class Queue:
 
     def reconcile(self, types: Sequence[str] = ()) -> Iterator[tuple[Job, list[str]]]:
         """Yield each completed job with the discrepancies plugins report for it."""
-        for job in self.storage.completed(types):
+        for job in self.storage.scan(statuses=[JobStatus.COMPLETED], types=types):
             problems: list[str] = []
             for answer in self.pm.hook.jobcore_reconcile(job=job, config=self.config):
                 if answer:

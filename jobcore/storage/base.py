@@ -107,9 +107,10 @@ class Storage(Protocol):
         statuses: Sequence[str] = (),
         types: Sequence[str] = (),
         queues: Sequence[str] = (),
+        finished_after: int | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs newest first."""
+        """Jobs newest first; `finished_after` keeps those finished at or after that time."""
 
     def failed_ids(self, types: Sequence[str] = ()) -> list[str]: ...
 
@@ -119,11 +120,16 @@ class Storage(Protocol):
     def cancel(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
         """scheduled/pending -> cancelled; claimed -> cancel requested; None if not eligible."""
 
-    def prune(self, *, before: int) -> int:
-        """Delete finished jobs that finished before `before`; returns how many."""
+    def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
+        """Delete finished jobs (of these statuses and types) finished before `before`."""
 
-    def completed(self, types: Sequence[str] = (), batch: int = 500) -> Iterator[Job]:
-        """Every completed job, oldest first, read in batches."""
+    def scan(
+        self, *, statuses: Sequence[str] = (), types: Sequence[str] = (), batch: int = 500
+    ) -> Iterator[Job]:
+        """Every matching job, oldest first, read in batches."""
+
+    def count_by_status(self) -> dict[str, int]:
+        """How many jobs are in each status (absent statuses are left out)."""
 
     def stats(self, *, now: int) -> Stats: ...
 

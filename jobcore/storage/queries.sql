@@ -136,10 +136,13 @@ RETURNING *;
 
 -- name: prune
 DELETE FROM jobs
- WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < :before;
+ WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < :before {filters};
 
--- name: completed_jobs
-SELECT * FROM jobs WHERE status = 'completed' {filters} AND id > :after ORDER BY id LIMIT :limit;
+-- name: scan_jobs
+SELECT * FROM jobs WHERE id > :after {filters} ORDER BY id LIMIT :limit;
+
+-- name: count_by_status
+SELECT status, count(*) FROM jobs GROUP BY status;
 
 -- name: stats_counts
 SELECT type, status, count(*) FROM jobs GROUP BY type, status;

@@ -435,6 +435,7 @@ class SQLiteStorage:
         statuses: Sequence[str] = (),
         types: Sequence[str] = (),
         queues: Sequence[str] = (),
+        finished_after: int | None = None,
         limit: int = 100,
     ) -> list[Job]:
         params: dict[str, Any] = {"limit": limit}
@@ -443,6 +444,9 @@ class SQLiteStorage:
             + _in("type", types, "t", params)
             + _in("queue", queues, "q", params)
         )
+        if finished_after is not None:
+            params["finished_after"] = finished_after
+            filters += " AND completed_at >= :finished_after"
         rows = _all(self._conn(), Q["list_jobs"].replace("{filters}", filters), params)
         return [row_to_job(row) for row in rows]
 
@@ -478,21 +482,29 @@ class SQLiteStorage:
                 results.append(row_to_job(rows[0]) if rows else None)
         return results
 
-    def prune(self, *, before: int) -> int:
+    def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
+        params: dict[str, Any] = {"before": before}
+        filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
         with self._write() as conn:
-            conn.execute(Q["prune"], {"before": before})
+            conn.execute(Q["prune"].replace("{filters}", filters), params)
             return int(conn.changes())
 
-    def completed(self, types: Sequence[str] = (), batch: int = 500) -> Iterator[Job]:
+    def scan(
+        self, *, statuses: Sequence[str] = (), types: Sequence[str] = (), batch: int = 500
+    ) -> Iterator[Job]:
         after = ""
         while True:
             params: dict[str, Any] = {"after": after, "limit": batch}
-            sql = Q["completed_jobs"].replace("{filters}", _in("type", types, "t", params))
-            jobs = [row_to_job(row) for row in _all(self._conn(), sql, params)]
+            filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
+            rows = _all(self._conn(), Q["scan_jobs"].replace("{filters}", filters), params)
+            jobs = [row_to_job(row) for row in rows]
             yield from jobs
             if len(jobs) < batch:
                 return
             after = jobs[-1].id
+
+    def count_by_status(self) -> dict[str, int]:
+        return {status: n for status, n in _all(self._conn(), Q["count_by_status"])}
 
     def stats(self, *, now: int) -> Stats:
         conn = self._conn()

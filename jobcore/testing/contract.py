@@ -306,11 +306,26 @@ class StorageContract:
         assert storage.get(old.id) is None and storage.get(recent.id) is not None
         assert len(storage.list_jobs()) == 2
 
-    def test_completed_iterates_in_batches(self, storage: Storage) -> None:
-        storage.insert([new_job() for _ in range(7)], T0)
-        claimed = self.claim(storage, limit=7)
+    def test_scan_iterates_in_batches(self, storage: Storage) -> None:
+        storage.insert([new_job() for _ in range(7)] + [new_job("x")], T0)
+        claimed = self.claim(storage, limit=7, types=["noop"])
         storage.record([Completed(lease=lease_of(j), result=None) for j in claimed], now=T0)
-        assert [j.id for j in storage.completed(batch=3)] == sorted(j.id for j in claimed)
+        done = storage.scan(statuses=["completed"], batch=3)
+        assert [j.id for j in done] == sorted(j.id for j in claimed)
+        assert [j.type for j in storage.scan(types=["x"])] == ["x"]
+        assert storage.count_by_status() == {"completed": 7, "pending": 1}
+
+    def test_list_finished_after_and_prune_by_status_and_type(self, storage: Storage) -> None:
+        storage.insert([new_job(), new_job(), new_job("x")], T0)
+        a, b, x = self.claim(storage, limit=3)
+        storage.record([Failed(lease=lease_of(a), error="e")], now=T0)
+        storage.record([Failed(lease=lease_of(b), error="e")], now=T0 + 100)
+        storage.record([Completed(lease=lease_of(x), result=None)], now=T0)
+        assert [j.id for j in storage.list_jobs(statuses=["failed"], finished_after=T0 + 50)] == [
+            b.id
+        ]
+        assert storage.prune(before=T0 + 1000, statuses=["failed"], types=["noop"]) == 2
+        assert [j.id for j in storage.list_jobs()] == [x.id]
 
     def test_stats(self, storage: Storage) -> None:
         storage.insert([new_job(), new_job(), new_job("x", idempotency_key="k")], T0)
@@ -359,4 +374,4 @@ class StorageContract:
             thread.join()
         assert errors == []
         assert len(claimed) == total and len(set(claimed)) == total
-        assert all(job.attempts == 1 for job in storage.completed())
+        assert all(job.attempts == 1 for job in storage.scan(statuses=["completed"]))
