@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from jobcore.config import Config
     from jobcore.context import JobContext
     from jobcore.models import Job, NewJob
+    from jobcore.queue import Queue
     from jobcore.registry import JobType
     from jobcore.retry import RetryDecision, RetryPolicy
     from jobcore.storage.base import Storage
@@ -142,8 +143,8 @@ def jobcore_job_cancelled(job: Job) -> None:
 
 
 @hookspec
-def jobcore_worker_started(worker: str) -> None:
-    """A worker with id ``worker`` started."""
+def jobcore_worker_started(worker: str, queue: Queue) -> None:
+    """A worker with id ``worker`` started on ``queue`` (e.g. to observe its depth)."""
 
 
 @hookspec

@@ -110,12 +110,13 @@ def make_plugin_manager(
     """A fresh plugin manager: built-ins, then entry points, then extra modules and objects.
 
     `only` limits entry points to those names (also `JOBCORE_LOAD_PLUGINS=a,b`);
-    `blocked` names plugins never to load. `modules` are import paths registered
+    `blocked` names plugins never to load (also `JOBCORE_DISABLE_PLUGINS=a,b`). `modules` are import paths registered
     like `-p` in pytest (also `JOBCORE_PLUGINS=pkg.mod,...`). A plugin that fails
     to import is recorded as unavailable with the reason; the rest still load.
     """
     pm = JobcorePluginManager()
-    blocked = set(blocked)
+    env_blocked = os.environ.get("JOBCORE_DISABLE_PLUGINS", "")
+    blocked = set(blocked) | {name.strip() for name in env_blocked.split(",") if name.strip()}
     for name in blocked:
         pm.set_blocked(name)
         pm.infos[name] = PluginInfo(name=name, version=None, status="blocked", reason="disabled")

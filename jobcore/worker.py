@@ -194,7 +194,7 @@ class Worker:
         self._notifier.start()
         for _ in range(self.concurrency):
             self._spawn_executor()
-        self._announce("jobcore_worker_started", worker=self.worker_id)
+        self._announce("jobcore_worker_started", worker=self.worker_id, queue=self.queue)
         log.info(
             "worker %s started: concurrency %d, types %s, queues %s",
             self.worker_id,

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import subprocess_env
+from testenv import subprocess_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import subprocess_env
+from testenv import subprocess_env
 
 from jobcore.storage.sqlite import SQLiteStorage
 

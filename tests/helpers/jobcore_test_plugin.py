@@ -72,6 +72,16 @@ def fail(payload: FailPayload, ctx: JobContext) -> None:
     raise ValueError(payload.message)
 
 
+class FlakyPayload(Payload):
+    fail_times: int = 1
+
+
+def flaky(payload: FlakyPayload, ctx: JobContext) -> str:
+    if ctx.attempt <= payload.fail_times:
+        raise ConnectionError(f"flaky on attempt {ctx.attempt}")
+    return f"ok on attempt {ctx.attempt}"
+
+
 class ParentPayload(Payload):
     children: int = 2
     fail: bool = False
@@ -92,3 +102,4 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
     register(JobType(name="crash", payload_model=CrashPayload, handler=crash))
     register(JobType(name="fail", payload_model=FailPayload, handler=fail))
     register(JobType(name="parent", payload_model=ParentPayload, handler=parent))
+    register(JobType(name="flaky", payload_model=FlakyPayload, handler=flaky))

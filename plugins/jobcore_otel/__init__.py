@@ -1,0 +1,236 @@
+"""jobcore plugin `otel`: OpenTelemetry traces and metrics for the job lifecycle.
+
+Tracing follows the messaging semantic conventions: a PRODUCER span
+(`send <queue>`) at enqueue whose W3C context is stored in the job's
+`meta["otel"]`; a CONSUMER span (`process <queue>`) per attempt parented on
+it, current while the handler runs so child jobs join the trace; and a short
+`settle <queue>` span per outcome carrying an event (`jobcore.job.completed`,
+`.retrying`, `.failed`, `.reclaimed`, `.cancelled`).
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Generator, Iterable
+from typing import Any
+
+from jobcore import Config, Job, JobContext, NewJob, Queue, hookimpl
+from jobcore.plugins import require
+
+require("opentelemetry.sdk", extra="otel")
+
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation  # noqa: E402
+from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider  # noqa: E402
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
+
+__all__ = ["OtelPlugin", "plugin"]
+
+SYSTEM = "jobcore"
+PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": job.id,
+        "jobcore.job.type": job.type,
+    }
+
+
+class OtelPlugin:
+    """Holds the providers; built from `OTEL_*` on first configure unless given (tests)."""
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self._given = (tracer_provider, meter_provider)
+        self._ready = False
+        self.enabled = True
+        self._queue: Queue | None = None
+
+    def _setup(self) -> None:
+        if self._ready:
+            return
+        tracer_provider, meter_provider = self._given
+        if tracer_provider is None or meter_provider is None:
+            from jobcore_otel.providers import providers_from_env
+
+            built_tp, built_mp, exporting = providers_from_env()
+            self.enabled = exporting  # nothing configured to export to: stay out of the way
+            tracer_provider = tracer_provider or built_tp
+            meter_provider = meter_provider or built_mp
+            atexit.register(built_tp.shutdown)  # flush batched spans and metrics at exit
+            atexit.register(built_mp.shutdown)
+        self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
+        self.tracer = tracer_provider.get_tracer("jobcore")
+        meter = meter_provider.get_meter("jobcore")
+        self.counters = {
+            name: meter.create_counter(
+                f"jobcore.jobs.{name}", unit="{job}", description=f"jobs {name}"
+            )
+            for name in ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
+        }
+        self.duration = meter.create_histogram(
+            "jobcore.job.duration", unit="ms", description="run time of completed attempts"
+        )
+        self.queue_wait = meter.create_histogram(
+            "jobcore.job.queue_wait", unit="ms", description="from due (enqueue or run_at) to claim"
+        )
+        meter.create_observable_gauge(
+            "jobcore.queue.depth",
+            callbacks=[self._observe_depth],
+            unit="{job}",
+            description="jobs by status",
+        )
+        self._ready = True
+
+    def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._queue is None:
+            return []
+        counts = self._queue.storage.count_by_status()
+        return [
+            Observation(count, {"jobcore.job.status": status})
+            for status, count in sorted(counts.items())
+        ]
+
+    def _count(self, name: str, job: Job) -> None:
+        self.counters[name].add(
+            1, {"jobcore.job.type": job.type, "messaging.destination.name": job.queue}
+        )
+
+    # -- hooks -------------------------------------------------------------------
+
+    @hookimpl
+    def jobcore_configure(self, config: Config) -> None:
+        self._setup()
+
+    @hookimpl
+    def jobcore_worker_started(self, worker: str, queue: Queue) -> None:
+        self._queue = queue
+
+    @hookimpl
+    def jobcore_worker_stopped(self, worker: str) -> None:
+        if not self.enabled:
+            return
+        for provider in (self.tracer_provider, self.meter_provider):
+            flush = getattr(provider, "force_flush", None)  # the SDK's providers have it
+            if flush is not None:
+                flush()
+
+    @hookimpl
+    def jobcore_enqueue_meta(self, job: NewJob) -> dict[str, Any] | None:
+        self._setup()
+        if not self.enabled:
+            return None
+        attributes = {**_job_attributes(job, "send"), "messaging.operation.name": "enqueue"}
+        if job.parent_id:
+            attributes["jobcore.job.parent_id"] = job.parent_id
+        with self.tracer.start_as_current_span(
+            f"send {job.queue}", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            carrier: dict[str, str] = {}
+            PROPAGATOR.inject(carrier)
+        return {"otel": carrier}
+
+    @hookimpl(wrapper=True)
+    def jobcore_execute_job(self, job: Job, ctx: JobContext) -> Generator[None, Any, Any]:
+        if not self.enabled:
+            return (yield)
+        parent = PROPAGATOR.extract(job.meta.get("otel") or {})
+        attributes = {
+            **_job_attributes(job, "process"),
+            "messaging.operation.name": "process",
+            "messaging.client.id": ctx.worker,
+            "jobcore.job.attempt": job.attempts,
+        }
+        with self.tracer.start_as_current_span(
+            f"process {job.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                result = yield
+            except BaseException as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                raise
+            return result
+
+    def _settle(self, job: Job, outcome: str, **details: Any) -> None:
+        parent = PROPAGATOR.extract(job.meta.get("otel") or {})
+        attributes = {
+            **_job_attributes(job, "settle"),
+            "jobcore.job.outcome": outcome,
+            "jobcore.job.attempt": job.attempts,
+        }
+        with self.tracer.start_as_current_span(
+            f"settle {job.queue}", context=parent, kind=SpanKind.INTERNAL, attributes=attributes
+        ) as span:
+            event = {
+                "jobcore.job.attempt": job.attempts,
+                **{f"jobcore.{k}": v for k, v in details.items() if v is not None},
+            }
+            span.add_event(f"jobcore.job.{outcome}", event)
+            if outcome == "failed":
+                span.set_status(Status(StatusCode.ERROR, str(details.get("error", ""))))
+
+    @hookimpl
+    def jobcore_job_enqueued(self, job: Job) -> None:
+        if not self.enabled:
+            return
+        self._count("enqueued", job)
+
+    @hookimpl
+    def jobcore_job_claimed(self, job: Job, worker: str) -> None:
+        if not self.enabled:
+            return
+        if job.claimed_at is not None:
+            self.queue_wait.record(
+                max(0, job.claimed_at - job.run_at), {"jobcore.job.type": job.type}
+            )
+
+    @hookimpl
+    def jobcore_job_completed(self, job: Job, duration_ms: float) -> None:
+        if not self.enabled:
+            return
+        self._count("completed", job)
+        self.duration.record(duration_ms, {"jobcore.job.type": job.type})
+        self._settle(job, "completed", duration_ms=duration_ms)
+
+    @hookimpl
+    def jobcore_job_retrying(self, job: Job, error: str) -> None:
+        if not self.enabled:
+            return
+        self._count("retried", job)
+        self._settle(job, "retrying", error=error, next_run_at=job.run_at)
+
+    @hookimpl
+    def jobcore_job_failed(self, job: Job, error: str) -> None:
+        if not self.enabled:
+            return
+        self._count("failed", job)
+        self._settle(job, "failed", error=error)
+
+    @hookimpl
+    def jobcore_job_reclaimed(self, job: Job, error: str) -> None:
+        if not self.enabled:
+            return
+        self._count("reclaimed", job)
+        self._settle(job, "reclaimed", error=error)
+
+    @hookimpl
+    def jobcore_job_cancelled(self, job: Job) -> None:
+        if not self.enabled:
+            return
+        self._count("cancelled", job)
+        self._settle(job, "cancelled")
+
+
+plugin = OtelPlugin()

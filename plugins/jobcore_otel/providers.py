@@ -1,0 +1,94 @@
+"""Tracer and meter providers configured from the standard `OTEL_*` environment variables.
+
+Exporters: `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER` = `otlp` (OTLP over
+HTTP/protobuf, endpoint from `OTEL_EXPORTER_OTLP_ENDPOINT` and friends),
+`console` (to stderr) or `none`. When unset they default to `otlp` if an OTLP
+endpoint is configured, else `none`. The service name defaults to `jobcore`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+from jobcore import ConfigError
+
+log = logging.getLogger("jobcore.otel")
+
+
+def _exporter_names(env: Mapping[str, str], signal: str) -> list[str]:
+    configured = env.get(f"OTEL_{signal.upper()}_EXPORTER")
+    if configured is None:
+        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
+            f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+        )
+        return ["otlp"] if endpoint else []
+    names = [name.strip().lower() for name in configured.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("otlp", "console", "none")]
+    if unknown:
+        raise ConfigError(
+            f"bad setting OTEL_{signal.upper()}_EXPORTER: {','.join(unknown)}; use otlp, console or none"
+        )
+    return [name for name in names if name != "none"]
+
+
+def _check_protocol(env: Mapping[str, str], signal: str) -> None:
+    for key in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = env.get(key)
+        if protocol is not None:
+            if protocol != "http/protobuf":
+                raise ConfigError(
+                    f"bad setting {key}: {protocol!r}; jobcore[otel] exports http/protobuf"
+                )
+            return
+
+
+def providers_from_env(
+    env: Mapping[str, str] | None = None,
+) -> tuple[TracerProvider, MeterProvider, bool]:
+    """The providers, and whether any exporter is configured at all."""
+    env = os.environ if env is None else env
+    attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "jobcore"}
+    resource = Resource.create(attributes)
+    tracer_provider = TracerProvider(resource=resource)
+    trace_exporters = _exporter_names(env, "traces")
+    for name in trace_exporters:
+        if name == "otlp":
+            _check_protocol(env, "traces")
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        else:
+            tracer_provider.add_span_processor(
+                BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr))
+            )
+    readers: list[MetricReader] = []
+    interval = int(env.get("OTEL_METRIC_EXPORT_INTERVAL", "60000"))
+    for name in _exporter_names(env, "metrics"):
+        if name == "otlp":
+            _check_protocol(env, "metrics")
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            readers.append(
+                PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
+            )
+        else:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    ConsoleMetricExporter(out=sys.stderr), export_interval_millis=interval
+                )
+            )
+    exporting = bool(trace_exporters or readers)
+    return tracer_provider, MeterProvider(resource=resource, metric_readers=readers), exporting

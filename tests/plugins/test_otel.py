@@ -1,0 +1,335 @@
+"""otel plugin: exact span trees and metrics with in-memory exporters, and OTLP/HTTP end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jobcore_test_plugin as tp
+import pytest
+from jobcore_otel import OtelPlugin
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from testenv import subprocess_env
+
+from jobcore import Queue
+from jobcore.testing import drain
+
+MakeQueue = Callable[..., Queue]
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.plugin = OtelPlugin(self.tracer_provider, self.meter_provider)
+
+    def finished(self) -> list[ReadableSpan]:
+        return sorted(self.spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+
+    def metrics(self) -> dict[str, list[Any]]:
+        data = self.reader.get_metrics_data()
+        found: dict[str, list[Any]] = {}
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found.setdefault(metric.name, []).extend(metric.data.data_points)
+        return found
+
+
+@pytest.fixture
+def telemetry() -> Telemetry:
+    return Telemetry()
+
+
+@pytest.fixture
+def queue(jobcore_make_queue: MakeQueue, telemetry: Telemetry) -> Queue:
+    return jobcore_make_queue(telemetry.plugin, tp)
+
+
+def describe(span: ReadableSpan, spans: list[ReadableSpan]) -> tuple[str, str, str | None, str]:
+    by_id = {s.context.span_id: s.name for s in spans}
+    parent = by_id.get(span.parent.span_id) if span.parent else None
+    return span.name, span.kind.name, parent, span.status.status_code.name
+
+
+def test_trace_of_a_job_that_failed_once_then_succeeded(queue: Queue, telemetry: Telemetry) -> None:
+    job = queue.enqueue("flaky", {"fail_times": 1}, queue="mail").job
+    drain(queue, worker_id="w-1")
+    spans = telemetry.finished()
+    # outcomes are settled on the worker's notifier thread, so order only what is ordered
+    assert sorted(describe(s, spans) for s in spans) == sorted(
+        [
+            ("send mail", "PRODUCER", None, "UNSET"),
+            ("process mail", "CONSUMER", "send mail", "ERROR"),
+            ("settle mail", "INTERNAL", "send mail", "UNSET"),
+            ("process mail", "CONSUMER", "send mail", "UNSET"),
+            ("settle mail", "INTERNAL", "send mail", "UNSET"),
+        ]
+    )
+    assert len({s.context.trace_id for s in spans}) == 1
+
+    def attempt(span: ReadableSpan) -> int:
+        return int((span.attributes or {})["jobcore.job.attempt"])
+
+    send = spans[0]
+    first, second = sorted((s for s in spans if s.kind is SpanKind.CONSUMER), key=attempt)
+    retry, done = sorted((s for s in spans if s.name.startswith("settle")), key=attempt)
+    assert (send.end_time or 0) <= (first.start_time or 0) and (first.end_time or 0) <= (
+        second.start_time or 0
+    )
+    assert dict(send.attributes or {}) == {
+        "messaging.system": "jobcore",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "enqueue",
+        "messaging.destination.name": "mail",
+        "messaging.message.id": job.id,
+        "jobcore.job.type": "flaky",
+    }
+    assert first.attributes is not None and first.attributes["jobcore.job.attempt"] == 1
+    assert (
+        first.attributes["messaging.client.id"] == "w-1"
+        and first.attributes["messaging.operation.type"] == "process"
+    )
+    assert first.events[0].name == "exception"
+    assert (
+        first.events[0].attributes is not None
+        and first.events[0].attributes["exception.type"] == "ConnectionError"
+    )
+    assert first.status.description == "ConnectionError: flaky on attempt 1"
+    assert retry.events[0].name == "jobcore.job.retrying"
+    assert retry.events[0].attributes is not None
+    assert retry.events[0].attributes["jobcore.error"] == "ConnectionError: flaky on attempt 1"
+    assert second.attributes is not None and second.attributes["jobcore.job.attempt"] == 2
+    assert done.events[0].name == "jobcore.job.completed" and done.attributes is not None
+    assert done.attributes["jobcore.job.outcome"] == "completed"
+    assert queue.get(job.id).meta["otel"]["traceparent"].startswith("00-")
+
+
+def test_final_failure_has_error_status(queue: Queue, telemetry: Telemetry) -> None:
+    queue.enqueue("fail", {"how": "permanent", "message": "bad input"})
+    drain(queue)
+    process, settle = telemetry.finished()[1:]
+    assert process.status.status_code is StatusCode.ERROR
+    assert (
+        settle.events[0].name == "jobcore.job.failed"
+        and settle.status.status_code is StatusCode.ERROR
+    )
+
+
+def test_child_jobs_join_the_parent_trace(queue: Queue, telemetry: Telemetry) -> None:
+    parent = queue.enqueue("parent", {"children": 1}).job
+    drain(queue)
+    spans = telemetry.finished()
+    assert len({s.context.trace_id for s in spans}) == 1
+    sends = [s for s in spans if s.kind is SpanKind.PRODUCER]
+    assert len(sends) == 2
+    parent_process = next(
+        s
+        for s in spans
+        if s.kind is SpanKind.CONSUMER
+        and s.attributes
+        and s.attributes["messaging.message.id"] == parent.id
+    )
+    child_send = next(
+        s for s in sends if s.attributes and s.attributes.get("jobcore.job.parent_id") == parent.id
+    )
+    assert (
+        child_send.parent is not None
+        and child_send.parent.span_id == parent_process.context.span_id
+    )
+    child_process = next(
+        s for s in spans if s.kind is SpanKind.CONSUMER and s is not parent_process
+    )
+    assert (
+        child_process.parent is not None
+        and child_process.parent.span_id == child_send.context.span_id
+    )
+
+
+def test_enqueue_inside_an_application_span(queue: Queue, telemetry: Telemetry) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("POST /orders") as app_span:
+        queue.enqueue("noop", {})
+    send = next(s for s in telemetry.finished() if s.kind is SpanKind.PRODUCER)
+    assert send.parent is not None and send.parent.span_id == app_span.get_span_context().span_id
+
+
+def test_reclaim_and_cancel_events(queue: Queue, telemetry: Telemetry) -> None:
+    queue.enqueue("noop", {})
+    queue.storage.claim(worker="dead", limit=1, now=0, lease_ms=1)
+    queue.sweep()
+    waiting = queue.enqueue("noop", {}, delay=60).job
+    queue.cancel([waiting.id])
+    events = [s.events[0].name for s in telemetry.finished() if s.name.startswith("settle")]
+    assert events == ["jobcore.job.reclaimed", "jobcore.job.cancelled"]
+
+
+def test_metrics(queue: Queue, telemetry: Telemetry) -> None:
+    queue.enqueue("flaky", {"fail_times": 1})
+    queue.enqueue("noop", {"sleep": 0.02})
+    queue.enqueue("fail", {"how": "permanent"})
+    queue.enqueue("noop", {}, delay=600)
+    drain(queue)
+    metrics = telemetry.metrics()
+
+    def total(name: str, job_type: str | None = None) -> int:
+        return sum(
+            p.value
+            for p in metrics.get(name, [])
+            if job_type is None or p.attributes["jobcore.job.type"] == job_type
+        )
+
+    assert total("jobcore.jobs.enqueued") == 4
+    assert (total("jobcore.jobs.completed", "noop"), total("jobcore.jobs.completed", "flaky")) == (
+        1,
+        1,
+    )
+    assert total("jobcore.jobs.retried", "flaky") == 1 and total("jobcore.jobs.failed", "fail") == 1
+    durations = {p.attributes["jobcore.job.type"]: p for p in metrics["jobcore.job.duration"]}
+    assert durations["noop"].count == 1 and durations["noop"].sum >= 20
+    assert sum(p.count for p in metrics["jobcore.job.queue_wait"]) == 4  # four attempts claimed
+    depth = {p.attributes["jobcore.job.status"]: p.value for p in metrics["jobcore.queue.depth"]}
+    assert depth == {"completed": 2, "failed": 1, "scheduled": 1}
+
+
+def test_inert_without_exporters(
+    jobcore_make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    queue = jobcore_make_queue(OtelPlugin(), tp)
+    job = queue.enqueue("noop", {}).job
+    assert "otel" not in job.meta
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP receiver on 127.0.0.1 decoding the protobuf requests it gets."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.metric_names: set[str] = set()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                encoding = self.headers.get("content-encoding")
+                if encoding == "gzip":
+                    body = gzip.decompress(body)
+                elif encoding == "deflate":
+                    body = zlib.decompress(body)
+                if self.path == "/v1/traces":
+                    request = ExportTraceServiceRequest.FromString(body)
+                    for resource in request.resource_spans:
+                        service = next(
+                            a.value.string_value
+                            for a in resource.resource.attributes
+                            if a.key == "service.name"
+                        )
+                        for scope in resource.scope_spans:
+                            for span in scope.spans:
+                                receiver.spans.append(
+                                    {
+                                        "name": span.name,
+                                        "kind": span.kind,
+                                        "trace": span.trace_id.hex(),
+                                        "service": service,
+                                        "attributes": {
+                                            a.key: a.value.string_value or a.value.int_value
+                                            for a in span.attributes
+                                        },
+                                    }
+                                )
+                elif self.path == "/v1/metrics":
+                    request = ExportMetricsServiceRequest.FromString(body)
+                    for resource in request.resource_metrics:
+                        for scope in resource.scope_metrics:
+                            receiver.metric_names.update(m.name for m in scope.metrics)
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver()
+    yield server
+    server.close()
+
+
+def test_otlp_http_export_end_to_end(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    env = subprocess_env(
+        JOBCORE_DB=str(tmp_path / "otel.db"),
+        OTEL_SERVICE_NAME="jobcore-e2e",
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_METRIC_EXPORT_INTERVAL="200",
+        JOBCORE_BACKOFF_BASE="0",
+    )
+
+    def jobcore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobcore", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    enqueued = jobcore("enqueue", "flaky", json.dumps({"fail_times": 1}))
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = enqueued.stdout.strip()
+    ran = jobcore("run", "--until-empty")
+    assert ran.returncode == 0, ran.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(receiver.spans) < 5:
+        time.sleep(0.05)
+    names = sorted(span["name"] for span in receiver.spans)
+    assert names == [
+        "process default",
+        "process default",
+        "send default",
+        "settle default",
+        "settle default",
+    ]
+    assert {span["trace"] for span in receiver.spans} and len(
+        {span["trace"] for span in receiver.spans}
+    ) == 1
+    assert {span["service"] for span in receiver.spans} == {"jobcore-e2e"}
+    assert all(span["attributes"]["messaging.message.id"] == job_id for span in receiver.spans)
+    assert {
+        "jobcore.jobs.completed",
+        "jobcore.job.duration",
+        "jobcore.queue.depth",
+    } <= receiver.metric_names
