@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -15,7 +14,17 @@ import pluggy
 
 from jobcore.context import JobContext
 from jobcore.errors import Interrupted, JobcoreError
-from jobcore.models import Cancelled, Completed, Failed, Job, Lease, Outcome, Released, Retrying
+from jobcore.models import (
+    Cancelled,
+    Completed,
+    Failed,
+    Job,
+    Lease,
+    Outcome,
+    Released,
+    Retrying,
+    compact_json,
+)
 from jobcore.queue import Queue
 
 log = logging.getLogger("jobcore.worker")
@@ -48,12 +57,13 @@ def handler_traceback(exc: BaseException) -> str:
 
 @dataclass(eq=False)
 class Running:
-    """A claimed job this worker is executing."""
+    """A job this worker claimed: waiting for an executor (prefetched) or executing."""
 
     job: Job
     ctx: JobContext
     lease: Lease
-    deadline: float | None  # monotonic seconds, from the job's timeout
+    deadline: float | None  # monotonic seconds, from the job's timeout, once it began
+    began: bool = False  # an executor took it (set under the worker's lock)
     started: float = 0.0
     duration_ms: float = 0.0
     abandoned: bool = False  # timed out, lost or released: its late outcome is dropped
@@ -72,6 +82,8 @@ class AttemptRunner:
         """Run one attempt on this thread and turn what happened into an outcome."""
         job, ctx = run.job, run.ctx
         run.started = time.perf_counter()
+        if job.timeout_ms is not None:  # the timeout counts from the handler's start
+            run.deadline = time.monotonic() + job.timeout_ms / 1000
         try:
             result = self.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
             result = self.bounded_result(job, result)
@@ -85,7 +97,7 @@ class AttemptRunner:
 
     def bounded_result(self, job: Job, result: Any) -> Any:
         try:
-            encoded = json.dumps(result, separators=(",", ":"))
+            encoded = compact_json(result)
         except (TypeError, ValueError) as exc:
             raise JobcoreError(
                 f"handler returned a result that is not JSON-serialisable: {exc}"

@@ -47,6 +47,8 @@ class CoreSettings(BaseModel):
     max_payload_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024
     max_result_bytes: Annotated[int, Field(gt=0)] = 256 * 1024
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 4
+    prefetch: Annotated[int, Field(ge=0, le=10_000)] = 32
+    prefetch_below: Seconds = 0.05
     claim_batch: Annotated[int, Field(ge=1)] = 100
     allow_unregistered_types: bool = False
     log_format: Literal["text", "json"] = "text"

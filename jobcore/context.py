@@ -40,15 +40,19 @@ class JobContext:
         self.payload = payload
         self.worker = worker
         self.config = config
-        self.logger = logging.LoggerAdapter(
-            logging.getLogger(f"jobcore.job.{job.type}"),
-            {"job_id": job.id, "attempt": job.attempts},
-        )
         self.children: list[NewJob] = []
         self._build_child = build_child
         self._request_heartbeat = request_heartbeat
-        self._stop = threading.Event()
+        self._stop_event: threading.Event | None = None  # made on first wait()
         self._stop_reason: str | None = None
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger named `jobcore.job.<type>` carrying the job id and attempt."""
+        return logging.LoggerAdapter(
+            logging.getLogger(f"jobcore.job.{self.job.type}"),
+            {"job_id": self.job.id, "attempt": self.job.attempts},
+        )
 
     @property
     def attempt(self) -> int:
@@ -57,7 +61,7 @@ class JobContext:
     @property
     def should_stop(self) -> bool:
         """True once shutdown's deadline passed, a cancel was requested, or the attempt timed out."""
-        return self._stop.is_set()
+        return self._stop_reason is not None
 
     @property
     def stop_reason(self) -> str | None:
@@ -68,15 +72,21 @@ class JobContext:
             raise ValueError(f"unknown stop reason {reason!r}")
         if self._stop_reason is None:
             self._stop_reason = reason
-        self._stop.set()
+        event = self._stop_event
+        if event is not None:
+            event.set()
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; return True early if the job was asked to stop."""
-        return self._stop.wait(seconds)
+        if self._stop_event is None:
+            self._stop_event = threading.Event()
+        if self._stop_reason is not None:  # a stop requested before the event existed
+            return True
+        return self._stop_event.wait(seconds)
 
     def check_stop(self) -> None:
         """Raise `Interrupted` if the job was asked to stop."""
-        if self._stop.is_set():
+        if self._stop_reason is not None:
             raise Interrupted(f"stopped: {self._stop_reason}")
 
     def heartbeat(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,9 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
+"""Serialise to compact JSON (one shared encoder: cheaper than json.dumps with options)."""
 
 UNFINISHED = (JobStatus.SCHEDULED, JobStatus.PENDING, JobStatus.CLAIMED)
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
@@ -111,11 +115,16 @@ class NewJob:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Lease:
-    """What fences an owner's transition: the job, its claimer and the attempt number."""
+    """What fences an owner's transition: the job, its claimer and the attempt number.
+
+    `job` is the row as claimed; a backend may use it to return the updated job
+    without reading the row back.
+    """
 
     job_id: str
     worker: str
     attempt: int
+    job: Job | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

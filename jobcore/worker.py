@@ -63,6 +63,7 @@ class Worker:
         queue: Queue,
         *,
         concurrency: int | None = None,
+        prefetch: int | None = None,
         queues: tuple[str, ...] = (),
         types: tuple[str, ...] = (),
         lease: float | None = None,
@@ -79,6 +80,11 @@ class Worker:
         self.pm = queue.pm
         self.worker_id = worker_id or default_worker_id()
         self.concurrency = concurrency or core.concurrency
+        # Claim up to `prefetch` jobs beyond the executors, but only while recent attempts
+        # are short: long jobs waiting in one worker would starve idle ones.
+        self.prefetch = core.prefetch if prefetch is None else prefetch
+        self.prefetch_below_ms = core.prefetch_below * 1000
+        self._recent_ms: float | None = None  # moving average of attempt durations
         self.queues = queues
         unknown = [name for name in types if name not in queue.registry]
         if unknown:
@@ -112,6 +118,7 @@ class Worker:
         self._stopping = False
         self._stop_deadline: float | None = None
         self._maybe_more = True
+        self._next_due: float | None = None  # monotonic time the earliest scheduled job is due
         self._claimed_total = 0
         self.finished = 0  # attempts whose outcome was committed
         self.exit_code = 0
@@ -168,6 +175,10 @@ class Worker:
             run = self._ready.get()
             if run is None:
                 return
+            with self._cond:
+                if run.abandoned:  # released or lost before it began
+                    continue
+                run.began = True
             outcome = self.attempts.execute(run)
             with self._cond:
                 if run.abandoned:
@@ -245,7 +256,6 @@ class Worker:
         next_heartbeat = time.monotonic() + lease_s / 4
         next_sweep = time.monotonic()
         next_poll = 0.0
-        next_due: float | None = None
         db_backoff = 0.0
         while True:
             with self._cond:
@@ -257,6 +267,8 @@ class Worker:
             mono = time.monotonic()
             try:
                 self._check_timeouts(mono)
+                if stopping:
+                    self._release_waiting()
                 if stopping and stop_deadline is not None and mono >= stop_deadline:
                     self._release_all()
                 free = self._free_slots(stopping)
@@ -265,21 +277,24 @@ class Worker:
                 changed = changed or ((free > 0 or bool(self._running)) and storage.changed())
                 if changed and self._running:
                     self._check_cancels()
-                want_claim = free > 0 and (
+                # Scheduled jobs can only have become due by the clock or by others' writes.
+                full_poll = (
                     woken
                     or changed
-                    or self._maybe_more
-                    or bool(self._unrecorded)
                     or mono >= next_poll
-                    or (next_due is not None and mono >= next_due)
+                    or (self._next_due is not None and mono >= self._next_due)
                 )
+                want_claim = free > 0 and (full_poll or self._maybe_more or bool(self._unrecorded))
                 if self._unrecorded or want_claim:
-                    claimed = self._commit(free if want_claim else 0)
+                    claimed = self._commit(free if want_claim else 0, promote=full_poll)
                     if want_claim:
-                        next_poll = mono + self.poll_interval
                         self._maybe_more = claimed == min(free, self.claim_batch) and claimed > 0
+                    if want_claim and full_poll:
+                        next_poll = mono + self.poll_interval
                         due = storage.next_due()
-                        next_due = None if due is None else mono + max(0, due - self.clock()) / 1000
+                        self._next_due = (
+                            None if due is None else mono + max(0, due - self.clock()) / 1000
+                        )
                 if heartbeat_now or mono >= next_heartbeat:
                     self._heartbeat()
                     next_heartbeat = mono + lease_s / 4
@@ -308,12 +323,13 @@ class Worker:
                 continue
             if self._done(stopping):
                 return
-            self._wait(mono, next_heartbeat, next_sweep, next_poll, next_due)
+            self._wait(mono, next_heartbeat, next_sweep, next_poll, self._next_due)
 
     def _free_slots(self, stopping: bool) -> int:
         if stopping:
             return 0
-        free = self.concurrency - len(self._running)
+        short = self._recent_ms is not None and self._recent_ms < self.prefetch_below_ms
+        free = self.concurrency + (self.prefetch if short else 0) - len(self._running)
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self._claimed_total)
         return max(0, free)
@@ -340,7 +356,10 @@ class Worker:
         until = min(min(d for d in deadlines if d is not None), self._next_timeout())
         if self._stopping and self._stop_deadline is not None:
             until = min(until, self._stop_deadline)
-        watch = self._free_slots(self._stopping) > 0 or bool(self._running)
+        free = self._free_slots(self._stopping)
+        if free > 0 and self._maybe_more:
+            return  # the last claim was full: there is probably more to claim right away
+        watch = free > 0 or bool(self._running)
         changed = self.queue.storage.changed
         cond = self._cond
         while True:
@@ -366,26 +385,20 @@ class Worker:
 
     # -- database steps ------------------------------------------------------------
 
-    def _commit(self, claim_limit: int) -> int:
+    def _commit(self, claim_limit: int, *, promote: bool) -> int:
         """Record pending outcomes and claim up to `claim_limit` jobs in one transaction."""
-        storage = self.queue.storage
         now = self.clock()
         batch = self._unrecorded
-        limit = min(claim_limit, self.claim_batch)
-        with storage.transaction():
-            recorded = storage.record([outcome for _, outcome in batch], now=now) if batch else []
-            claimed = (
-                storage.claim(
-                    worker=self.worker_id,
-                    limit=limit,
-                    now=now,
-                    lease_ms=int(self.lease * 1000),
-                    queues=self.queues,
-                    types=self.types,
-                )
-                if limit > 0
-                else []
-            )
+        recorded, claimed = self.queue.storage.commit_batch(
+            [outcome for _, outcome in batch],
+            worker=self.worker_id,
+            claim_limit=min(claim_limit, self.claim_batch),
+            now=now,
+            lease_ms=int(self.lease * 1000),
+            queues=self.queues,
+            types=self.types,
+            promote=promote,
+        )
         self._unrecorded = []
         for (run, _), answer in zip(batch, recorded, strict=True):
             self._after_record(run, answer)
@@ -397,6 +410,11 @@ class Worker:
         if self._running.get(run.job.id) is run:
             del self._running[run.job.id]
         self.finished += 1
+        if run.began and not run.abandoned:
+            recent = self._recent_ms
+            self._recent_ms = (
+                run.duration_ms if recent is None else 0.9 * recent + 0.1 * run.duration_ms
+            )
         job = answer.job
         if job is None:
             log.warning(
@@ -414,6 +432,8 @@ class Worker:
                 self._announce("jobcore_job_completed", job=job, duration_ms=run.duration_ms)
             case Retrying(error=error):
                 self.stats["retrying"] += 1
+                due = time.monotonic() + max(0, job.run_at - self.clock()) / 1000
+                self._next_due = due if self._next_due is None else min(self._next_due, due)
                 self._announce("jobcore_job_retrying", job=job, error=error)
             case Failed(error=error):
                 self.stats["failed"] += 1
@@ -427,9 +447,8 @@ class Worker:
 
     def _start(self, job: Job) -> None:
         self._claimed_total += 1
-        lease = Lease(job_id=job.id, worker=self.worker_id, attempt=job.attempts)
+        lease = Lease(job_id=job.id, worker=self.worker_id, attempt=job.attempts, job=job)
         job_type = self.queue.job_type(job.type)
-        deadline = None if job.timeout_ms is None else time.monotonic() + job.timeout_ms / 1000
         ctx = JobContext(
             job=job,
             job_type=job_type,
@@ -439,7 +458,7 @@ class Worker:
             build_child=self.queue.build,
             request_heartbeat=self._request_heartbeat,
         )
-        run = Running(job=job, ctx=ctx, lease=lease, deadline=deadline)
+        run = Running(job=job, ctx=ctx, lease=lease, deadline=None)  # set when the handler starts
         self._running[job.id] = run
         self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
         try:
@@ -470,8 +489,18 @@ class Worker:
         with self._cond:
             run.abandoned = True
             run.deadline = None
-        if not self._stopping:
+            began = run.began
+        if began and not self._stopping:
             self._spawn_executor()
+
+    def _release_waiting(self) -> None:
+        """Give back prefetched jobs no executor has begun (stopping: they will not start)."""
+        for run in list(self._running.values()):
+            with self._cond:
+                if run.began or run.abandoned:
+                    continue
+                run.abandoned = True
+            self._unrecorded.append((run, Released(lease=run.lease)))
 
     def _release_all(self) -> None:
         for run in list(self._running.values()):

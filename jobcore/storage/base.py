@@ -84,6 +84,23 @@ class Storage(Protocol):
     ) -> list[Job]:
         """Promote due scheduled jobs, then claim up to `limit` pending ones atomically."""
 
+    def commit_batch(
+        self,
+        outcomes: Sequence[Outcome],
+        *,
+        worker: str,
+        claim_limit: int,
+        now: int,
+        lease_ms: int,
+        queues: Sequence[str] = (),
+        types: Sequence[str] = (),
+        promote: bool = True,
+    ) -> tuple[list[Recorded], list[Job]]:
+        """Group commit: record `outcomes`, then claim up to `claim_limit`, in one transaction.
+
+        `promote=False` skips promoting due scheduled jobs (the caller knows none are due).
+        """
+
     def next_due(self) -> int | None:
         """The earliest `run_at` among scheduled jobs, or None."""
 

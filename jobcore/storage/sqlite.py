@@ -7,8 +7,8 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from jobcore.models import (
     Outcome,
     Released,
     Retrying,
+    compact_json,
 )
 from jobcore.storage.base import Inserted, Recorded, Stats, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
@@ -82,6 +83,52 @@ def row_to_job(row: Sequence[Any]) -> Job:
     values["result"] = None if values["result"] is None else json.loads(values["result"])
     values["meta"] = json.loads(values["meta"])
     return Job(**values)
+
+
+def _after(job: Job, outcome: Outcome, now: int) -> Job:
+    """The row an owner transition leaves behind, derived from the claimed row (see queries.sql)."""
+    unlocked: dict[str, Any] = {
+        "locked_at": None,
+        "lease_expires_at": None,
+        "heartbeat_at": None,
+        "updated_at": now,
+    }
+    match outcome:
+        case Completed(result=result):
+            return replace(
+                job, status=JobStatus.COMPLETED, result=result, completed_at=now, **unlocked
+            )
+        case Released():
+            return replace(
+                job, status=JobStatus.PENDING, attempts=job.attempts - 1, locked_by=None, **unlocked
+            )
+        case Retrying(error=error, run_at=run_at):
+            status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
+            entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
+            return replace(
+                job,
+                status=status,
+                run_at=run_at,
+                last_error=error,
+                errors=[*job.errors, entry],
+                locked_by=None,
+                **unlocked,
+            )
+        case Failed(error=error):
+            entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
+            return replace(
+                job,
+                status=JobStatus.FAILED,
+                last_error=error,
+                errors=[*job.errors, entry],
+                completed_at=now,
+                **unlocked,
+            )
+        case Cancelled(error=error):
+            return replace(
+                job, status=JobStatus.CANCELLED, last_error=error, completed_at=now, **unlocked
+            )
+    raise TypeError(f"unknown outcome {outcome!r}")
 
 
 def sqlite_path(url: str) -> str | None:
@@ -304,7 +351,7 @@ class SQLiteStorage:
                 "id": job.id,
                 "type": job.type,
                 "queue": job.queue,
-                "payload": json.dumps(job.payload, separators=(",", ":")),
+                "payload": compact_json(job.payload),
                 "status": str(status),
                 "priority": job.priority,
                 "max_attempts": job.max_attempts,
@@ -312,7 +359,7 @@ class SQLiteStorage:
                 "timeout_ms": job.timeout_ms,
                 "idempotency_key": job.idempotency_key,
                 "parent_id": job.parent_id,
-                "meta": json.dumps(job.meta, separators=(",", ":")),
+                "meta": compact_json(job.meta),
                 "now": now,
             },
         )[0]
@@ -334,6 +381,21 @@ class SQLiteStorage:
         queues: Sequence[str] = (),
         types: Sequence[str] = (),
     ) -> list[Job]:
+        with self._write() as conn:
+            return self._claim(conn, worker, limit, now, lease_ms, queues, types, promote=True)
+
+    def _claim(
+        self,
+        conn: apsw.Connection,
+        worker: str,
+        limit: int,
+        now: int,
+        lease_ms: int,
+        queues: Sequence[str],
+        types: Sequence[str],
+        *,
+        promote: bool,
+    ) -> list[Job]:
         params: dict[str, Any] = {
             "worker": worker,
             "limit": limit,
@@ -341,13 +403,35 @@ class SQLiteStorage:
             "lease_ms": lease_ms,
         }
         filters = _in("queue", queues, "q", params) + _in("type", types, "t", params)
-        sql = Q["claim"].replace("{filters}", filters)
-        with self._write() as conn:
+        if promote:
             conn.execute(Q["promote_due"], {"now": now})
-            rows = _all(conn, sql, params)
+        rows = _all(conn, Q["claim"].replace("{filters}", filters), params)
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return jobs
+
+    def commit_batch(
+        self,
+        outcomes: Sequence[Outcome],
+        *,
+        worker: str,
+        claim_limit: int,
+        now: int,
+        lease_ms: int,
+        queues: Sequence[str] = (),
+        types: Sequence[str] = (),
+        promote: bool = True,
+    ) -> tuple[list[Recorded], list[Job]]:
+        with self._write() as conn:
+            recorded = self._record(conn, outcomes, now)
+            claimed = (
+                self._claim(
+                    conn, worker, claim_limit, now, lease_ms, queues, types, promote=promote
+                )
+                if claim_limit > 0
+                else []
+            )
+        return recorded, claimed
 
     def next_due(self) -> int | None:
         value = _all(self._conn(), Q["next_due"])[0][0]
@@ -379,36 +463,58 @@ class SQLiteStorage:
     def _apply(self, conn: apsw.Connection, outcome: Outcome, now: int) -> Recorded:
         lease = outcome.lease
         fence = {"id": lease.job_id, "worker": lease.worker, "attempt": lease.attempt, "now": now}
+        # With the claimed row at hand the statement needs no RETURNING: the new row is
+        # derived in Python (`_after`), saving a read-back and JSON decoding per job.
+        returning = lease.job is None
         match outcome:
-            case Completed(result=result, children=children):
-                fence["result"] = json.dumps(result, separators=(",", ":"))
-                rows = _all(conn, Q["complete"], fence)
-                if not rows:
-                    return Recorded(outcome, None)
-                inserted = tuple(self._insert_one(conn, child, now) for child in children)
-                return Recorded(outcome, row_to_job(rows[0]), inserted)
+            case Completed(result=result):
+                fence["result"] = compact_json(result)
+                name = "complete"
             case Retrying(error=error, run_at=run_at):
-                found = _all(conn, Q["retry_later"], {**fence, "error": error, "run_at": run_at})
+                fence.update(error=error, run_at=run_at)
+                name = "retry_later"
             case Failed(error=error):
-                found = _all(conn, Q["fail"], {**fence, "error": error})
+                fence["error"] = error
+                name = "fail"
             case Released():
-                found = _all(conn, Q["release"], fence)
+                name = "release"
             case Cancelled(error=error):
-                found = _all(conn, Q["cancel_owned"], {**fence, "error": error})
-        return Recorded(outcome, row_to_job(found[0]) if found else None)
+                fence["error"] = error
+                name = "cancel_owned"
+        sql = Q[name] if returning else Q[name].rsplit("RETURNING", 1)[0]
+        rows = _all(conn, sql, fence)
+        if returning:
+            job = row_to_job(rows[0]) if rows else None
+        else:
+            job = _after(lease.job, outcome, now) if conn.changes() == 1 else None  # type: ignore[arg-type]
+        if job is None or not isinstance(outcome, Completed):
+            return Recorded(outcome, job)
+        inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
+        return Recorded(outcome, job, inserted)
 
     def record(self, outcomes: Sequence[Outcome], *, now: int) -> list[Recorded]:
-        recorded: list[Recorded] = []
         with self._write() as conn:
-            for outcome in outcomes:
-                try:
-                    with self._write():
-                        recorded.append(self._apply(conn, outcome, now))
-                except (apsw.ConstraintError, apsw.SQLError, TypeError, ValueError) as exc:
-                    # One unrecordable outcome must not block the batch: fail that job.
-                    log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
-                    fallback = Failed(lease=outcome.lease, error=f"could not record outcome: {exc}")
-                    recorded.append(self._apply(conn, fallback, now))
+            return self._record(conn, outcomes, now)
+
+    def _record(
+        self, conn: apsw.Connection, outcomes: Sequence[Outcome], now: int
+    ) -> list[Recorded]:
+        recorded: list[Recorded] = []
+        for outcome in outcomes:
+            # Only a completion with children can fail half-way: it alone gets a savepoint.
+            guard = (
+                self._write()
+                if isinstance(outcome, Completed) and outcome.children
+                else nullcontext()
+            )
+            try:
+                with guard:
+                    recorded.append(self._apply(conn, outcome, now))
+            except (apsw.ConstraintError, apsw.SQLError, TypeError, ValueError) as exc:
+                # One unrecordable outcome must not block the batch: fail that job.
+                log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
+                fallback = Failed(lease=outcome.lease, error=f"could not record outcome: {exc}")
+                recorded.append(self._apply(conn, fallback, now))
         return recorded
 
     def sweep(self, *, now: int) -> list[Swept]:

@@ -159,6 +159,27 @@ class StorageContract:
         [claimed] = self.claim(storage, now=T0 + 1000)
         assert claimed.id == job.id
 
+    def test_commit_batch_records_then_claims_in_one_transaction(self, storage: Storage) -> None:
+        storage.insert([new_job(), new_job(), new_job(run_at=T0 + 50)], T0)
+        [first] = self.claim(storage, limit=1)
+        recorded, claimed = storage.commit_batch(
+            [Completed(lease=lease_of(first), result=1)],
+            worker="w1",
+            claim_limit=5,
+            now=T0 + 10,
+            lease_ms=LEASE,
+        )
+        assert recorded[0].job is not None and recorded[0].job.status is JobStatus.COMPLETED
+        assert len(claimed) == 1 and claimed[0].id != first.id
+        _, none_due = storage.commit_batch(
+            [], worker="w1", claim_limit=5, now=T0 + 60, lease_ms=LEASE, promote=False
+        )
+        assert none_due == []  # the scheduled job is due but was not promoted
+        _, promoted = storage.commit_batch(
+            [], worker="w1", claim_limit=5, now=T0 + 60, lease_ms=LEASE
+        )
+        assert [job.run_at for job in promoted] == [T0 + 50]
+
     # -- owner transitions ------------------------------------------------------
 
     def test_complete_stores_result_and_children(self, storage: Storage) -> None:
@@ -230,6 +251,40 @@ class StorageContract:
         assert released.job is not None and released.job.status is JobStatus.PENDING
         assert released.job.attempts == 0 and released.job.errors == []
         assert cancelled.job is not None and cancelled.job.status is JobStatus.CANCELLED
+
+    def test_recorded_job_equals_the_stored_row_with_or_without_the_claimed_row(
+        self, storage: Storage
+    ) -> None:
+        storage.insert([new_job(max_attempts=5) for _ in range(10)], T0)
+        claimed = self.claim(storage, limit=10)
+
+        def outcomes(jobs: list[Any], with_job: bool) -> list[Outcome]:
+            leases = [
+                Lease(job_id=j.id, worker="w1", attempt=j.attempts, job=j if with_job else None)
+                for j in jobs
+            ]
+            return [
+                Completed(lease=leases[0], result={"n": [1, 2]}),
+                Retrying(lease=leases[1], error="later", run_at=T0 + 999),
+                Retrying(lease=leases[2], error="now", run_at=T0),
+                Failed(lease=leases[3], error="bad"),
+                Cancelled(lease=leases[4], error="stop"),
+            ]
+
+        for half, with_job in ((claimed[:5], True), (claimed[5:], False)):
+            for rec in storage.record(outcomes(half, with_job), now=T0 + 7):
+                assert rec.job is not None
+                assert rec.job == storage.get(rec.job.id)
+        [again] = self.claim(storage, limit=1, now=T0 + 10, types=["noop"])
+        [released] = storage.record(
+            [
+                Released(
+                    lease=Lease(job_id=again.id, worker="w1", attempt=again.attempts, job=again)
+                )
+            ],
+            now=T0 + 11,
+        )
+        assert released.job == storage.get(again.id)
 
     def test_extend_leases_reports_cancel_requests(self, storage: Storage) -> None:
         storage.insert([new_job(), new_job()], T0)

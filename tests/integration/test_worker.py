@@ -321,3 +321,54 @@ def test_outbox_transaction_commits_or_rolls_back_with_application_rows(queue: Q
     with queue.transaction() as conn:
         assert conn.execute("SELECT item FROM orders").fetchall() == [("book",)]
     assert len(queue.list_jobs()) == 1
+
+
+def test_a_full_claim_is_followed_by_another_without_waiting_for_the_poll(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    queue = jobcore_make_queue(tp, poll_interval=60.0, wake_check_interval=60.0, prefetch=0)
+    for _ in range(30):
+        queue.enqueue("noop", {})
+    worker, thread = start_worker(queue, concurrency=1, until_empty=True)
+    thread.join(30)  # without the follow-up claim this takes a poll interval per job
+    assert not thread.is_alive()
+    assert worker.stats["completed"] == 30
+
+
+def max_claimed_while(thread: threading.Thread, queue: Queue) -> int:
+    seen = 0
+    while thread.is_alive():
+        seen = max(seen, queue.storage.count_by_status().get("claimed", 0))
+        time.sleep(0.005)
+    return seen
+
+
+def test_short_jobs_are_prefetched_long_ones_are_not(
+    jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    short = jobcore_make_queue(tp, prefetch=8, db=str(tmp_path / "short.db"))
+    for _ in range(300):
+        short.enqueue("noop", {"sleep": 0.002})
+    _, thread = start_worker(short, concurrency=1, until_empty=True)
+    assert max_claimed_while(thread, short) > 1
+    long = jobcore_make_queue(tp, prefetch=8, db=str(tmp_path / "long.db"))
+    for _ in range(4):
+        long.enqueue("sleepy", {"seconds": 0.2})
+    _, thread = start_worker(long, concurrency=1, until_empty=True)
+    assert max_claimed_while(thread, long) == 1
+
+
+def test_stop_gives_back_prefetched_jobs_at_once(jobcore_make_queue: MakeQueue) -> None:
+    queue = jobcore_make_queue(tp, prefetch=10, shutdown_timeout=30)
+    for _ in range(200):
+        queue.enqueue("noop", {"sleep": 0.01})
+    worker, thread = start_worker(queue, concurrency=1)
+    wait_for(lambda: worker.stats["completed"] >= 20)
+    started = time.monotonic()
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - started < 5
+    counts = queue.storage.count_by_status()
+    assert "claimed" not in counts
+    assert counts["completed"] + counts["pending"] == 200
+    assert all(job.attempts == 0 for job in queue.list_jobs(statuses=["pending"], limit=200))
