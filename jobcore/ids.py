@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -23,14 +22,17 @@ def new_id() -> str:
             if _last_seq >= 1 << 12:  # sequence exhausted in this millisecond: borrow the next
                 ms += 1
                 _last_seq = 0
+            noise = os.urandom(8)
         else:
-            _last_seq = int.from_bytes(os.urandom(2), "big") & 0x3FF  # leave headroom
+            noise = os.urandom(10)
+            _last_seq = int.from_bytes(noise[8:], "big") & 0x3FF  # leave headroom
         _last_ms = ms
         seq = _last_seq
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    rand = int.from_bytes(noise[:8], "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version 7
     value |= seq << 64  # rand_a carries a counter for in-millisecond ordering
     value |= 0b10 << 62  # RFC 9562 variant
     value |= rand
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -111,6 +111,7 @@ class NewJob:
     idempotency_key: str | None
     parent_id: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    payload_json: str | None = field(default=None, compare=False, repr=False)  # payload, encoded
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

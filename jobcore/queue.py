@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -22,7 +21,7 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id
-from jobcore.models import FINISHED, Job, JobStatus, NewJob
+from jobcore.models import FINISHED, Job, JobStatus, NewJob, compact_json
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -70,6 +69,7 @@ class Queue:
         self._storage: Storage | None = None
         self.pm.hook.jobcore_configure.call_historic(kwargs={"config": self.config})
         self.registry = self._collect_job_types()
+        self._has_meta_hooks = bool(self.pm.hook.jobcore_enqueue_meta.get_hookimpls())
 
     def _collect_job_types(self) -> JobTypeRegistry:
         registry = JobTypeRegistry()
@@ -162,7 +162,8 @@ class Queue:
         if job_type.check is not None:
             job_type.check(model, self.config)
         stored = model.model_dump(mode="json")
-        size = len(json.dumps(stored, separators=(",", ":")).encode())
+        encoded = compact_json(stored)
+        size = len(encoded) if encoded.isascii() else len(encoded.encode())
         limit = self.config.core.max_payload_bytes
         if size > limit:
             raise PayloadTooLarge(
@@ -203,10 +204,12 @@ class Queue:
             idempotency_key=key,
             parent_id=parent_id,
             meta=dict(meta or {}),
+            payload_json=encoded,
         )
-        for extra in self.pm.hook.jobcore_enqueue_meta(job=job):
-            if extra:
-                job.meta.update(extra)
+        if self._has_meta_hooks:
+            for extra in self.pm.hook.jobcore_enqueue_meta(job=job):
+                if extra:
+                    job.meta.update(extra)
         return job
 
     def enqueue(self, type: str, payload: dict[str, Any] | None = None, **options: Any) -> Inserted:

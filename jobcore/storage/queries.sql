@@ -11,9 +11,7 @@ SELECT * FROM jobs
 INSERT INTO jobs (id, type, queue, payload, status, priority, attempts, max_attempts,
                   run_at, timeout_ms, idempotency_key, cancel_requested, errors,
                   parent_id, meta, created_at, updated_at)
-VALUES (:id, :type, :queue, :payload, :status, :priority, 0, :max_attempts,
-        :run_at, :timeout_ms, :idempotency_key, 0, '[]',
-        :parent_id, :meta, :now, :now)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, 0, '[]', ?11, ?12, ?13, ?13)
 RETURNING *;
 
 -- name: promote_due

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from jobcore.models import (
     Completed,
     Failed,
     Job,
-    JobStatus,
     Lease,
     NewJob,
     Outcome,
@@ -30,6 +28,7 @@ from jobcore.models import (
 )
 from jobcore.storage.base import Inserted, Recorded, Stats, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
+from jobcore.storage.rows import after_transition, insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sql import load_queries
 
 log = logging.getLogger("jobcore.storage")
@@ -38,97 +37,7 @@ Q = load_queries("jobcore.storage", "queries.sql")
 
 LEASE_EXPIRED = "lease expired"
 
-_COLUMNS = [
-    "id",
-    "type",
-    "queue",
-    "payload",
-    "status",
-    "priority",
-    "attempts",
-    "max_attempts",
-    "run_at",
-    "timeout_ms",
-    "idempotency_key",
-    "locked_by",
-    "locked_at",
-    "lease_expires_at",
-    "heartbeat_at",
-    "cancel_requested",
-    "last_error",
-    "errors",
-    "result",
-    "parent_id",
-    "meta",
-    "created_at",
-    "claimed_at",
-    "completed_at",
-    "updated_at",
-]
-
-
-def _all(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-    """Every row of one statement (rows typed loosely: columns are known by position)."""
-    rows: list[Any] = conn.execute(sql, params).fetchall()
-    return rows
-
-
-def row_to_job(row: Sequence[Any]) -> Job:
-    """Build a `Job` from a `SELECT *` / `RETURNING *` row of the jobs table."""
-    values = dict(zip(_COLUMNS, row, strict=False))
-    values["payload"] = json.loads(values["payload"])
-    values["status"] = JobStatus(values["status"])
-    values["cancel_requested"] = bool(values["cancel_requested"])
-    values["errors"] = json.loads(values["errors"])
-    values["result"] = None if values["result"] is None else json.loads(values["result"])
-    values["meta"] = json.loads(values["meta"])
-    return Job(**values)
-
-
-def _after(job: Job, outcome: Outcome, now: int) -> Job:
-    """The row an owner transition leaves behind, derived from the claimed row (see queries.sql)."""
-    unlocked: dict[str, Any] = {
-        "locked_at": None,
-        "lease_expires_at": None,
-        "heartbeat_at": None,
-        "updated_at": now,
-    }
-    match outcome:
-        case Completed(result=result):
-            return replace(
-                job, status=JobStatus.COMPLETED, result=result, completed_at=now, **unlocked
-            )
-        case Released():
-            return replace(
-                job, status=JobStatus.PENDING, attempts=job.attempts - 1, locked_by=None, **unlocked
-            )
-        case Retrying(error=error, run_at=run_at):
-            status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
-            entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-            return replace(
-                job,
-                status=status,
-                run_at=run_at,
-                last_error=error,
-                errors=[*job.errors, entry],
-                locked_by=None,
-                **unlocked,
-            )
-        case Failed(error=error):
-            entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-            return replace(
-                job,
-                status=JobStatus.FAILED,
-                last_error=error,
-                errors=[*job.errors, entry],
-                completed_at=now,
-                **unlocked,
-            )
-        case Cancelled(error=error):
-            return replace(
-                job, status=JobStatus.CANCELLED, last_error=error, completed_at=now, **unlocked
-            )
-    raise TypeError(f"unknown outcome {outcome!r}")
+_INSERT = Q["insert_job"].rsplit("RETURNING", 1)[0]
 
 
 def sqlite_path(url: str) -> str | None:
@@ -228,7 +137,7 @@ class SQLiteStorage:
         try:
             conn = apsw.Connection(self.path, flags=flags)
             conn.set_busy_timeout(self.busy_timeout_ms)
-            mode = _all(conn, "PRAGMA journal_mode=WAL")[0][0]
+            mode = rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]
             if str(mode).lower() != "wal":
                 raise StorageError(f"cannot put {self.path} in WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -269,7 +178,7 @@ class SQLiteStorage:
     def migrate(self) -> None:
         conn = self._state().conn
         with self._write():
-            version = _all(conn, "PRAGMA user_version")[0][0]
+            version = rows_of(conn, "PRAGMA user_version")[0][0]
             if version > SCHEMA_VERSION:
                 raise StorageError(
                     f"database {self.path} has schema version {version}, newer than this "
@@ -338,36 +247,20 @@ class SQLiteStorage:
 
     def _insert_one(self, conn: apsw.Connection, job: NewJob, now: int) -> Inserted:
         if job.idempotency_key is not None:
-            existing = _all(
+            existing = rows_of(
                 conn, Q["find_unfinished_by_key"], {"type": job.type, "key": job.idempotency_key}
             )
             if existing:
                 return Inserted(row_to_job(existing[0]), created=False)
-        status = JobStatus.PENDING if job.run_at <= now else JobStatus.SCHEDULED
-        row = _all(
-            conn,
-            Q["insert_job"],
-            {
-                "id": job.id,
-                "type": job.type,
-                "queue": job.queue,
-                "payload": compact_json(job.payload),
-                "status": str(status),
-                "priority": job.priority,
-                "max_attempts": job.max_attempts,
-                "run_at": job.run_at,
-                "timeout_ms": job.timeout_ms,
-                "idempotency_key": job.idempotency_key,
-                "parent_id": job.parent_id,
-                "meta": compact_json(job.meta),
-                "now": now,
-            },
-        )[0]
-        return Inserted(row_to_job(row), created=True)
+        conn.execute(_INSERT, insert_values(job, now))
+        return Inserted(new_row(job, now), created=True)
 
     def insert(self, jobs: Sequence[NewJob], now: int) -> list[Inserted]:
         with self._write() as conn:
-            return [self._insert_one(conn, job, now) for job in jobs]
+            if any(job.idempotency_key is not None for job in jobs):
+                return [self._insert_one(conn, job, now) for job in jobs]
+            conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
+        return [Inserted(new_row(job, now), created=True) for job in jobs]
 
     # -- the worker's path ---------------------------------------------------------
 
@@ -405,7 +298,7 @@ class SQLiteStorage:
         filters = _in("queue", queues, "q", params) + _in("type", types, "t", params)
         if promote:
             conn.execute(Q["promote_due"], {"now": now})
-        rows = _all(conn, Q["claim"].replace("{filters}", filters), params)
+        rows = rows_of(conn, Q["claim"].replace("{filters}", filters), params)
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return jobs
@@ -434,14 +327,14 @@ class SQLiteStorage:
         return recorded, claimed
 
     def next_due(self) -> int | None:
-        value = _all(self._conn(), Q["next_due"])[0][0]
+        value = rows_of(self._conn(), Q["next_due"])[0][0]
         return None if value is None else int(value)
 
     def extend_leases(self, leases: Sequence[Lease], *, now: int, lease_ms: int) -> dict[str, bool]:
         owned: dict[str, bool] = {}
         with self._write() as conn:
             for lease in leases:
-                rows = _all(
+                rows = rows_of(
                     conn,
                     Q["extend_lease"],
                     {
@@ -457,7 +350,7 @@ class SQLiteStorage:
         return owned
 
     def cancel_requested(self, worker: str) -> set[str]:
-        rows = _all(self._conn(), Q["cancel_requested"], {"worker": worker})
+        rows = rows_of(self._conn(), Q["cancel_requested"], {"worker": worker})
         return {row[0] for row in rows}
 
     def _apply(self, conn: apsw.Connection, outcome: Outcome, now: int) -> Recorded:
@@ -482,11 +375,11 @@ class SQLiteStorage:
                 fence["error"] = error
                 name = "cancel_owned"
         sql = Q[name] if returning else Q[name].rsplit("RETURNING", 1)[0]
-        rows = _all(conn, sql, fence)
+        rows = rows_of(conn, sql, fence)
         if returning:
             job = row_to_job(rows[0]) if rows else None
         else:
-            job = _after(lease.job, outcome, now) if conn.changes() == 1 else None  # type: ignore[arg-type]
+            job = after_transition(lease.job, outcome, now) if conn.changes() == 1 else None  # type: ignore[arg-type]
         if job is None or not isinstance(outcome, Completed):
             return Recorded(outcome, job)
         inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
@@ -525,14 +418,14 @@ class SQLiteStorage:
                 ("sweep_fail", "failed"),
                 ("sweep_reclaim", "reclaimed"),
             ):
-                for row in _all(conn, Q[name], {"now": now, "error": LEASE_EXPIRED}):
+                for row in rows_of(conn, Q[name], {"now": now, "error": LEASE_EXPIRED}):
                     swept.append(Swept(row_to_job(row), action))
         return swept
 
     # -- operators ------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job | None:
-        rows = _all(self._conn(), Q["get_job"], {"id": job_id})
+        rows = rows_of(self._conn(), Q["get_job"], {"id": job_id})
         return row_to_job(rows[0]) if rows else None
 
     def list_jobs(
@@ -553,20 +446,20 @@ class SQLiteStorage:
         if finished_after is not None:
             params["finished_after"] = finished_after
             filters += " AND completed_at >= :finished_after"
-        rows = _all(self._conn(), Q["list_jobs"].replace("{filters}", filters), params)
+        rows = rows_of(self._conn(), Q["list_jobs"].replace("{filters}", filters), params)
         return [row_to_job(row) for row in rows]
 
     def failed_ids(self, types: Sequence[str] = ()) -> list[str]:
         params: dict[str, Any] = {}
         sql = Q["failed_ids"].replace("{filters}", _in("type", types, "t", params))
-        return [row[0] for row in _all(self._conn(), sql, params)]
+        return [row[0] for row in rows_of(self._conn(), sql, params)]
 
     def retry(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
         results: list[Job | None] = []
         with self._write() as conn:
             for job_id in job_ids:
                 try:
-                    rows = _all(conn, Q["operator_retry"], {"id": job_id, "now": now})
+                    rows = rows_of(conn, Q["operator_retry"], {"id": job_id, "now": now})
                 except apsw.ConstraintError:
                     job = self.get(job_id)
                     key = job.idempotency_key if job else "?"
@@ -582,9 +475,9 @@ class SQLiteStorage:
         with self._write() as conn:
             for job_id in job_ids:
                 params = {"id": job_id, "now": now}
-                rows = _all(conn, Q["cancel_waiting"], params)
+                rows = rows_of(conn, Q["cancel_waiting"], params)
                 if not rows:
-                    rows = _all(conn, Q["request_cancel"], params)
+                    rows = rows_of(conn, Q["request_cancel"], params)
                 results.append(row_to_job(rows[0]) if rows else None)
         return results
 
@@ -602,7 +495,7 @@ class SQLiteStorage:
         while True:
             params: dict[str, Any] = {"after": after, "limit": batch}
             filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
-            rows = _all(self._conn(), Q["scan_jobs"].replace("{filters}", filters), params)
+            rows = rows_of(self._conn(), Q["scan_jobs"].replace("{filters}", filters), params)
             jobs = [row_to_job(row) for row in rows]
             yield from jobs
             if len(jobs) < batch:
@@ -610,32 +503,32 @@ class SQLiteStorage:
             after = jobs[-1].id
 
     def count_by_status(self) -> dict[str, int]:
-        return {status: n for status, n in _all(self._conn(), Q["count_by_status"])}
+        return {status: n for status, n in rows_of(self._conn(), Q["count_by_status"])}
 
     def stats(self, *, now: int) -> Stats:
         conn = self._conn()
         stats = Stats()
-        for type_name, status, count in _all(conn, Q["stats_counts"]):
+        for type_name, status, count in rows_of(conn, Q["stats_counts"]):
             stats.counts[status] = stats.counts.get(status, 0) + count
             stats.by_type.setdefault(type_name, {})[status] = count
         stats.failures = [
             {"type": t, "error": error, "count": n}
-            for t, error, n in _all(conn, Q["stats_failures"])
+            for t, error, n in rows_of(conn, Q["stats_failures"])
         ]
-        stats.stuck = [row_to_job(row) for row in _all(conn, Q["stats_stuck"], {"now": now})]
+        stats.stuck = [row_to_job(row) for row in rows_of(conn, Q["stats_stuck"], {"now": now})]
         day_ago, since = now - 86_400_000, now - 3_600_000
-        for type_name, count, p50, p95 in _all(conn, Q["stats_durations"], {"since": day_ago}):
+        for type_name, count, p50, p95 in rows_of(conn, Q["stats_durations"], {"since": day_ago}):
             stats.durations[type_name] = {"count": count, "p50_ms": p50, "p95_ms": p95}
-        enqueued, completed, failed = _all(conn, Q["stats_last_hour"], {"since": since})[0]
+        enqueued, completed, failed = rows_of(conn, Q["stats_last_hour"], {"since": since})[0]
         stats.last_hour = {"enqueued": enqueued, "completed": completed, "failed": failed}
         stats.duplicates = [
             {"type": t, "idempotency_key": key, "count": n}
-            for t, key, n in _all(conn, Q["stats_duplicates"])
+            for t, key, n in rows_of(conn, Q["stats_duplicates"])
         ]
         return stats
 
     def changed(self) -> bool:
         state = self._state()
-        version = _all(state.conn, "PRAGMA data_version")[0][0]
+        version = rows_of(state.conn, "PRAGMA data_version")[0][0]
         previous, state.data_version = state.data_version, version
         return previous is not None and version != previous

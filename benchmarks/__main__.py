@@ -1,0 +1,3 @@
+from benchmarks.runner import main
+
+main()

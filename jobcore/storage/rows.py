@@ -1,0 +1,166 @@
+"""Converting between jobs-table rows and `Job` objects (no SQL statements of its own)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import apsw
+
+from jobcore.models import (
+    Cancelled,
+    Completed,
+    Failed,
+    Job,
+    JobStatus,
+    NewJob,
+    Outcome,
+    Released,
+    Retrying,
+    compact_json,
+)
+
+_COLUMNS = [
+    "id",
+    "type",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "timeout_ms",
+    "idempotency_key",
+    "locked_by",
+    "locked_at",
+    "lease_expires_at",
+    "heartbeat_at",
+    "cancel_requested",
+    "last_error",
+    "errors",
+    "result",
+    "parent_id",
+    "meta",
+    "created_at",
+    "claimed_at",
+    "completed_at",
+    "updated_at",
+]
+
+
+def rows_of(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    """Every row of one statement (rows typed loosely: columns are known by position)."""
+    rows: list[Any] = conn.execute(sql, params).fetchall()
+    return rows
+
+
+def row_to_job(row: Sequence[Any]) -> Job:
+    """Build a `Job` from a `SELECT *` / `RETURNING *` row of the jobs table."""
+    values = dict(zip(_COLUMNS, row, strict=False))
+    values["payload"] = json.loads(values["payload"])
+    values["status"] = JobStatus(values["status"])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    values["errors"] = json.loads(values["errors"])
+    values["result"] = None if values["result"] is None else json.loads(values["result"])
+    values["meta"] = json.loads(values["meta"])
+    return Job(**values)
+
+
+def insert_values(job: NewJob, now: int) -> tuple[Any, ...]:
+    status = "pending" if job.run_at <= now else "scheduled"
+    payload = job.payload_json if job.payload_json is not None else compact_json(job.payload)
+    return (
+        job.id,
+        job.type,
+        job.queue,
+        payload,
+        status,
+        job.priority,
+        job.max_attempts,
+        job.run_at,
+        job.timeout_ms,
+        job.idempotency_key,
+        job.parent_id,
+        compact_json(job.meta),
+        now,
+    )
+
+
+def new_row(job: NewJob, now: int) -> Job:
+    """The row `insert_job` writes, built without reading it back."""
+    return Job(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        payload=job.payload,
+        status=JobStatus.PENDING if job.run_at <= now else JobStatus.SCHEDULED,
+        priority=job.priority,
+        attempts=0,
+        max_attempts=job.max_attempts,
+        run_at=job.run_at,
+        timeout_ms=job.timeout_ms,
+        idempotency_key=job.idempotency_key,
+        locked_by=None,
+        locked_at=None,
+        lease_expires_at=None,
+        heartbeat_at=None,
+        cancel_requested=False,
+        last_error=None,
+        errors=[],
+        result=None,
+        parent_id=job.parent_id,
+        meta=dict(job.meta),
+        created_at=now,
+        claimed_at=None,
+        completed_at=None,
+        updated_at=now,
+    )
+
+
+def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
+    """The row an owner transition leaves behind, derived from the claimed row (see queries.sql)."""
+    unlocked: dict[str, Any] = {
+        "locked_at": None,
+        "lease_expires_at": None,
+        "heartbeat_at": None,
+        "updated_at": now,
+    }
+    match outcome:
+        case Completed(result=result):
+            return replace(
+                job, status=JobStatus.COMPLETED, result=result, completed_at=now, **unlocked
+            )
+        case Released():
+            return replace(
+                job, status=JobStatus.PENDING, attempts=job.attempts - 1, locked_by=None, **unlocked
+            )
+        case Retrying(error=error, run_at=run_at):
+            status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
+            entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
+            return replace(
+                job,
+                status=status,
+                run_at=run_at,
+                last_error=error,
+                errors=[*job.errors, entry],
+                locked_by=None,
+                **unlocked,
+            )
+        case Failed(error=error):
+            entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
+            return replace(
+                job,
+                status=JobStatus.FAILED,
+                last_error=error,
+                errors=[*job.errors, entry],
+                completed_at=now,
+                **unlocked,
+            )
+        case Cancelled(error=error):
+            return replace(
+                job, status=JobStatus.CANCELLED, last_error=error, completed_at=now, **unlocked
+            )
+    raise TypeError(f"unknown outcome {outcome!r}")
