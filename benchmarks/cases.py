@@ -143,7 +143,7 @@ def jobcore_drain(tmp: Path, sync: str, n: int, processes: int, threads: int) ->
     for start in range(0, n, 5000):
         queue.enqueue_many("noop", [{}] * min(5000, n - start))
     queue.close()
-    start_at = str(time.time() + 1.5)  # after every process has imported jobcore
+    start_at = str(time.time() + 0.8)  # after every process has imported jobcore
     cmd = [sys.executable, "-m", "benchmarks.proc", "drain", path, sync, str(threads), start_at]
     reports = _run_procs([cmd] * processes)
     completed = sum(r["completed"] for r in reports)
@@ -184,7 +184,7 @@ def huey_drain(tmp: Path, sync: str, n: int) -> float:
     for _ in range(n):
         noop()
     huey.storage.close()
-    start_at = str(time.time() + 1.5)
+    start_at = str(time.time() + 0.8)
     [report] = _run_procs([[sys.executable, "-m", "benchmarks.proc", "huey-drain", path, sync, str(n), start_at]])
     return _rate(n, report["end"] - report["start"])
 
@@ -230,7 +230,7 @@ def jobcore_latency(tmp: Path, k: int, idle_seconds: float) -> tuple[float, floa
     queue.storage.migrate()
     worker = _spawn("idle-worker", path)
     try:
-        time.sleep(1.5)  # imported, started, idle
+        time.sleep(1.0)  # imported, started, idle
         before = _cpu_seconds(worker.pid)
         time.sleep(idle_seconds)
         idle_cpu = (_cpu_seconds(worker.pid) - before) / idle_seconds * 100
@@ -257,7 +257,7 @@ def huey_latency(tmp: Path, k: int) -> tuple[float, float]:
     _, stamp = huey_app.register_tasks(huey)
     consumer = _spawn("huey-consumer", path)
     try:
-        time.sleep(1.5)
+        time.sleep(1.0)
         results = []
         for i in range(k):
             time.sleep(0.01 + (i % 7) * 0.003)

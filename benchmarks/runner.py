@@ -37,7 +37,7 @@ class Sizes:
 
 
 FULL_SIZES = Sizes(5, 3000, 50_000, 20_000, 5000, 10_000, 200, 3.0, (1000, 100_000, 1_000_000), 100_000, (10_000, 100_000))
-QUICK_SIZES = Sizes(2, 500, 10_000, 3000, 1000, 2000, 40, 1.0, (1000, 20_000), 20_000, (3000, 10_000))
+QUICK_SIZES = Sizes(1, 300, 5000, 2000, 500, 1000, 30, 1.0, (1000, 10_000), 10_000, (2000, 6000))
 
 
 class Results:
@@ -185,8 +185,8 @@ def targets(results: Results) -> list[tuple[str, str, bool]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes, two repetitions (under a minute)")
-    parser.add_argument("--reps", type=int, help="repetitions (default 5, quick 2)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition (under a minute)")
+    parser.add_argument("--reps", type=int, help="repetitions (default 5, quick 1)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"), help="folder for JSON and Markdown")
     parser.add_argument("--dir", help="folder for the database files (default: a temporary folder on local disk)")
     args = parser.parse_args(argv)

@@ -113,7 +113,8 @@ class Worker:
         self._running: dict[str, Running] = {}
         self._ready: stdqueue.SimpleQueue[Running | None] = stdqueue.SimpleQueue()
         self._executors: set[threading.Thread] = set()
-        self._notices: stdqueue.SimpleQueue[Callable[[], None] | None] = stdqueue.SimpleQueue()
+        self._notices: stdqueue.SimpleQueue[list[Callable[[], None]] | None] = stdqueue.SimpleQueue()
+        self._batch: list[Callable[[], None]] = []  # notifications of the current iteration
         self._notifier: threading.Thread | None = None
         self._stopping = False
         self._stop_deadline: float | None = None
@@ -222,6 +223,7 @@ class Worker:
             for _ in list(self._executors):
                 self._ready.put(None)
             self._announce("jobcore_worker_stopped", worker=self.worker_id)
+            self._flush_notices()
             self._notices.put(None)
             self._notifier.join(timeout=10)
             log.info(
@@ -300,7 +302,7 @@ class Worker:
                     next_heartbeat = mono + lease_s / 4
                 if mono >= next_sweep:
                     for item in storage.sweep(now=self.clock()):
-                        self._notices.put(partial(self.queue.announce_swept, item))
+                        self._batch.append(partial(self.queue.announce_swept, item))
                     next_sweep = mono + lease_s / 2
                 db_backoff = 0.0
             except Exception as exc:  # database trouble: back off, keep outcomes, recover
@@ -319,8 +321,10 @@ class Worker:
                     )
                     self.exit_code = 1
                     return
+                self._flush_notices()
                 self._sleep(db_backoff)
                 continue
+            self._flush_notices()
             if self._done(stopping):
                 return
             self._wait(mono, next_heartbeat, next_sweep, next_poll, self._next_due)
@@ -545,17 +549,24 @@ class Worker:
     # never holds up claims or outcome commits.
 
     def _announce(self, hook_name: str, **kwargs: Any) -> None:
-        self._notices.put(partial(notify, self.pm, hook_name, **kwargs))
+        """Queue a notification; `_flush_notices` hands the batch to the notifier thread."""
+        self._batch.append(partial(notify, self.pm, hook_name, **kwargs))
+
+    def _flush_notices(self) -> None:
+        if self._batch:
+            self._notices.put(self._batch)
+            self._batch = []
 
     def _notifier_main(self) -> None:
         while True:
-            call = self._notices.get()
-            if call is None:
+            calls = self._notices.get()
+            if calls is None:
                 return
-            try:
-                call()
-            except Exception:  # notify() already isolates hooks; this is a last guard
-                log.exception("notification failed")
+            for call in calls:
+                try:
+                    call()
+                except Exception:  # notify() already isolates hooks; this is a last guard
+                    log.exception("notification failed")
 
     # -- signals ---------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields
 from typing import Any
 
 import apsw
@@ -57,15 +57,36 @@ def rows_of(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = Non
     return rows
 
 
+def _json(text: str) -> Any:
+    # the common empty values skip the decoder
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_set = object.__setattr__
+
+
+def _replace(job: Job, **changes: Any) -> Job:
+    """`dataclasses.replace` for the frozen `Job`, about twice as fast (a hot path of the worker)."""
+    new = object.__new__(Job)
+    for name in _JOB_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(job, name))
+    return new
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
     """Build a `Job` from a `SELECT *` / `RETURNING *` row of the jobs table."""
     values = dict(zip(_COLUMNS, row, strict=False))
-    values["payload"] = json.loads(values["payload"])
+    values["payload"] = _json(values["payload"])
     values["status"] = JobStatus(values["status"])
     values["cancel_requested"] = bool(values["cancel_requested"])
-    values["errors"] = json.loads(values["errors"])
+    values["errors"] = _json(values["errors"])
     values["result"] = None if values["result"] is None else json.loads(values["result"])
-    values["meta"] = json.loads(values["meta"])
+    values["meta"] = _json(values["meta"])
     return Job(**values)
 
 
@@ -130,17 +151,17 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
     }
     match outcome:
         case Completed(result=result):
-            return replace(
+            return _replace(
                 job, status=JobStatus.COMPLETED, result=result, completed_at=now, **unlocked
             )
         case Released():
-            return replace(
+            return _replace(
                 job, status=JobStatus.PENDING, attempts=job.attempts - 1, locked_by=None, **unlocked
             )
         case Retrying(error=error, run_at=run_at):
             status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
             entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-            return replace(
+            return _replace(
                 job,
                 status=status,
                 run_at=run_at,
@@ -151,7 +172,7 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
             )
         case Failed(error=error):
             entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-            return replace(
+            return _replace(
                 job,
                 status=JobStatus.FAILED,
                 last_error=error,
@@ -160,7 +181,7 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
                 **unlocked,
             )
         case Cancelled(error=error):
-            return replace(
+            return _replace(
                 job, status=JobStatus.CANCELLED, last_error=error, completed_at=now, **unlocked
             )
     raise TypeError(f"unknown outcome {outcome!r}")
