@@ -122,7 +122,10 @@ def raw_batch(tmp: Path, sync: str, n: int, batch: int = 1000) -> float:
 
 
 def _run_procs(commands: list[list[str]]) -> list[dict[str, Any]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
         for cmd in commands
@@ -136,7 +139,9 @@ def _run_procs(commands: list[list[str]]) -> list[dict[str, Any]]:
     return reports
 
 
-def jobcore_drain(tmp: Path, sync: str, n: int, processes: int, threads: int) -> tuple[float, float]:
+def jobcore_drain(
+    tmp: Path, sync: str, n: int, processes: int, threads: int
+) -> tuple[float, float]:
     """(jobs/s, peak RSS MB of the first worker) for `processes` workers of `threads` executors."""
     path = fresh(tmp, "jc-drain.db")
     queue = jobcore_queue(path, sync)
@@ -185,7 +190,9 @@ def huey_drain(tmp: Path, sync: str, n: int) -> float:
         noop()
     huey.storage.close()
     start_at = str(time.time() + 0.8)
-    [report] = _run_procs([[sys.executable, "-m", "benchmarks.proc", "huey-drain", path, sync, str(n), start_at]])
+    [report] = _run_procs(
+        [[sys.executable, "-m", "benchmarks.proc", "huey-drain", path, sync, str(n), start_at]]
+    )
     return _rate(n, report["end"] - report["start"])
 
 
@@ -200,15 +207,21 @@ def _cpu_seconds(pid: int) -> float:
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * len(ordered))) - 1)]
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * len(ordered)) - 1)]
     return statistics.median(ordered), p99
 
 
 def _spawn(kind: str, path: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.proc", kind, path], env=env, cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "benchmarks.proc", kind, path],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -300,7 +313,9 @@ def claim_cost(tmp: Path, finished: int, not_due: int, claims: int = 2000) -> fl
     with storage.transaction():
         for _ in range(claims):
             start = time.perf_counter()
-            recorded, [job] = storage.commit_batch([], worker="w", claim_limit=1, now=now_ms(), lease_ms=60_000)
+            _, [job] = storage.commit_batch(
+                [], worker="w", claim_limit=1, now=now_ms(), lease_ms=60_000
+            )
             spent += time.perf_counter() - start
             lease = Lease(job_id=job.id, worker="w", attempt=job.attempts, job=job)
             storage.record([Completed(lease=lease, result=None)], now=now_ms())

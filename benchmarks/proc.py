@@ -44,7 +44,16 @@ def drain(db: str, sync: str, concurrency: str, start_at: str) -> None:
     wait_until(float(start_at))
     start = time.time()
     worker.run()
-    print(json.dumps({"start": start, "end": time.time(), "completed": worker.stats["completed"], "rss_mb": peak_rss_mb()}))
+    print(
+        json.dumps(
+            {
+                "start": start,
+                "end": time.time(),
+                "completed": worker.stats["completed"],
+                "rss_mb": peak_rss_mb(),
+            }
+        )
+    )
 
 
 def idle_worker(db: str) -> None:
@@ -63,7 +72,9 @@ def huey_drain(db: str, sync: str, count: str, start_at: str) -> None:
     huey = huey_app.make_huey(db, sync)
     huey_app.register_tasks(huey)
     logging.getLogger("huey").setLevel(logging.WARNING)
-    consumer = huey.create_consumer(workers=1, worker_type="thread", periodic=False, check_worker_health=False)
+    consumer = huey.create_consumer(
+        workers=1, worker_type="thread", periodic=False, check_worker_health=False
+    )
     wait_until(float(start_at))
     start = time.time()
     consumer.start()
@@ -71,7 +82,11 @@ def huey_drain(db: str, sync: str, count: str, start_at: str) -> None:
         time.sleep(0.0005)
     end = time.time()
     consumer.stop(graceful=True)
-    print(json.dumps({"start": start, "end": end, "completed": huey_app.executed, "rss_mb": peak_rss_mb()}))
+    print(
+        json.dumps(
+            {"start": start, "end": end, "completed": huey_app.executed, "rss_mb": peak_rss_mb()}
+        )
+    )
 
 
 def huey_consumer(db: str) -> None:
@@ -86,7 +101,12 @@ def huey_consumer(db: str) -> None:
     threading.Event().wait()  # until SIGTERM ends the process
 
 
-KINDS = {"drain": drain, "idle-worker": idle_worker, "huey-drain": huey_drain, "huey-consumer": huey_consumer}
+KINDS = {
+    "drain": drain,
+    "idle-worker": idle_worker,
+    "huey-drain": huey_drain,
+    "huey-consumer": huey_consumer,
+}
 
 if __name__ == "__main__":
     KINDS[sys.argv[1]](*sys.argv[2:])

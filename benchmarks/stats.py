@@ -25,9 +25,14 @@ class Series:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "name": self.name, "sync": self.sync, "system": self.system, "unit": self.unit,
-            "median": self.median, "min": min(self.values, default=None),
-            "max": max(self.values, default=None), "values": self.values,
+            "name": self.name,
+            "sync": self.sync,
+            "system": self.system,
+            "unit": self.unit,
+            "median": self.median,
+            "min": min(self.values, default=None),
+            "max": max(self.values, default=None),
+            "values": self.values,
         }
 
 

@@ -67,6 +67,9 @@ class TypeSettings(BaseModel):
     priority: int | None = None
 
 
+_NO_TYPE_SETTINGS = TypeSettings()
+
+
 def _validate(model: type[M], values: Mapping[str, tuple[Any, str]], where: str) -> M:
     """Validate `{name: (value, source)}` into `model`, naming the source of a bad value."""
     try:
@@ -145,7 +148,7 @@ class Config:
 
     def type_settings(self, name: str) -> TypeSettings:
         """The `[types.NAME]` overrides (all None when absent)."""
-        return self._types.get(name) or TypeSettings()
+        return self._types.get(name) or _NO_TYPE_SETTINGS
 
     def plugin_settings(self, plugin: str, model: type[M]) -> M:
         """Validate `[plugins.PLUGIN]` with `JOBCORE_<PLUGIN>_<SETTING>` env overrides (cached)."""

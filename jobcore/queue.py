@@ -99,6 +99,7 @@ class Queue:
 
     @property
     def wake_key(self) -> str:
+        """Identifies the database for in-process wake-ups (the storage's, else the URL)."""
         return str(getattr(self.storage, "wake_key", self.url))
 
     def close(self) -> None:

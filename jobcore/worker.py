@@ -113,7 +113,9 @@ class Worker:
         self._running: dict[str, Running] = {}
         self._ready: stdqueue.SimpleQueue[Running | None] = stdqueue.SimpleQueue()
         self._executors: set[threading.Thread] = set()
-        self._notices: stdqueue.SimpleQueue[list[Callable[[], None]] | None] = stdqueue.SimpleQueue()
+        self._notices: stdqueue.SimpleQueue[list[Callable[[], None]] | None] = (
+            stdqueue.SimpleQueue()
+        )
         self._batch: list[Callable[[], None]] = []  # notifications of the current iteration
         self._notifier: threading.Thread | None = None
         self._stopping = False

@@ -105,7 +105,7 @@ def insert_values(job: NewJob, now: int) -> tuple[Any, ...]:
         job.timeout_ms,
         job.idempotency_key,
         job.parent_id,
-        compact_json(job.meta),
+        compact_json(job.meta) if job.meta else "{}",
         now,
     )
 

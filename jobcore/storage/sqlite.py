@@ -93,12 +93,15 @@ class SQLiteStorage:
         self._all: list[apsw.Connection] = []
         self._all_lock = threading.Lock()
         self._migrated = False
+        self._wake_key: str | None = None
         self._check_location()
 
     @property
     def wake_key(self) -> str:
         """Identifies the database for in-process wake-ups."""
-        return os.path.realpath(self.path)
+        if self._wake_key is None:
+            self._wake_key = os.path.realpath(self.path)
+        return self._wake_key
 
     # -- connections ---------------------------------------------------------------
 
@@ -259,7 +262,10 @@ class SQLiteStorage:
         with self._write() as conn:
             if any(job.idempotency_key is not None for job in jobs):
                 return [self._insert_one(conn, job, now) for job in jobs]
-            conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
+            if len(jobs) == 1:
+                conn.execute(_INSERT, insert_values(jobs[0], now))
+            else:
+                conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
         return [Inserted(new_row(job, now), created=True) for job in jobs]
 
     # -- the worker's path ---------------------------------------------------------

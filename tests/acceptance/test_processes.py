@@ -125,7 +125,8 @@ def test_handler_calling_os_exit_ends_failed_with_history(cluster: Cluster) -> N
 def test_three_workers_drain_thousands_of_jobs_each_run_once(cluster: Cluster) -> None:
     total = 3000
     log = cluster.tmp / "runs.log"
-    lines = "".join(json.dumps({"log": str(log)}) + "\n" for _ in range(total))
+    # 10ms jobs: enough work that every process, however late it starts, takes part
+    lines = "".join(json.dumps({"log": str(log), "sleep": 0.01}) + "\n" for _ in range(total))
     (cluster.tmp / "jobs.jsonl").write_text(lines)
     done = cluster.cli("enqueue", "record", "--from", "jobs.jsonl")
     assert done.returncode == 0, done.stderr
