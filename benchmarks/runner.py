@@ -179,6 +179,10 @@ def _fmt(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
 
 
+def _ratio(series: Series, other: Series | None) -> str:
+    return f"{series.median / other.median:.2f}x" if other else ""
+
+
 def rows(results: Results) -> list[list[str]]:
     table = []
     for series in results.series.values():
@@ -193,7 +197,6 @@ def rows(results: Results) -> list[list[str]]:
                 huey = results.get("drain, 1 worker thread", series.sync, "huey")
         elif series.system == "jobcore" and series.name.startswith("enqueue->start"):
             huey = results.get(series.name, series.sync, "huey")
-        ratio = lambda other: f"{series.median / other.median:.2f}x" if other else ""  # noqa: E731
         table.append(
             [
                 series.name,
@@ -201,8 +204,8 @@ def rows(results: Results) -> list[list[str]]:
                 series.system,
                 f"{_fmt(series.median)} {series.unit}",
                 f"{_fmt(min(series.values))}-{_fmt(max(series.values))}",
-                ratio(raw),
-                ratio(huey),
+                _ratio(series, raw),
+                _ratio(series, huey),
             ]
         )
     return table
