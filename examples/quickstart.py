@@ -14,7 +14,7 @@ from jobcore.logs import configure_logging
 
 
 def main() -> None:
-    configure_logging("text", level=logging.WARNING)  # keep the example's own output readable
+    configure_logging("text", level=logging.ERROR)  # keep the example's own output readable
     db = os.environ.get("JOBCORE_DB", "jobcore.db")
     # retry failed attempts at once (the default backoff starts at 1s and doubles)
     queue = Queue(db, config=Config.load(options={"backoff_base": 0.0}))

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from testenv import subprocess_env
+from testenv import subprocess_env, wait_for
 
 from jobcore.storage.sqlite import SQLiteStorage
 
@@ -64,23 +64,13 @@ class Cluster:
         return result
 
     def wait_file(self, path: Path, timeout: float = 20.0) -> None:
-        wait_until(path.exists, timeout)
+        wait_for(path.exists, timeout)
 
     def stop_all(self) -> None:
         for proc in self.workers:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -99,7 +89,7 @@ def test_sigkilled_worker_job_is_reclaimed_and_completed(cluster: Cluster) -> No
     first.wait(10)
     assert cluster.job(job_id)["status"] == "claimed"  # the dead worker's lease still holds it
     second = cluster.worker("--lease", "1s")
-    wait_until(lambda: cluster.job(job_id)["status"] == "completed", timeout=30)
+    wait_for(lambda: cluster.job(job_id)["status"] == "completed", timeout=30)
     second.send_signal(signal.SIGTERM)
     assert second.wait(20) == 0
     job = cluster.job(job_id)
@@ -187,7 +177,7 @@ def test_other_process_enqueue_wakes_an_idle_worker(cluster: Cluster) -> None:
     time.sleep(1.0)  # idle now; its next full poll is a minute away
     started = time.monotonic()
     job_id = cluster.enqueue("noop", {})
-    wait_until(lambda: cluster.job(job_id)["status"] == "completed", timeout=10)
+    wait_for(lambda: cluster.job(job_id)["status"] == "completed", timeout=10)
     assert time.monotonic() - started < 10
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(20) == 0

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 HELPERS = Path(__file__).parent
 
@@ -15,3 +20,26 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["JOBCORE_PLUGINS"] = "jobcore_test_plugin"
     env.update(extra)
     return env
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Poll `predicate` until it returns something truthy (returned), or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+class LocalHTTPServer:
+    """A threading HTTP server on 127.0.0.1 (a free port) serving `handler` until `close()`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -12,6 +12,7 @@ from typing import Any
 import apsw
 import jobcore_test_plugin as tp
 import pytest
+from testenv import wait_for
 
 from jobcore import JobStatus, NewJob, Queue, Worker, hookimpl
 from jobcore.ids import new_id
@@ -24,16 +25,6 @@ MakeQueue = Callable[..., Queue]
 @pytest.fixture
 def queue(jobcore_make_queue: MakeQueue, jobcore_recorder: HookRecorder) -> Queue:
     return jobcore_make_queue(tp, jobcore_recorder)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 def start_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.Thread]:

@@ -10,6 +10,7 @@ import boto3
 import jobcore_aws
 import pytest
 from moto.server import ThreadedMotoServer
+from testenv import LocalHTTPServer
 
 from jobcore import InvalidPayload, Queue
 from jobcore.testing import drain
@@ -276,8 +277,7 @@ class FlakyProxy:
 
     def __init__(self, target: str) -> None:
         import http.client
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
         from urllib.parse import urlsplit
 
         self.failures: list[tuple[int, str]] = []
@@ -312,13 +312,11 @@ class FlakyProxy:
                 self.wfile.write(data)
                 upstream.close()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = LocalHTTPServer(Handler)
+        self.url = self.http.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 def test_throttling_and_server_errors_are_retried(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 from jobcore_dlq import DlqPlugin, commands
 from jobcore_dlq.signature import signature
+from testenv import LocalHTTPServer
 
 from jobcore import JobStatus, Queue
 from jobcore.cli import cli
@@ -177,13 +177,11 @@ class Receiver:
                 self.send_header("content-length", "0")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/jobcore"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = LocalHTTPServer(Handler)
+        self.url = f"{self.http.url}/hooks/jobcore"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 @pytest.fixture

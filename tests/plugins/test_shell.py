@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jobcore_shell
 import pytest
+from testenv import wait_for
 
 from jobcore import InvalidPayload, JobStatus, Queue, Worker
 from jobcore.testing import drain
@@ -40,15 +40,6 @@ def alive(pid: int) -> bool:
             return handle.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def test_command_through_the_shell(queue: Queue, tmp_path: Path) -> None:
