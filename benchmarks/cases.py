@@ -30,7 +30,9 @@ def fresh(tmp: Path, name: str) -> str:
 
 def raw_connection(path: str, sync: str) -> apsw.Connection:
     """A plain APSW connection on the jobcore schema with the same pragmas."""
-    SQLiteStorage(path).migrate()  # the same table and indexes as jobcore's
+    storage = SQLiteStorage(path)
+    storage.migrate()  # the same table and indexes as jobcore's
+    storage.close()
     conn = apsw.Connection(path)
     conn.set_busy_timeout(30_000)
     conn.execute("PRAGMA journal_mode=WAL")

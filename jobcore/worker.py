@@ -329,7 +329,7 @@ class Worker:
             self._flush_notices()
             if self._done(stopping):
                 return
-            self._wait(mono, next_heartbeat, next_sweep, next_poll, self._next_due)
+            self._wait(next_heartbeat, next_sweep, next_poll, self._next_due)
 
     def _free_slots(self, stopping: bool) -> int:
         if stopping:
@@ -352,7 +352,7 @@ class Worker:
             return True
         return self.until_empty and not self._maybe_more
 
-    def _wait(self, mono: float, *deadlines: float | None) -> None:
+    def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
 
         Other connections' commits are looked for every `wake_check_interval`

@@ -11,8 +11,7 @@ SELECT * FROM jobs
 INSERT INTO jobs (id, type, queue, payload, status, priority, attempts, max_attempts,
                   run_at, timeout_ms, idempotency_key, cancel_requested, errors,
                   parent_id, meta, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, 0, '[]', ?11, ?12, ?13, ?13)
-RETURNING *;
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, 0, '[]', ?11, ?12, ?13, ?13);
 
 -- name: promote_due
 UPDATE jobs INDEXED BY jobs_scheduled SET status = 'pending', updated_at = :now

@@ -37,7 +37,7 @@ Q = load_queries("jobcore.storage", "queries.sql")
 
 LEASE_EXPIRED = "lease expired"
 
-_INSERT = Q["insert_job"].rsplit("RETURNING", 1)[0]
+_INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
 
 
 def sqlite_path(url: str) -> str | None:
