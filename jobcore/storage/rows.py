@@ -70,7 +70,7 @@ _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _set = object.__setattr__
 
 
-def _replace(job: Job, **changes: Any) -> Job:
+def replace_job(job: Job, **changes: Any) -> Job:
     """`dataclasses.replace` for the frozen `Job`, about twice as fast (a hot path of the worker)."""
     new = object.__new__(Job)
     for name in _JOB_FIELDS:
@@ -151,17 +151,17 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
     }
     match outcome:
         case Completed(result=result):
-            return _replace(
+            return replace_job(
                 job, status=JobStatus.COMPLETED, result=result, completed_at=now, **unlocked
             )
         case Released():
-            return _replace(
+            return replace_job(
                 job, status=JobStatus.PENDING, attempts=job.attempts - 1, locked_by=None, **unlocked
             )
         case Retrying(error=error, run_at=run_at):
             status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
             entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-            return _replace(
+            return replace_job(
                 job,
                 status=status,
                 run_at=run_at,
@@ -172,7 +172,7 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
             )
         case Failed(error=error):
             entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-            return _replace(
+            return replace_job(
                 job,
                 status=JobStatus.FAILED,
                 last_error=error,
@@ -181,7 +181,7 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
                 **unlocked,
             )
         case Cancelled(error=error):
-            return _replace(
+            return replace_job(
                 job, status=JobStatus.CANCELLED, last_error=error, completed_at=now, **unlocked
             )
     raise TypeError(f"unknown outcome {outcome!r}")
