@@ -132,7 +132,11 @@ def _iso_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """A validated job ready to insert; built by `Queue` from enqueue arguments."""
+    """A validated job ready to insert; built by `Queue` from enqueue arguments.
+
+    `run_at` is absolute (ms UTC) when given; when None the store sets it to
+    its own now + `delay_ms` at insert (time comes from the store).
+    """
 
     id: str
     type: str
@@ -140,12 +144,17 @@ class NewJob:
     payload: dict[str, Any]
     priority: int
     max_attempts: int
-    run_at: int
+    run_at: int | None
     timeout_ms: int | None
     idempotency_key: str | None
     parent_id: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    delay_ms: int = 0
     payload_json: str | None = field(default=None, compare=False, repr=False)  # payload, encoded
+
+    def run_at_for(self, now: int) -> int:
+        """When this job becomes due, given the store's now at insert."""
+        return self.run_at if self.run_at is not None else now + self.delay_ms
 
 
 @dataclass(frozen=True, slots=True)

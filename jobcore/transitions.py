@@ -424,7 +424,9 @@ def target_status(transition: Transition, delay_ms: int = 0) -> JobStatus:
     return JobStatus(transition.to_status)
 
 
-def history_entry(job: Job, transition: Transition, *, now: int, error: str | None) -> dict[str, Any]:
+def history_entry(
+    job: Job, transition: Transition, *, now: int, error: str | None
+) -> dict[str, Any]:
     """The attempt-history entry `transition` appends to `job` (as it was before)."""
     return {
         "attempt": job.attempts,

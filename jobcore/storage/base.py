@@ -93,8 +93,12 @@ class Storage(Protocol):
         Jobs inserted inside it commit or roll back with the application's writes.
         """
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Run `callback` once the current transaction commits (now, if none is open)."""
+    def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        """Run `callback` once the current transaction commits (now, if none is open).
+
+        With `conn` (an application connection given to `insert`): once that
+        connection's transaction commits, where the backend can tell; else now.
+        """
 
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
         """Insert jobs in one transaction, deduplicating unfinished idempotency keys.
