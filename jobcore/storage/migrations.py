@@ -67,8 +67,11 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         -- claims made by v1 had no marker: treat them as started (the v1 sweep rules)
         UPDATE jobs SET lease_id = lower(hex(randomblob(16))), started_at = claimed_at
          WHERE status = 'claimed';
+        -- the event log: one row per job transition, appended by the triggers below in
+        -- the transition's own transaction (details are read from the job); pruning
+        -- always keeps the newest row, so a seq is never handed out twice
         CREATE TABLE events (
-            seq       INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even after pruning
+            seq       INTEGER PRIMARY KEY,
             at        INTEGER NOT NULL,
             kind      TEXT NOT NULL,
             job_id    TEXT,
@@ -87,24 +90,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE status = 'pending';
         CREATE TRIGGER jobs_event_insert AFTER INSERT ON jobs
         BEGIN
-            INSERT INTO events (at, kind, job_id, worker_id, data)
-            VALUES (NEW.created_at, 'job:enqueued', NEW.id, NULL,
-                    json_object('type', NEW.type, 'queue', NEW.queue, 'status', NEW.status,
-                                'attempt', NEW.attempts));
+            INSERT INTO events (at, kind, job_id) VALUES (NEW.created_at, 'job:enqueued', NEW.id);
         END;
         CREATE TRIGGER jobs_event AFTER UPDATE OF last_event ON jobs
         WHEN NEW.last_event IS NOT NULL
         BEGIN
-            INSERT INTO events (at, kind, job_id, worker_id, data)
+            INSERT INTO events (at, kind, job_id, worker_id)
             VALUES (NEW.updated_at, NEW.last_event, NEW.id,
                     CASE WHEN NEW.status = 'claimed' THEN NEW.locked_by
-                         WHEN OLD.status = 'claimed' THEN OLD.locked_by END,
-                    json_object('type', NEW.type, 'queue', NEW.queue, 'status', NEW.status,
-                                'attempt', CASE WHEN NEW.status = 'claimed' THEN NEW.attempts
-                                                ELSE OLD.attempts END,
-                                'error', CASE WHEN NEW.last_event IN ('job:retrying', 'job:failed',
-                                              'job:reclaimed', 'job:cancelled')
-                                              THEN NEW.last_error END));
+                         WHEN OLD.status = 'claimed' THEN OLD.locked_by END);
         END;
         """,
     ),

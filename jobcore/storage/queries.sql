@@ -74,11 +74,14 @@ SELECT type, idempotency_key, count(*) FROM jobs WHERE idempotency_key IS NOT NU
  GROUP BY type, idempotency_key HAVING count(*) > 1 ORDER BY count(*) DESC LIMIT 50;
 
 -- name: events_after
-SELECT seq, at, kind, job_id, worker_id, data FROM events WHERE seq > :seq ORDER BY seq LIMIT :limit;
+-- job events carry no data of their own: type and queue (which never change) come from the
+-- job while it exists
+SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue
+  FROM events e LEFT JOIN jobs j ON j.id = e.job_id
+ WHERE e.seq > :seq ORDER BY e.seq LIMIT :limit;
 
 -- name: last_event_seq
-SELECT max(coalesce((SELECT max(seq) FROM events), 0),
-           coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0));
+SELECT coalesce(max(seq), 0) FROM events;
 
 -- name: add_event
 INSERT INTO events (at, kind, job_id, worker_id, data)
@@ -87,8 +90,9 @@ RETURNING seq;
 
 -- name: prune_events
 -- events are appended in time order: delete those before the first recent one (reading
--- only the old rows), at most 100000 per sweep so one sweep never holds the lock long
+-- only the old rows), at most 100000 per sweep so one sweep never holds the lock long,
+-- and never the newest (so seq keeps growing)
 DELETE FROM events
  WHERE seq < coalesce((SELECT seq FROM events WHERE at >= :before ORDER BY seq LIMIT 1),
-                      (SELECT max(seq) + 1 FROM events))
+                      (SELECT max(seq) FROM events))
    AND seq < (SELECT min(seq) FROM events) + 100000;

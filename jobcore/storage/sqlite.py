@@ -10,81 +10,51 @@ exception leaves this module: `storage_error` turns each into a
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import logging
 import os
 import secrets
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import apsw
 
 from jobcore import transitions as T
 from jobcore.errors import (
     IllegalTransition,
-    NotADatabase,
     SchemaTooNew,
-    StorageBusy,
-    StorageConnectionLost,
     StorageError,
-    StorageFull,
-    StorageIOError,
-    StorageReadOnly,
     StorageUnavailable,
 )
-from jobcore.models import Completed, Event, Failed, Job, Lease, NewJob, Outcome, compact_json
+from jobcore.models import Completed, Failed, Job, Lease, NewJob, Outcome, compact_json
 from jobcore.storage import sqlite_statements as S
-from jobcore.storage.base import Inserted, Recorded, Stats, Swept
+from jobcore.storage.base import Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.rows import insert_values, new_row, replace_job, row_to_job, rows_of
-from jobcore.storage.sql import load_queries
+from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
+from jobcore.storage.sqlite_outbox import AppConnections
+from jobcore.storage.sqlite_reads import Q, SQLiteReads, in_filter
+from jobcore.storage.sqlite_statements import (
+    CANCEL_WAITING_SQL,
+    EXTEND_SQL,
+    MARK_STARTED_SQL,
+    OPERATOR_RETRY_SQL,
+    OWNER_SQL,
+    PROMOTE_SQL,
+    REQUEST_CANCEL_SQL,
+    SWEEP_SQL,
+)
 from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.storage")
 
-Q = load_queries("jobcore.storage", "queries.sql")
-
 LEASE_EXPIRED = T.LEASE_EXPIRED
-MAX_ERROR_CHARS = 8192
-"""Longer error texts are cut (a traceback as an error message must not bloat every row)."""
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
 
-
-def _owner_statements() -> dict[str, tuple[str, str]]:
-    """Per owner transition: (statement returning the whole row, one returning what it needs).
-
-    The second returns what may have changed since the claim: the started
-    marker as it was (RETURNING shows the new row, so a transition that clears
-    it reads it back from the history entry it appended) and `cancel_requested`.
-    """
-    out = {}
-    for group in T.OWNER.values():
-        for t in group:
-            if t.started is T.Started.KEEP:
-                started = "started_at"
-            else:
-                assert t.history is not None, t.name
-                started = "json_extract(history, '$[#-1].started_at')"
-            out[t.name] = (S.by_id(t, "*"), S.by_id(t, f"{started}, cancel_requested"))
-    return out
-
-
-OWNER_SQL = _owner_statements()
-SWEEP_SQL = [(S.set_based(t, "jobs_leases"), t.error, action) for t, action in T.SWEEP]
-PROMOTE_SQL = S.promote(T.PROMOTE)
-EXTEND_SQL = S.by_id(T.EXTEND, "cancel_requested")
-MARK_STARTED_SQL = S.by_id(T.MARK_STARTED, "id")
-OPERATOR_RETRY_SQL = S.by_id(T.OPERATOR_RETRY)
-CANCEL_WAITING_SQL = S.by_id(T.CANCEL_WAITING)
-REQUEST_CANCEL_SQL = S.by_id(T.REQUEST_CANCEL)
 
 _ACQUIRE_LOCK = """
 INSERT INTO locks (name, holder, expires_at) VALUES (:name, :holder, :now + :ttl)
@@ -104,80 +74,6 @@ def sqlite_path(url: str) -> str | None:
     return url
 
 
-def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
-    if not values:
-        return ""
-    names = []
-    for index, value in enumerate(values):
-        params[f"{prefix}{index}"] = value
-        names.append(f":{prefix}{index}")
-    return f" AND {column} IN ({', '.join(names)})"
-
-
-def _clean(text: str | None) -> str | None:
-    """An error text SQLite can store: valid UTF-8 (lone surrogates replaced), bounded."""
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        text = repr(text)
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 14] + "… (truncated)"
-    if not text.isascii():
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
-
-
-def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> StorageError:
-    """The `StorageError` subclass for an APSW exception, naming the problem and the fix."""
-    where = f"database {path}"
-    match exc:
-        case apsw.BusyError() | apsw.LockedError():
-            return StorageBusy(
-                f"{where} is busy: another connection held the write lock for longer than "
-                f"the {busy_timeout_ms / 1000:g}s busy timeout ({exc}); try again, or raise "
-                "busy_timeout"
-            )
-        case apsw.FullError():
-            return StorageFull(f"{where}: disk full ({exc}); free space on its file system")
-        case apsw.NotADBError() | apsw.CorruptError():
-            return NotADatabase(
-                f"{path} is not a usable SQLite database ({exc}); choose another --db "
-                "or restore it from a backup"
-            )
-        case apsw.ReadOnlyError() | apsw.PermissionsError() | apsw.AuthError():
-            return StorageReadOnly(
-                f"{where} cannot be written ({exc}); check the permissions of the file, "
-                "its -wal/-shm files and its folder"
-            )
-        case apsw.CantOpenError():
-            return StorageUnavailable(
-                f"cannot open {where} ({exc}); check that its folder exists and is accessible"
-            )
-        case apsw.IOError():
-            return StorageIOError(
-                f"{where}: I/O error ({exc}); check the disk and file system, then try again"
-            )
-        case apsw.ConnectionClosedError():
-            return StorageConnectionLost(f"{where}: the connection was closed ({exc})")
-    return StorageError(f"{where}: {type(exc).__name__}: {exc}")
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _boundary(method: F) -> F:
-    """Translate APSW exceptions raised by `method` into StorageError subclasses."""
-
-    @functools.wraps(method)
-    def wrapper(self: SQLiteStorage, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except apsw.Error as exc:
-            raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
-
-    return cast(F, wrapper)
-
-
 @dataclass
 class _ThreadState:
     conn: apsw.Connection
@@ -186,7 +82,7 @@ class _ThreadState:
     data_version: int | None = None
 
 
-class SQLiteStorage:
+class SQLiteStorage(SQLiteReads):
     """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE.
 
     `clock` (ms UTC) replaces this machine's clock, for tests. `event_retention`
@@ -223,10 +119,8 @@ class SQLiteStorage:
         self._all_lock = threading.Lock()
         self._migrated = False
         self._wake_key: str | None = None
-        # application connections used for inserts (outbox): their pending after-commit work
-        self._app_pending: weakref.WeakKeyDictionary[apsw.Connection, list[Callable[[], None]]]
-        self._app_pending = weakref.WeakKeyDictionary()
-        self._check_location()
+        self._app = AppConnections(self.path)  # the application's own (outbox) connections
+        check_location(self.path, create=self._create)
 
     def now(self) -> int:
         """The store's clock (this machine's, or the injected one), ms UTC."""
@@ -240,39 +134,6 @@ class SQLiteStorage:
         return self._wake_key
 
     # -- connections ---------------------------------------------------------------
-
-    def _check_location(self) -> None:
-        target = Path(self.path)
-        folder = target.parent if str(target.parent) else Path(".")
-        if not folder.is_dir():
-            raise StorageUnavailable(
-                f"cannot open database {self.path}: folder {folder} does not exist; "
-                "create it or choose another --db"
-            )
-        if target.exists():
-            if not target.is_file():
-                raise StorageUnavailable(f"cannot open database {self.path}: it is not a file")
-            try:
-                with open(target, "rb") as handle:
-                    header = handle.read(16)
-            except OSError as exc:
-                raise StorageUnavailable(f"cannot read database {self.path}: {exc}") from None
-            if header and header != b"SQLite format 3\x00":
-                raise NotADatabase(
-                    f"{self.path} is not a SQLite database; choose another --db or move it away"
-                )
-        elif not self._create:
-            raise StorageUnavailable(
-                f"database {self.path} does not exist; enqueue a job or run a worker to create "
-                "it, or point --db / JOBCORE_DB at an existing one"
-            )
-        if not os.access(folder, os.W_OK | os.X_OK) or (
-            target.exists() and not os.access(target, os.W_OK)
-        ):
-            raise StorageReadOnly(
-                f"cannot open database {self.path}: folder {folder} is not writable "
-                "(SQLite needs to create journal files beside the database)"
-            )
 
     def _open(self) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
@@ -329,7 +190,7 @@ class SQLiteStorage:
     def _schema_version(self, conn: apsw.Connection) -> int:
         return int(rows_of(conn, "PRAGMA user_version")[0][0])
 
-    @_boundary
+    @boundary
     def migrate(self) -> None:
         """Bring the schema up to date; reads only, unless there is migration work to do."""
         conn = self._state().conn
@@ -407,11 +268,8 @@ class SQLiteStorage:
 
     def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
         if conn is not None:
-            pending = self._app_pending.get(conn)
-            if pending is not None and conn.in_transaction:
-                pending.append(callback)
-                return
-            callback()
+            if not self._app.defer(conn, callback):
+                callback()
             return
         state = self._state()
         if state.depth:
@@ -442,64 +300,19 @@ class SQLiteStorage:
             conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
         return [Inserted(new_row(job, now), created=True) for job in jobs]
 
-    @_boundary
+    @boundary
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
-        if conn is not None:
-            return self._insert_on(conn, jobs)
+        if conn is not None:  # the application's own connection, in its open transaction
+            self._app.adopt(conn)
+            if self._schema_version(conn) != SCHEMA_VERSION:
+                self.migrate()  # on our own connection: needs the write lock only this once
+            return self._insert_all(conn, jobs, self.now())
         with self._write() as own:
             return self._insert_all(own, jobs, self.now())
 
-    def _insert_on(self, conn: Any, jobs: Sequence[NewJob]) -> list[Inserted]:
-        """Insert on the application's connection, inside the transaction it has open."""
-        if not isinstance(conn, apsw.Connection):
-            raise StorageError(
-                f"conn must be an apsw.Connection to {self.path}, not {type(conn).__name__}"
-            )
-        theirs = os.path.realpath(conn.filename) if conn.filename else ""
-        if theirs != self.wake_key:
-            raise StorageError(
-                f"conn is a connection to {conn.filename or 'an in-memory database'!r}, not to "
-                f"this queue's database {self.path}; open it on the same file"
-            )
-        if not conn.in_transaction:
-            raise StorageError(
-                "conn has no open transaction: run BEGIN (or BEGIN IMMEDIATE) on it first; "
-                "the jobs commit or roll back with it"
-            )
-        if self._schema_version(conn) != SCHEMA_VERSION:
-            self.migrate()  # on our own connection: needs the write lock only this once
-        if conn not in self._app_pending:
-            self._app_pending[conn] = []
-            conn.set_commit_hook(
-                functools.partial(self._app_committed, weakref.ref(conn)), id="jobcore"
-            )
-            conn.set_rollback_hook(
-                functools.partial(self._app_rolled_back, weakref.ref(conn)), id="jobcore"
-            )
-        return self._insert_all(conn, jobs, self.now())
-
-    def _app_committed(self, ref: weakref.ref[apsw.Connection]) -> bool:
-        conn = ref()
-        pending = self._app_pending.get(conn) if conn is not None else None
-        if pending:
-            callbacks = list(pending)
-            pending.clear()
-            for callback in callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("after-commit callback failed")
-        return False  # never veto the application's commit
-
-    def _app_rolled_back(self, ref: weakref.ref[apsw.Connection]) -> None:
-        conn = ref()
-        pending = self._app_pending.get(conn) if conn is not None else None
-        if pending:
-            pending.clear()
-
     # -- the worker's path ---------------------------------------------------------
 
-    @_boundary
+    @boundary
     def claim(
         self,
         *,
@@ -549,7 +362,7 @@ class SQLiteStorage:
             jobs[:start] = [replace_job(job, started_at=now) for job in first]
         return jobs
 
-    @_boundary
+    @boundary
     def commit_batch(
         self,
         outcomes: Sequence[Outcome],
@@ -573,12 +386,7 @@ class SQLiteStorage:
             )
         return recorded, claimed
 
-    @_boundary
-    def next_due(self) -> int | None:
-        value = rows_of(self._conn(), Q["next_due"])[0][0]
-        return None if value is None else int(value)
-
-    @_boundary
+    @boundary
     def extend_leases(self, leases: Sequence[Lease], *, lease_ms: int) -> dict[str, bool]:
         owned: dict[str, bool] = {}
         with self._write() as conn:
@@ -606,15 +414,10 @@ class SQLiteStorage:
                 marked.add(lease.job_id)
         return marked
 
-    @_boundary
+    @boundary
     def mark_started(self, leases: Sequence[Lease]) -> set[str]:
         with self._write() as conn:
             return self._mark_started(conn, leases, self.now())
-
-    @_boundary
-    def cancel_requested(self, worker: str) -> set[str]:
-        rows = rows_of(self._conn(), Q["cancel_requested"], {"worker": worker})
-        return {row[0] for row in rows}
 
     def _apply(self, conn: apsw.Connection, outcome: Outcome, now: int) -> Recorded:
         lease = outcome.lease
@@ -631,7 +434,7 @@ class SQLiteStorage:
         claimed = lease.job
         for transition in T.owner_transitions(outcome):
             whole, changed = OWNER_SQL[transition.name]
-            params["error"] = _clean(T.error_text(transition, outcome))
+            params["error"] = clean_text(T.error_text(transition, outcome))
             if claimed is None:
                 rows = rows_of(conn, whole, params)
                 if not rows:
@@ -644,7 +447,7 @@ class SQLiteStorage:
                 before = replace_job(
                     claimed, started_at=rows[0][0], cancel_requested=bool(rows[0][1])
                 )
-                stored = _stored_outcome(outcome, _clean(T.outcome_error(outcome)))
+                stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
                 job = T.apply(before, transition, now=now, outcome=stored)
             if isinstance(outcome, Completed) and outcome.children:
                 inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
@@ -665,7 +468,7 @@ class SQLiteStorage:
                     break
         return Recorded(outcome, None, "stale")
 
-    @_boundary
+    @boundary
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         with self._write() as conn:
             return self._record(conn, outcomes, self.now())
@@ -690,7 +493,6 @@ class SQLiteStorage:
                 apsw.TooBigError,
                 apsw.RangeError,
                 apsw.MismatchError,
-                StorageError,
                 TypeError,
                 ValueError,
                 OverflowError,
@@ -702,7 +504,7 @@ class SQLiteStorage:
                 recorded.append(self._apply(conn, fallback, now))
         return recorded
 
-    @_boundary
+    @boundary
     def sweep(self, *, force: bool = False) -> list[Swept]:
         conn = self._conn()
         now = self.now()
@@ -730,12 +532,12 @@ class SQLiteStorage:
         params = {"name": name, "holder": holder, "now": now, "ttl": ttl, "force": int(force)}
         return bool(rows_of(conn, _ACQUIRE_LOCK, params))
 
-    @_boundary
+    @boundary
     def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
         with self._write() as conn:
             return self._acquire(conn, name, holder, ttl_ms, self.now(), False)
 
-    @_boundary
+    @boundary
     def release_lock(self, name: str, holder: str) -> None:
         with self._write() as conn:
             conn.execute(
@@ -745,27 +547,7 @@ class SQLiteStorage:
 
     # -- events --------------------------------------------------------------------
 
-    @_boundary
-    def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
-        rows = rows_of(self._conn(), Q["events_after"], {"seq": seq, "limit": limit})
-        return [
-            Event(
-                seq=row[0],
-                at=row[1],
-                kind=row[2],
-                job_id=row[3],
-                worker_id=row[4],
-                data=None if row[5] is None else _json_object(row[5]),
-            )
-            for row in rows
-        ]
-
-    @_boundary
-    def last_event_seq(self) -> int:
-        rows = rows_of(self._conn(), Q["last_event_seq"])
-        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
-
-    @_boundary
+    @boundary
     def add_event(
         self,
         kind: str,
@@ -791,7 +573,7 @@ class SQLiteStorage:
             )
         return int(rows[0][0])
 
-    @_boundary
+    @boundary
     def wait_for_change(self, timeout: float) -> bool:
         state = self._state()
         conn = state.conn
@@ -808,40 +590,7 @@ class SQLiteStorage:
 
     # -- operators ------------------------------------------------------------------
 
-    @_boundary
-    def get(self, job_id: str) -> Job | None:
-        rows = rows_of(self._conn(), Q["get_job"], {"id": job_id})
-        return row_to_job(rows[0]) if rows else None
-
-    @_boundary
-    def list_jobs(
-        self,
-        *,
-        statuses: Sequence[str] = (),
-        types: Sequence[str] = (),
-        queues: Sequence[str] = (),
-        finished_after: int | None = None,
-        limit: int = 100,
-    ) -> list[Job]:
-        params: dict[str, Any] = {"limit": limit}
-        filters = (
-            _in("status", statuses, "s", params)
-            + _in("type", types, "t", params)
-            + _in("queue", queues, "q", params)
-        )
-        if finished_after is not None:
-            params["finished_after"] = finished_after
-            filters += " AND completed_at >= :finished_after"
-        rows = rows_of(self._conn(), Q["list_jobs"].replace("{filters}", filters), params)
-        return [row_to_job(row) for row in rows]
-
-    @_boundary
-    def failed_ids(self, types: Sequence[str] = ()) -> list[str]:
-        params: dict[str, Any] = {}
-        sql = Q["failed_ids"].replace("{filters}", _in("type", types, "t", params))
-        return [row[0] for row in rows_of(self._conn(), sql, params)]
-
-    @_boundary
+    @boundary
     def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
         results: list[Job | None] = []
         with self._write() as conn:
@@ -859,7 +608,7 @@ class SQLiteStorage:
                 results.append(row_to_job(rows[0]) if rows else None)
         return results
 
-    @_boundary
+    @boundary
     def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
         results: list[Job | None] = []
         with self._write() as conn:
@@ -872,61 +621,13 @@ class SQLiteStorage:
                 results.append(row_to_job(rows[0]) if rows else None)
         return results
 
-    @_boundary
+    @boundary
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
         params: dict[str, Any] = {"before": before}
-        filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
+        filters = in_filter("status", statuses, "s", params) + in_filter("type", types, "t", params)
         with self._write() as conn:
             conn.execute(Q["prune"].replace("{filters}", filters), params)
             return int(conn.changes())
-
-    def scan(
-        self, *, statuses: Sequence[str] = (), types: Sequence[str] = (), batch: int = 500
-    ) -> Iterator[Job]:
-        after = ""
-        while True:
-            jobs = self._scan_batch(after, statuses, types, batch)
-            yield from jobs
-            if len(jobs) < batch:
-                return
-            after = jobs[-1].id
-
-    @_boundary
-    def _scan_batch(
-        self, after: str, statuses: Sequence[str], types: Sequence[str], batch: int
-    ) -> list[Job]:
-        params: dict[str, Any] = {"after": after, "limit": batch}
-        filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
-        rows = rows_of(self._conn(), Q["scan_jobs"].replace("{filters}", filters), params)
-        return [row_to_job(row) for row in rows]
-
-    @_boundary
-    def count_by_status(self) -> dict[str, int]:
-        return {status: n for status, n in rows_of(self._conn(), Q["count_by_status"])}
-
-    @_boundary
-    def stats(self) -> Stats:
-        conn = self._conn()
-        now = self.now()
-        stats = Stats()
-        for type_name, status, count in rows_of(conn, Q["stats_counts"]):
-            stats.counts[status] = stats.counts.get(status, 0) + count
-            stats.by_type.setdefault(type_name, {})[status] = count
-        stats.failures = [
-            {"type": t, "error": error, "count": n}
-            for t, error, n in rows_of(conn, Q["stats_failures"])
-        ]
-        stats.stuck = [row_to_job(row) for row in rows_of(conn, Q["stats_stuck"], {"now": now})]
-        day_ago, since = now - 86_400_000, now - 3_600_000
-        for type_name, count, p50, p95 in rows_of(conn, Q["stats_durations"], {"since": day_ago}):
-            stats.durations[type_name] = {"count": count, "p50_ms": p50, "p95_ms": p95}
-        enqueued, completed, failed = rows_of(conn, Q["stats_last_hour"], {"since": since})[0]
-        stats.last_hour = {"enqueued": enqueued, "completed": completed, "failed": failed}
-        stats.duplicates = [
-            {"type": t, "idempotency_key": key, "count": n}
-            for t, key, n in rows_of(conn, Q["stats_duplicates"])
-        ]
-        return stats
 
 
 def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:
@@ -934,8 +635,3 @@ def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:
     if error is None or getattr(outcome, "error", None) == error:
         return outcome
     return dataclasses.replace(outcome, error=error)  # type: ignore[arg-type]
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    value = json.loads(text)
-    return value if isinstance(value, dict) else {"value": value}

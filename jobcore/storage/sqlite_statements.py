@@ -12,8 +12,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobcore.transitions import (
+    CANCEL_WAITING,
     CLAIM,
+    EXTEND,
+    MARK_STARTED,
+    OPERATOR_RETRY,
+    OWNER,
+    PROMOTE,
+    REQUEST_CANCEL,
     RETRY_TARGET,
+    SWEEP,
     Attempts,
     Cancel,
     Lock,
@@ -225,3 +233,32 @@ def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -
         f"UPDATE jobs\n   SET {set_clause(CLAIM)}\n WHERE status = 'pending' AND id IN "
         f"({candidates})\nRETURNING *"
     )
+
+
+def _owner_statements() -> dict[str, tuple[str, str]]:
+    """Per owner transition: (statement returning the whole row, one returning what it needs).
+
+    The second returns what may have changed since the claim: the started
+    marker as it was (RETURNING shows the new row, so a transition that clears
+    it reads it back from the history entry it appended) and `cancel_requested`.
+    """
+    out = {}
+    for group in OWNER.values():
+        for t in group:
+            if t.started is Started.KEEP:
+                started = "started_at"
+            else:
+                assert t.history is not None, t.name
+                started = "json_extract(history, '$[#-1].started_at')"
+            out[t.name] = (by_id(t, "*"), by_id(t, f"{started}, cancel_requested"))
+    return out
+
+
+OWNER_SQL = _owner_statements()
+SWEEP_SQL = [(set_based(t, "jobs_leases"), t.error, action) for t, action in SWEEP]
+PROMOTE_SQL = promote(PROMOTE)
+EXTEND_SQL = by_id(EXTEND, "cancel_requested")
+MARK_STARTED_SQL = by_id(MARK_STARTED, "id")
+OPERATOR_RETRY_SQL = by_id(OPERATOR_RETRY)
+CANCEL_WAITING_SQL = by_id(CANCEL_WAITING)
+REQUEST_CANCEL_SQL = by_id(REQUEST_CANCEL)

@@ -44,6 +44,9 @@ JOB_FIELDS = {
     "claimed_at",
     "completed_at",
     "updated_at",
+    "lease_id",
+    "started_at",
+    "history",
 }
 
 
