@@ -305,7 +305,7 @@ class Worker:
                     self._heartbeat()
                     next_heartbeat = mono + lease_s / 4
                 if mono >= next_sweep:
-                    for item in storage.sweep():
+                    for item in storage.sweep(hold_ms=int(lease_s * 500)):
                         self._batch.append(partial(self.queue.announce_swept, item))
                     next_sweep = mono + lease_s / 2
                 db_backoff = 0.0

@@ -160,12 +160,13 @@ class Storage(Protocol):
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         """Apply owner transitions fenced by `lease_id`, in one transaction."""
 
-    def sweep(self, *, force: bool = False) -> list[Swept]:
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
         """Reclaim, release, fail or cancel claimed jobs whose lease expired; prune old events.
 
-        One sweeper per store at a time: the sweep holds the store-level lock
-        `sweep` for a while and returns [] while another holder has it, unless
-        `force` (an operator's `jobcore sweep`).
+        One sweeper per store at a time: the sweep takes the store-level lock
+        `sweep` for `hold_ms` (a worker passes its sweep interval; default: the
+        backend's) and returns [] while another holder has it, unless `force`
+        (an operator's `jobcore sweep`). The same holder may sweep again at once.
         """
 
     def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:

@@ -505,7 +505,7 @@ class SQLiteStorage(SQLiteReads):
         return recorded
 
     @boundary
-    def sweep(self, *, force: bool = False) -> list[Swept]:
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
         conn = self._conn()
         now = self.now()
         if not force:  # read first: a sweep held elsewhere costs no write lock
@@ -515,7 +515,8 @@ class SQLiteStorage(SQLiteReads):
         swept: list[Swept] = []
         with self._write() as conn:
             now = self.now()
-            if not self._acquire(conn, "sweep", self.holder, self.sweep_hold_ms, now, force):
+            hold = self.sweep_hold_ms if hold_ms is None else hold_ms
+            if not self._acquire(conn, "sweep", self.holder, hold, now, force):
                 return []
             for sql, error, action in SWEEP_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error}):
