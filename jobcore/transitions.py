@@ -255,6 +255,20 @@ CANCEL_OWNED = Transition(
     event="job:cancelled",
 )
 
+FAIL_UNRECORDABLE = Transition(
+    "fail_unrecordable",
+    (_C,),
+    JobStatus.FAILED,
+    Guard(fenced=True),
+    lock=Lock.END_KEEP_WORKER,
+    error=OUTCOME_ERROR,
+    last_error=True,
+    finishes=True,
+    event="job:failed",
+)
+"""Last resort when even `fail` cannot be stored (e.g. a corrupt `errors` or `history` value):
+touches no JSON column, so one damaged row never blocks a batch."""
+
 # -- the sweep: expired leases (guards exclude each other) ----------------------------------
 
 SWEEP_CANCEL = Transition(
@@ -358,6 +372,7 @@ ALL: tuple[Transition, ...] = (
     RELEASE,
     RELEASE_CANCELLED,
     CANCEL_OWNED,
+    FAIL_UNRECORDABLE,
     SWEEP_CANCEL,
     SWEEP_RELEASE,
     SWEEP_FAIL,
