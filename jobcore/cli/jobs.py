@@ -11,7 +11,7 @@ import click
 
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, job_detail, job_rows
-from jobcore.cli.params import DURATION, TIME
+from jobcore.cli.params import DURATION, POSITIVE_DURATION, TIME
 from jobcore.errors import InvalidPayload, JobcoreError
 from jobcore.models import JobStatus
 
@@ -66,7 +66,7 @@ def read_lines(handle: IO[str], name: str) -> Iterator[tuple[int, dict[str, Any]
     help="Run no earlier than this ISO-8601 time (UTC unless an offset is given).",
 )
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the job fails.")
-@click.option("--timeout", type=DURATION, help="Maximum runtime of one attempt.")
+@click.option("--timeout", type=POSITIVE_DURATION, help="Maximum runtime of one attempt.")
 @click.option("--idempotency-key", help="At most one unfinished job per type and key.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job (with `created`) as JSON.")
 @pass_state
