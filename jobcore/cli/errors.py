@@ -32,7 +32,7 @@ _SQLITE_FAILURES: tuple[tuple[type[apsw.Error], str, str], ...] = (
     (
         apsw.FullError,
         "cannot grow: the disk (or its quota) is full",
-        "free space on the disk that holds it, or `jobcore prune` old jobs",
+        "free space on the disk that holds it",
     ),
     (
         apsw.NotADBError,
@@ -56,7 +56,7 @@ _SQLITE_FAILURES: tuple[tuple[type[apsw.Error], str, str], ...] = (
     ),
     (
         apsw.IOError,
-        "could not be read or written (I/O error)",
+        "could not be read or written (an I/O error)",
         "check the disk and the file system it is on",
     ),
 )
@@ -74,8 +74,8 @@ def describe_driver_error(exc: apsw.Error, db: str) -> str:
     detail = str(exc).strip()
     for kind, problem, fix in _SQLITE_FAILURES:
         if isinstance(exc, kind):
-            return f"database {db} {problem} ({detail}); {fix}"
-    return f"database {db} failed: {type(exc).__name__}: {detail}"
+            return f"database {db} {problem}; {fix} (SQLite said: {detail})"
+    return f"database {db} failed (SQLite said: {type(exc).__name__}: {detail})"
 
 
 @contextmanager
