@@ -143,9 +143,7 @@ class JobcorePluginManager(pluggy.PluginManager):
             if self.get_plugin(name) is plugin:
                 self.unregister(plugin)
             reason = str(exc) if isinstance(exc, pluggy.PluginValidationError) else None
-            self.mark_unavailable(
-                name, one_line(reason or f"{type(exc).__name__}: {exc}"), version
-            )
+            self.mark_unavailable(name, one_line(reason or f"{type(exc).__name__}: {exc}"), version)
             return False
         if registered is None:  # blocked, or its jobcore_configure failed
             return False
@@ -205,12 +203,19 @@ class JobcorePluginManager(pluggy.PluginManager):
         for impl in reversed(self.hook.jobcore_enqueue_meta.get_hookimpls()):
             try:
                 extra = impl.function(**{arg: job for arg in impl.argnames})
-                if extra:
-                    meta.update(extra)
             except Exception:
                 log.exception(
                     "plugin %s failed in jobcore_enqueue_meta; job enqueued without its meta",
                     impl.plugin_name,
+                )
+                continue
+            if isinstance(extra, dict):
+                meta.update(extra)
+            elif extra is not None:
+                log.error(
+                    "plugin %s returned %s from jobcore_enqueue_meta, not a dict; ignored",
+                    impl.plugin_name,
+                    type(extra).__name__,
                 )
         return meta
 

@@ -14,10 +14,14 @@ from jobcore.worker import Worker
 @click.option("--queue", "queues", multiple=True, help="Only claim from this queue (repeatable).")
 @click.option("--type", "types", multiple=True, help="Only claim this job type (repeatable).")
 @click.option(
-    "--lease", type=POSITIVE_DURATION, help="Lease per claim; heartbeats every lease/4 (default 60s)."
+    "--lease",
+    type=POSITIVE_DURATION,
+    help="Lease per claim; heartbeats every lease/4 (default 60s).",
 )
 @click.option(
-    "--poll-interval", type=POSITIVE_DURATION, help="Full claim query at least this often (default 1s)."
+    "--poll-interval",
+    type=POSITIVE_DURATION,
+    help="Full claim query at least this often (default 1s).",
 )
 @click.option(
     "--shutdown-timeout",

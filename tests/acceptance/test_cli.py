@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-
 from testenv import subprocess_env
 
 from jobcore.cli import cli, main

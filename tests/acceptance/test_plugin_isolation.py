@@ -67,6 +67,13 @@ def jobcore_job_enqueued(job):
 def jobcore_job_completed(job):
     raise ValueError("completed hook broke")
 """,
+    "list_meta_plugin": """
+from jobcore import hookimpl
+
+@hookimpl
+def jobcore_enqueue_meta(job):
+    return ["not", "a", "dict"]
+""",
     "good_meta_plugin": """
 from jobcore import hookimpl
 
@@ -142,13 +149,14 @@ def test_the_cli_works_beside_broken_plugins_and_never_calls_them(tmp_path: Path
 
 
 def test_raising_meta_and_notification_hooks_are_logged_and_skipped(tmp_path: Path) -> None:
-    plugins = "jobcore_test_plugin,raising_hooks_plugin,good_meta_plugin"
+    plugins = "jobcore_test_plugin,raising_hooks_plugin,list_meta_plugin,good_meta_plugin"
     enqueued = jobcore(tmp_path, "enqueue", "parent", '{"children": 2}', "--json", plugins=plugins)
     assert enqueued.returncode == 0, enqueued.stderr
     job = json.loads(enqueued.stdout)
     assert job["meta"] == {"tenant": "acme"}  # the other plugin's meta still applies
     assert "plugin raising_hooks_plugin failed in jobcore_enqueue_meta" in enqueued.stderr
     assert "plugin raising_hooks_plugin failed in jobcore_job_enqueued" in enqueued.stderr
+    assert "plugin list_meta_plugin returned list from jobcore_enqueue_meta" in enqueued.stderr
 
     ran = jobcore(tmp_path, "run", "--until-empty", plugins=plugins)
     assert ran.returncode == 0, ran.stderr

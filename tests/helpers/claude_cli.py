@@ -103,9 +103,7 @@ def _npm_install(npm_bin: str, prefix: Path) -> None:
                 " (a certificate problem: point NODE_EXTRA_CA_CERTS or npm's cafile at your CA "
                 "bundle; tox passes NODE_EXTRA_CA_CERTS, SSL_CERT_FILE and npm_config_* through)"
             )
-        raise InstallError(
-            f"npm could not install {PACKAGE}{hint}:\n{done.stderr.strip()[-2000:]}"
-        )
+        raise InstallError(f"npm could not install {PACKAGE}{hint}:\n{done.stderr.strip()[-2000:]}")
 
 
 def main() -> int:

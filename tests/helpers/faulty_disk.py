@@ -11,7 +11,7 @@ BASE = apsw.vfs_names()[0]
 
 
 class FaultyFile(apsw.VFSFile):  # type: ignore[misc]
-    def xWrite(self, data: bytes, offset: int) -> None:  # noqa: N802 (SQLite's name)
+    def xWrite(self, data: bytes, offset: int) -> None:
         if os.environ.get("FAULTY_DISK") == "1":
             raise apsw.IOError("write failed on the faulty disk")
         super().xWrite(data, offset)
@@ -21,7 +21,7 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__("faulty", base=BASE, makedefault=True)
 
-    def xOpen(self, name: str | None, flags: list[int]) -> FaultyFile:  # noqa: N802
+    def xOpen(self, name: str | None, flags: list[int]) -> FaultyFile:
         return FaultyFile(BASE, name, flags)
 
 
