@@ -80,7 +80,9 @@ class Queue:
             except Exception as exc:
                 if impl.plugin_name.startswith("jobcore.builtin"):
                     raise
-                log.exception("plugin %s failed to register its job types", impl.plugin_name)
+                log.debug(
+                    "plugin %s failed to register its job types", impl.plugin_name, exc_info=True
+                )
                 self.pm.mark_unavailable(impl.plugin_name, f"registering job types failed: {exc}")
         return registry
 

@@ -51,6 +51,13 @@ def jobcore_job_enqueued(job):
     open("bad-configure-plugin-was-called", "w").close()
 """,
     "exits_on_import": "import sys\nsys.exit(3)\n",
+    "bad_types_plugin": """
+from jobcore import hookimpl
+
+@hookimpl
+def jobcore_register_job_types(register):
+    raise ImportError("needs a newer pydantic")
+""",
     # loads fine, but its meta and notification hooks raise
     "raising_hooks_plugin": """
 from jobcore import hookimpl
@@ -113,7 +120,7 @@ def listed(tmp_path: Path, plugins: str, **env: str) -> dict[str, dict[str, Any]
     return {p["name"]: p for p in json.loads(done.stdout)}
 
 
-BROKEN = "newer_plugin,extra_arg_plugin,bad_configure_plugin,exits_on_import"
+BROKEN = "newer_plugin,extra_arg_plugin,bad_configure_plugin,exits_on_import,bad_types_plugin"
 
 
 def test_broken_plugins_are_unavailable_with_the_reason(tmp_path: Path) -> None:
@@ -127,6 +134,7 @@ def test_broken_plugins_are_unavailable_with_the_reason(tmp_path: Path) -> None:
         "jobcore_configure raised RuntimeError: cannot reach the licence server"
     )
     assert reasons["exits_on_import"] == "SystemExit: 3"
+    assert reasons["bad_types_plugin"] == "registering job types failed: needs a newer pydantic"
     assert all(plugins[name]["hooks"] == [] for name in reasons)
     assert plugins["jobcore_test_plugin"]["status"] == "loaded"
     assert {p["status"] for p in plugins.values()} == {"loaded", "unavailable"}
