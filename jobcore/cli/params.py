@@ -53,6 +53,21 @@ class TimeType(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
+class NonEmptyType(click.ParamType):  # type: ignore[type-arg]
+    """A string that is not empty or blank (an unset shell variable is a mistake, not a name)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("must not be empty", param, ctx)
+        return text
+
+
 DURATION = DurationType()
 POSITIVE_DURATION = DurationType(positive=True)
 TIME = TimeType()
+NON_EMPTY = NonEmptyType()
+INT32 = click.IntRange(-(2**31), 2**31 - 1)  # what every backend stores as an integer
+POSITIVE_INT32 = click.IntRange(1, 2**31 - 1)
