@@ -147,7 +147,7 @@ def pass_state(fn: F) -> F:
     default="info",
     envvar="JOBCORE_LOG_LEVEL",
     show_default=True,
-    help="Least severe log level on stderr; `debug` adds tracebacks of expected failures.",
+    help="Least severe log level on stderr; `debug` adds details such as why a plugin is unavailable.",
 )
 @click.version_option(package_name="jobcore")
 @click.pass_context
