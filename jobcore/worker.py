@@ -654,10 +654,12 @@ class Worker:
     def _record_apart(self, batch: list[Attempt]) -> None:
         """Split a refused batch until the outcome the store refuses is alone; fail that job.
 
-        Parts that commit are done; if even a plain failure cannot be recorded,
-        the database is at fault, not an outcome, and the error propagates.
+        Parts that commit are done. If even a plain failure of that job is refused,
+        the database is at fault, not the outcome: its outcome is put back and the
+        error propagates (the loop backs off and tries again).
         """
         parts = [batch]
+        refused: dict[str, Outcome] = {}  # job id -> the outcome replaced by a failure
         while parts:
             part = parts.pop(0)
             try:
@@ -679,9 +681,10 @@ class Worker:
                     parts[:0] = [part[:middle], part[middle:]]
                     continue
                 [attempt] = part
-                outcome = attempt.outcome
-                if isinstance(outcome, Failed) and outcome.error.startswith(UNRECORDABLE):
+                if attempt.job.id in refused:
+                    attempt.outcome = refused[attempt.job.id]
                     raise
+                outcome = refused[attempt.job.id] = self._outcome(attempt)
                 log.error(
                     "job %s: the store refused its %s outcome (%s); recording it as failed",
                     attempt.job.id,
