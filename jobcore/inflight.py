@@ -98,8 +98,7 @@ class InFlight:
             if attempt.job.timeout_ms is not None:  # the timeout counts from the start
                 attempt.deadline = attempt.began_at + attempt.job.timeout_ms / 1000
             if not attempt.start_marked:
-                self._began.append(attempt)
-                self._cond.notify_all()
+                self._began.append(attempt)  # marked with the loop's next commit
         return True
 
     def report(self, attempt: Attempt, outcome: Outcome) -> bool:
@@ -173,8 +172,12 @@ class InFlight:
         return began
 
     def has_news(self) -> bool:
-        """Reports or unmarked starts wait for the loop (caller holds the lock)."""
-        return bool(self._inbox) or bool(self._began)
+        """Reports wait for the loop (caller holds the lock)."""
+        return bool(self._inbox)
+
+    def first_unmarked_start(self) -> float | None:
+        """When the oldest start not yet taken by the loop began (caller holds the lock)."""
+        return self._began[0].began_at if self._began else None
 
     def in_phase(self, *phases: Phase) -> list[Attempt]:
         return [attempt for attempt in self._attempts.values() if attempt.phase in phases]

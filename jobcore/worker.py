@@ -51,6 +51,7 @@ log = logging.getLogger("jobcore.worker")
 
 MAX_DB_BACKOFF = 30.0
 UNRECORDABLE = "the store refused this outcome"
+MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
 
 
 def default_worker_id() -> str:
@@ -135,6 +136,7 @@ class Worker:
         self._cond = threading.Condition()
         self.inflight = InFlight(self._cond)
         self._unrecorded: list[Attempt] = []  # loop-owned: reported, awaiting commit
+        self._to_mark: list[Attempt] = []  # loop-owned: began since the last commit, unmarked
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
         self._keeper_news: list[tuple[Attempt, str]] = []  # ("lost" | "cancel"), under _cond
@@ -356,7 +358,7 @@ class Worker:
         while True:
             with self._cond:
                 inbox = self.inflight.take_inbox()
-                self.inflight.take_began()  # start markers: recorded with the next commit
+                self._to_mark.extend(self.inflight.take_began())
                 news, self._keeper_news = self._keeper_news, []
                 woken, self._woken = self._woken, False
                 stopping, stop_deadline = self._stopping, self._stop_deadline
@@ -400,7 +402,7 @@ class Worker:
                     want_claim = free > 0 and (
                         full_poll or self._maybe_more or bool(self._unrecorded)
                     )
-                    if self._unrecorded or want_claim:
+                    if self._unrecorded or want_claim or self._marks_due(mono):
                         claimed = self._commit(free if want_claim else 0, promote=full_poll)
                         if want_claim:
                             self._maybe_more = (
@@ -430,6 +432,10 @@ class Worker:
             if self._done(stopping):
                 return
             self._wait(next_poll, self._next_due)
+
+    def _marks_due(self, mono: float) -> bool:
+        """Starts of prefetched jobs ride along with commits, but wait no longer than this."""
+        return bool(self._to_mark) and mono - self._to_mark[0].began_at >= MARK_WITHIN
 
     def _db_failed(self, exc: BaseException) -> None:
         first = self._db_backoff == 0.0
@@ -485,6 +491,8 @@ class Worker:
             until = min(until, self._stop_deadline)
         if self._db_backoff:
             until = min(until, self._db_retry_at)
+        if self._to_mark:
+            until = min(until, self._to_mark[0].began_at + MARK_WITHIN)
         free = self._free_slots(self._stopping)
         if free > 0 and self._maybe_more and not self._db_backoff:
             return  # the last claim was full: there is probably more to claim right away
@@ -494,6 +502,9 @@ class Worker:
             with cond:
                 if self.inflight.has_news() or self._keeper_news or self._woken:
                     return
+                first = self.inflight.first_unmarked_start()
+                if first is not None:
+                    until = min(until, first + MARK_WITHIN)
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
@@ -624,6 +635,7 @@ class Worker:
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
+        self._to_mark = []  # storage v1 has no start markers
         try:
             recorded, claimed = self.queue.storage.commit_batch(
                 [self._outcome(attempt) for attempt in batch],
