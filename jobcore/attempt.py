@@ -8,10 +8,8 @@ an attempt (an exception whose `str()` raises, a validator raising `KeyError`,
 from __future__ import annotations
 
 import logging
-import math
 import os
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 import pluggy
@@ -29,6 +27,7 @@ from jobcore.models import (
     compact_json,
 )
 from jobcore.queue import Queue
+from jobcore.transitions import clamp_delay_ms
 
 log = logging.getLogger("jobcore.worker")
 
@@ -45,17 +44,6 @@ def describe_error(error: BaseException) -> str:
     if len(text) > MAX_ERROR_CHARS:
         text = text[:MAX_ERROR_CHARS] + f"… ({len(text)} characters)"
     return f"{name}: {text}" if text else name
-
-
-def clamp_delay(seconds: float, limit: float) -> float:
-    """A retry delay from outside kept within [0, limit]: NaN or negative -> 0, inf -> limit."""
-    try:
-        value = float(seconds)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    if math.isnan(value) or value <= 0:
-        return 0.0
-    return min(value, limit)
 
 
 _PLUMBING = (
@@ -88,15 +76,13 @@ class AttemptRunner:
         self,
         queue: Queue,
         *,
-        clock: Callable[[], int],
         max_result_bytes: int,
         max_retry_delay: float,
     ) -> None:
         self.queue = queue
         self.pm = queue.pm
-        self.clock = clock
         self.max_result_bytes = max_result_bytes
-        self.max_retry_delay = max_retry_delay
+        self.max_retry_delay_ms = int(max_retry_delay * 1000)
         # With only the built-in implementation registered, call handlers directly:
         # the hook machinery costs a few microseconds per job and would change nothing.
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
@@ -193,5 +179,8 @@ class AttemptRunner:
                 delay = None if isinstance(exc, PermanentError) else 0.0
         if delay is None:
             return Failed(lease=attempt.lease, error=error)
-        delay = clamp_delay(delay, self.max_retry_delay)
-        return Retrying(lease=attempt.lease, error=error, run_at=self.clock() + int(delay * 1000))
+        try:
+            delay_ms = clamp_delay_ms(delay * 1000, self.max_retry_delay_ms)
+        except Exception:  # a plugin's decision that is not a number
+            delay_ms = 0
+        return Retrying(lease=attempt.lease, error=error, delay_ms=delay_ms)

@@ -63,7 +63,7 @@ class Attempt:
     began_at: float = 0.0  # monotonic, when an executor began it
     duration_ms: float = 0.0
     start_marked: bool = False  # the store knows the handler started
-    start_durable: threading.Event | None = None  # set once the start marker is committed
+    durable_start: bool = False  # its executor commits the start marker before running it
     lost: bool = False  # its lease is gone: nothing it reports can be recorded
     replaced: bool = False  # its executor was given up on; a fresh thread took the slot
 
@@ -97,7 +97,7 @@ class InFlight:
             attempt.began_at = time.monotonic()
             if attempt.job.timeout_ms is not None:  # the timeout counts from the start
                 attempt.deadline = attempt.began_at + attempt.job.timeout_ms / 1000
-            if not attempt.start_marked:
+            if not attempt.start_marked and not attempt.durable_start:
                 self._began.append(attempt)  # marked with the loop's next commit
         return True
 

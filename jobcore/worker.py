@@ -24,11 +24,10 @@ from functools import partial
 from types import FrameType
 from typing import Any
 
-import jobcore.errors as errors_module
 from jobcore import wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import JobcoreError, StorageError
+from jobcore.errors import JobcoreError, StorageError, TransientStorageError
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.models import (
     Cancelled,
@@ -45,7 +44,6 @@ from jobcore.plugins import notify
 from jobcore.queue import Queue
 from jobcore.registry import JobType, Payload
 from jobcore.storage.base import Recorded
-from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.worker")
 
@@ -59,11 +57,8 @@ def default_worker_id() -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """A database error that says nothing about the outcomes being written (busy, locked)."""
-    transient = getattr(errors_module, "TransientStorageError", None)
-    if transient is not None and isinstance(exc, transient):
-        return True
-    return type(exc).__name__ in ("BusyError", "LockedError")
+    """A database error that says nothing about the outcomes being written (busy, I/O)."""
+    return isinstance(exc, TransientStorageError)
 
 
 def _unstartable(payload: Any, ctx: Any) -> None:  # pragma: no cover - never called
@@ -95,7 +90,6 @@ class Worker:
         until_empty: bool = False,
         max_jobs: int | None = None,
         install_signal_handlers: bool = False,
-        clock: Callable[[], int] = now_ms,
     ) -> None:
         core = queue.config.core
         self.queue = queue
@@ -124,11 +118,9 @@ class Worker:
         self.until_empty = until_empty
         self.max_jobs = max_jobs
         self.install_signal_handlers = install_signal_handlers
-        self.clock = clock
         self.claim_batch = core.claim_batch
         self.attempts = AttemptRunner(
             queue,
-            clock=clock,
             max_result_bytes=core.max_result_bytes,
             max_retry_delay=core.max_retry_delay,
         )
@@ -145,6 +137,7 @@ class Worker:
         self._keeper: threading.Thread | None = None
         self._keeper_event = threading.Event()  # heartbeat requested, or stop
         self._keeper_stop = False
+        self._swept_once = False  # the keeper's first sweep ran (or failed)
         self._notices: stdqueue.SimpleQueue[list[Callable[[], None]] | None] = (
             stdqueue.SimpleQueue()
         )
@@ -215,7 +208,10 @@ class Worker:
             if not self.inflight.begin(attempt):
                 continue  # released or cancelled before it began
             try:
-                outcome = self.attempts.execute(attempt)
+                if attempt.durable_start and not self._mark_durably(attempt):
+                    outcome: Outcome = Released(lease=attempt.lease)
+                else:
+                    outcome = self.attempts.execute(attempt)
             except BaseException as exc:  # execute() never raises; this is the last guard
                 outcome = Failed(lease=attempt.lease, error=describe_error(exc))
             if not self.inflight.report(attempt, outcome):
@@ -226,6 +222,20 @@ class Worker:
                 )
                 if attempt.replaced:
                     return  # a fresh executor took this slot
+
+    def _mark_durably(self, attempt: Attempt) -> bool:
+        """Commit the start marker before the handler runs; False: give the job back."""
+        try:
+            held = self.queue.storage.mark_started([attempt.lease])
+        except Exception as exc:
+            log.error(
+                "job %s: could not record its start (%s); giving it back",
+                attempt.job.id,
+                describe_error(exc),
+            )
+            return False
+        attempt.start_marked = attempt.job.id in held
+        return attempt.start_marked
 
     # -- the keeper: leases and the sweep, on its own thread and connection --------
 
@@ -246,6 +256,7 @@ class Worker:
                     next_sweep = mono + lease_s / 2
                 backoff = 0.0
             except Exception as exc:
+                self._swept_once = True
                 backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
                 log.error(
                     "database error extending leases or sweeping (%s); retrying in %.1fs",
@@ -264,9 +275,7 @@ class Worker:
         if not held:
             return
         owned = self.queue.storage.extend_leases(
-            [attempt.lease for attempt in held],
-            now=self.clock(),
-            lease_ms=int(self.lease * 1000),
+            [attempt.lease for attempt in held], lease_ms=int(self.lease * 1000)
         )
         news = [
             (attempt, "lost" if attempt.job.id not in owned else "cancel")
@@ -279,11 +288,14 @@ class Worker:
                 self._cond.notify_all()
 
     def _sweep(self) -> None:
-        swept = self.queue.storage.sweep(now=self.clock())
+        # Hold the store's sweep lock for one interval: if this worker dies, another
+        # worker takes the sweep over within that time.
+        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500))
         if swept:
             self._notices.put([partial(self.queue.announce_swept, item) for item in swept])
-            if any(item.action == "reclaimed" for item in swept):
-                self.wake()
+        if not self._swept_once or any(item.action in ("reclaimed", "released") for item in swept):
+            self._swept_once = True  # until_empty: jobs of dead workers count as runnable
+            self.wake()
 
     # -- the loop ------------------------------------------------------------------
 
@@ -385,7 +397,7 @@ class Worker:
                     # Another connection committed: maybe new work, maybe a cancel request.
                     changed, self._external_change = self._external_change, False
                     changed = changed or (
-                        (free > 0 or len(self.inflight) > 0) and storage.changed()
+                        (free > 0 or len(self.inflight) > 0) and storage.wait_for_change(0)
                     )
                     if changed and len(self.inflight):
                         for job_id in storage.cancel_requested(self.worker_id):
@@ -412,7 +424,7 @@ class Worker:
                             next_poll = mono + self.poll_interval
                             due = storage.next_due()
                             self._next_due = (
-                                None if due is None else mono + max(0, due - self.clock()) / 1000
+                                None if due is None else mono + max(0, due - storage.now()) / 1000
                             )
                     self._db_backoff = 0.0
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
@@ -474,13 +486,13 @@ class Worker:
             return True
         if self.max_jobs is not None and self.finished >= self.max_jobs:
             return True
-        return self.until_empty and not self._maybe_more
+        return self.until_empty and not self._maybe_more and self._swept_once
 
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
 
         Other connections' commits are looked for every `wake_check_interval`
-        in this tight inner loop (one `Storage.changed()` call each), so an idle
+        in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
         until = min(
@@ -512,7 +524,7 @@ class Worker:
                     return  # notified: an outcome, a wake-up, a lease report or a stop request
             if watch:
                 try:
-                    if self.queue.storage.changed():
+                    if self.queue.storage.wait_for_change(0):
                         self._external_change = True
                         return
                 except Exception as exc:  # the loop backs off; the wait must not die
@@ -617,9 +629,9 @@ class Worker:
             return  # recorded meanwhile: the extension found it finished
         attempt.lost = True
         log.error(
-            "lost the lease of job %s (attempt %d); stopping it",
+            "lost the lease of job %s (lease %s); stopping it",
             attempt.job.id,
-            attempt.job.attempts,
+            attempt.lease.lease_id,
         )
         if attempt.phase is Phase.CLAIMED and self.inflight.try_move(attempt, Phase.DONE):
             self._finish(attempt)
@@ -635,17 +647,19 @@ class Worker:
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
-        self._to_mark = []  # storage v1 has no start markers
+        marks = [attempt for attempt in self._to_mark if attempt.phase is not Phase.DONE]
+        start = self._idle_executors()
         try:
             recorded, claimed = self.queue.storage.commit_batch(
                 [self._outcome(attempt) for attempt in batch],
                 worker=self.worker_id,
                 claim_limit=min(claim_limit, self.claim_batch),
-                now=self.clock(),
                 lease_ms=int(self.lease * 1000),
                 queues=self.queues,
                 types=self.types,
                 promote=promote,
+                started=[attempt.lease for attempt in marks],
+                start=start,
             )
         except Exception as exc:
             if not batch or is_transient(exc):
@@ -658,10 +672,18 @@ class Worker:
             self._record_apart(batch)
             return 0
         self._unrecorded = []
+        self._to_mark = []
+        for attempt in marks:
+            attempt.start_marked = True
         for attempt, answer in zip(batch, recorded, strict=True):
             self._after_record(attempt, answer)
-        self._start_claimed(claimed)
+        self._start_claimed(claimed, start)
         return len(claimed)
+
+    def _idle_executors(self) -> int:
+        """Executors that will take a job claimed now at once: those jobs are marked started."""
+        busy = len(self.inflight.in_phase(Phase.STARTED, Phase.STOPPING, Phase.CLAIMED))
+        return max(0, self.concurrency - busy)
 
     def _record_apart(self, batch: list[Attempt]) -> None:
         """Split a refused batch until the outcome the store refuses is alone; fail that job.
@@ -679,7 +701,6 @@ class Worker:
                     [self._outcome(attempt) for attempt in part],
                     worker=self.worker_id,
                     claim_limit=0,
-                    now=self.clock(),
                     lease_ms=int(self.lease * 1000),
                     queues=self.queues,
                     types=self.types,
@@ -735,9 +756,9 @@ class Worker:
         job = answer.job
         if job is None:
             log.warning(
-                "stale report for job %s attempt %d ignored: its lease was lost",
+                "stale report for job %s (lease %s) ignored: its lease was lost",
                 attempt.job.id,
-                attempt.job.attempts,
+                attempt.lease.lease_id,
             )
             return
         for child in answer.children:
@@ -753,7 +774,7 @@ class Worker:
                 self._announce("jobcore_job_completed", job=job, duration_ms=attempt.duration_ms)
             case Retrying(error=error):
                 self.stats["retrying"] += 1
-                due = time.monotonic() + max(0, job.run_at - self.clock()) / 1000
+                due = time.monotonic() + max(0, job.run_at - self.queue.storage.now()) / 1000
                 self._next_due = due if self._next_due is None else min(self._next_due, due)
                 self._announce("jobcore_job_retrying", job=job, error=error)
             case Failed(error=error):
@@ -766,12 +787,22 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start_claimed(self, claimed: Iterable[Job]) -> None:
+    def _start_claimed(self, claimed: Iterable[Job], start: int) -> None:
+        """Hand claimed jobs to the executors; the first `start` were marked started."""
         mono = time.monotonic()
-        for job in claimed:
+        for index, job in enumerate(claimed):
             self._claimed_total += 1
-            lease = Lease(job_id=job.id, worker=self.worker_id, attempt=job.attempts, job=job)
-            attempt = Attempt(job=job, lease=lease, ctx=self._context(job), claimed_at=mono)
+            lease = Lease.of(job)
+            attempt = Attempt(
+                job=job,
+                lease=lease,
+                ctx=self._context(job),
+                claimed_at=mono,
+                start_marked=index < start,
+                # A prefetched job claimed before may be one that killed its worker: its
+                # start is made durable before it runs, so that death costs an attempt.
+                durable_start=index >= start and bool(job.history),
+            )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
             self._ready.put(attempt)

@@ -28,12 +28,14 @@ from jobcore import (
     Worker,
     hookimpl,
 )
-from jobcore.attempt import clamp_delay, describe_error
+from jobcore.attempt import describe_error
+from jobcore.errors import StorageIOError
 from jobcore.inflight import Attempt, IllegalMove, InFlight, Phase
 from jobcore.models import Completed, Lease, Released
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing import HookRecorder
 from jobcore.timeutil import now_ms
+from jobcore.transitions import clamp_delay_ms
 
 MakeQueue = Callable[..., Queue]
 WEEK_MS = 7 * 86_400_000
@@ -162,15 +164,9 @@ def test_max_retry_delay_is_a_setting(jobcore_make_queue: MakeQueue) -> None:
     assert before + 90_000 <= queue.get(job.id).run_at <= now_ms() + 90_000
 
 
-def test_clamp_delay_and_describe_error_take_anything() -> None:
-    assert [clamp_delay(v, 60.0) for v in (math.nan, -5.0, -math.inf, 0.0, 2.5, math.inf)] == [
-        0.0,
-        0.0,
-        0.0,
-        0.0,
-        2.5,
-        60.0,
-    ]
+def test_clamp_delay_ms_and_describe_error_take_anything() -> None:
+    values = (math.nan, -5.0, -math.inf, 0.0, 2500.0, math.inf, 1e300)
+    assert [clamp_delay_ms(v, 60_000) for v in values] == [0, 0, 0, 0, 2500, 60_000, 60_000]
     assert describe_error(BadStr()).startswith("BadStr: (message unreadable")
     long = describe_error(ValueError("x" * 100_000))
     assert len(long) < 5000 and long.endswith("(100000 characters)")
@@ -188,7 +184,7 @@ def test_an_outcome_the_store_refuses_fails_that_job_alone(queue: Queue) -> None
     finish(worker, thread)
     failed = queue.get(poison.id)
     assert failed.status is JobStatus.FAILED
-    assert "OverflowError" in (failed.last_error or "")
+    assert "int too big" in (failed.last_error or "")
     assert all(queue.get(job.id).status is JobStatus.COMPLETED for job in ok)
     assert [job.id for job in queue.list_jobs(limit=100) if job.parent_id] == []
 
@@ -211,7 +207,7 @@ def test_heartbeats_go_on_while_outcomes_cannot_be_recorded(
     checker = SQLiteStorage(jobcore_db)
     deadline = time.monotonic() + 1.2
     while time.monotonic() < deadline:  # the long job's lease never expires meanwhile
-        assert checker.sweep(now=now_ms()) == []
+        assert checker.sweep(force=True) == []
         time.sleep(0.05)
     with queue.transaction() as conn:
         conn.execute("DROP TRIGGER refuse")
@@ -287,9 +283,9 @@ def test_a_handler_that_ignores_stop_is_released_after_the_grace(
     assert released.status is JobStatus.PENDING and released.attempts == 0
 
 
-def _attempt(cond: threading.Condition, queue: Queue) -> Attempt:
+def _attempt(queue: Queue) -> Attempt:
     job = queue.enqueue("noop", {}).job
-    lease = Lease(job_id=job.id, worker="w", attempt=1, job=job)
+    lease = Lease(job.id, "lease-" + job.id, "w", job)
     ctx = JobContext(
         job=job,
         job_type=queue.job_type("noop"),
@@ -306,12 +302,12 @@ def test_the_in_flight_table_lets_a_report_win_and_refuses_late_moves(queue: Que
     cond = threading.Condition()
     table = InFlight(cond)
     # a release decided first: the executor may no longer begin it
-    waiting = _attempt(cond, queue)
+    waiting = _attempt(queue)
     table.add(waiting)
     assert table.try_move(waiting, Phase.REPORTED, Released(lease=waiting.lease))
     assert not table.begin(waiting)
     # a report first: shutdown's stop and its fallback release change nothing
-    running = _attempt(cond, queue)
+    running = _attempt(queue)
     table.add(running)
     assert table.begin(running)
     done = Completed(lease=running.lease, result=1)
@@ -320,7 +316,7 @@ def test_the_in_flight_table_lets_a_report_win_and_refuses_late_moves(queue: Que
     assert not table.try_move(running, Phase.REPORTED, Released(lease=running.lease))
     assert running.outcome is done and running.ctx.stop_reason is None
     # asked to stop first: its own report still wins over the fallback
-    stopping = _attempt(cond, queue)
+    stopping = _attempt(queue)
     table.add(stopping)
     table.begin(stopping)
     assert table.stop(stopping, "shutdown", Released(lease=stopping.lease), time.monotonic() + 5)
@@ -365,6 +361,36 @@ def test_a_prefetched_job_cancelled_before_it_starts_never_runs(
     assert all("job_cancelled" in jobcore_recorder.events(job_id) for job_id in waiting)
 
 
+# -- defect 6: a cancel request survived a retry ------------------------------------------
+
+
+def test_a_cancel_request_wins_over_the_retry_the_handler_reported(
+    queue: Queue, jobcore_db: str, jobcore_recorder: HookRecorder
+) -> None:
+    operator = SQLiteStorage(jobcore_db)
+
+    class CancelledMidway:
+        @hookimpl
+        def jobcore_register_job_types(self, register: Callable[[JobType], None]) -> None:
+            def handler(payload: Payload, ctx: JobContext) -> None:
+                operator.cancel([ctx.job.id])  # an operator cancels while it runs...
+                raise ValueError("then it fails")  # ...and it fails before noticing
+
+            register(JobType(name="cancelled_midway", payload_model=Payload, handler=handler))
+
+    queue.pm.register(CancelledMidway(), name="cancelled-midway")
+    queue.registry = queue._collect_job_types()
+    job = queue.enqueue("cancelled_midway", {}, max_attempts=3).job
+    worker, thread = start_worker(queue, until_empty=True)
+    finish(worker, thread)
+    operator.close()
+    cancelled = queue.get(job.id)
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.attempts == 1
+    assert jobcore_recorder.events(job.id)[-1] == "job_cancelled"
+    assert "job_retrying" not in jobcore_recorder.events(job.id)
+    assert worker.stats["cancelled"] == 1 and worker.stats["retrying"] == 0
+
+
 # -- defect 7: prefetch holds short jobs behind a long one --------------------------------
 
 
@@ -397,11 +423,11 @@ class FlakyWaitStorage(SQLiteStorage):
 
     failures = 3
 
-    def changed(self) -> bool:
+    def wait_for_change(self, timeout: float) -> bool:
         if FlakyWaitStorage.failures > 0:
             FlakyWaitStorage.failures -= 1
-            raise OSError("disk I/O error (injected)")
-        return super().changed()
+            raise StorageIOError("disk I/O error (injected)")
+        return super().wait_for_change(timeout)
 
 
 class FlakyWaitBackend:
