@@ -59,6 +59,10 @@ from jobcore.timeutil import now_ms
 log = logging.getLogger("jobcore.storage")
 
 LEASE_EXPIRED = T.LEASE_EXPIRED
+PRUNE_CHUNK = 20_000
+"""Events deleted per transaction, so pruning never holds the write lock for long."""
+PRUNE_BUDGET_S = 2.0
+"""Time one sweep may spend catching up on old events (in chunks)."""
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
 
@@ -547,11 +551,20 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             for sql, error, action in SWEEP_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error}):
                     swept.append(Swept(row_to_job(row), action))
-            self._prune_events(conn, now)
+            more = self._prune_events(conn, now)
+        deadline = time.monotonic() + PRUNE_BUDGET_S
+        while more and time.monotonic() < deadline:  # catching up: other writers go between
+            time.sleep(0.001)
+            with self._write() as conn:
+                more = self._prune_events(conn, now)
         return swept
 
-    def _prune_events(self, conn: apsw.Connection, now: int) -> None:
-        conn.execute(Q["prune_events"], {"before": now - self.event_retention_ms})
+    def _prune_events(self, conn: apsw.Connection, now: int) -> bool:
+        """Delete one chunk of events older than the retention; True if more may remain."""
+        conn.execute(
+            Q["prune_events"], {"before": now - self.event_retention_ms, "chunk": PRUNE_CHUNK}
+        )
+        return int(conn.changes()) >= PRUNE_CHUNK
 
     @boundary
     def wait_for_change(self, timeout: float) -> bool:

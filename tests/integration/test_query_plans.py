@@ -153,5 +153,5 @@ def test_idempotency_lookup_uses_its_index(storage: SQLiteStorage) -> None:
 
 
 def test_event_pruning_reads_only_old_events(storage: SQLiteStorage) -> None:
-    text = plan(storage, Q["prune_events"], {"before": T0})
+    text = plan(storage, Q["prune_events"], {"before": T0, "chunk": 10})
     assert "SCAN events" in text and "USING INTEGER PRIMARY KEY" in text, text
