@@ -59,6 +59,8 @@ from jobcore.timeutil import now_ms
 log = logging.getLogger("jobcore.storage")
 
 LEASE_EXPIRED = T.LEASE_EXPIRED
+STATEMENT_CACHE = 128
+"""Prepared statements kept per connection (the generated ones outnumber APSW's default 16)."""
 PRUNE_CHUNK = 20_000
 """Events deleted per transaction, so pruning never holds the write lock for long."""
 PRUNE_BUDGET_S = 2.0
@@ -142,7 +144,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     def _open(self) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
-            conn = apsw.Connection(self.path, flags=flags)
+            conn = apsw.Connection(self.path, flags=flags, statementcachesize=STATEMENT_CACHE)
             conn.set_busy_timeout(self.busy_timeout_ms)
             mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
             if mode != "wal":  # switching needs the write lock: only when not in WAL yet
@@ -366,8 +368,12 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         }
         if promote:
             conn.execute(PROMOTE_SQL, {"now": now})
-        rows = rows_of(conn, S.claim(queues, types, params), params)
-        jobs = [row_to_job(row) for row in rows]
+        jobs: list[Job] = []
+        for statement in S.claim(queues, types, params):
+            jobs += [row_to_job(row) for row in rows_of(conn, statement, params)]
+            if len(jobs) >= limit:
+                break
+            params["limit"] = limit - len(jobs)
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         if 0 < start < limit and jobs:
             first = jobs[:start]
