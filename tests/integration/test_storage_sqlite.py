@@ -330,3 +330,9 @@ def test_event_pruning_catches_up_in_chunks(tmp_path: Path) -> None:
     assert [e.kind for e in remaining] == ["job:enqueued"] and remaining[0].seq > last
     assert len(changes) >= 50_000 > backend.PRUNE_CHUNK
     storage.close()
+
+
+def test_event_data_that_is_not_json_is_refused(storage: SQLiteStorage) -> None:
+    with pytest.raises(StorageError, match="JSON"):
+        storage.add_event("worker:registered", data={"when": object()})
+    assert storage.events_after(0) == []
