@@ -15,6 +15,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -120,7 +121,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         self.sweep_hold_ms = int(sweep_hold * 1000)
         self.holder = f"{os.getpid()}:{secrets.token_hex(8)}"  # this instance, for locks
         self._local = threading.local()
-        self._all: list[apsw.Connection] = []
+        # every open connection, to close them all; weak, so a finished thread's one closes
+        self._all: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
         self._all_lock = threading.Lock()
         self._migrated = False
         self._holds_sweep = False
@@ -156,7 +158,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         except apsw.Error as exc:
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
         with self._all_lock:
-            self._all.append(conn)
+            self._all.add(conn)
         return conn
 
     def _raw_state(self) -> _ThreadState:
@@ -194,7 +196,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                 log.warning("releasing the sweep lock of %s: %s", self.path, exc)
             self._holds_sweep = False
         with self._all_lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             try:
                 conn.close(True)

@@ -8,7 +8,7 @@ from typing import Any
 import apsw
 import pytest
 
-from jobcore.errors import SchemaTooNew, StorageBusy
+from jobcore.errors import SchemaTooNew, StorageBusy, StorageError
 from jobcore.models import Completed, JobStatus, Lease
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.sqlite import SQLiteStorage
@@ -133,4 +133,22 @@ def test_a_newer_schema_is_refused_without_writing(tmp_path: Path) -> None:
     storage.close()
     conn = apsw.Connection(str(path))
     assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION + 1
+    conn.close()
+
+
+def test_a_failing_migration_leaves_the_database_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    make_v1(path)
+    conn = apsw.Connection(str(path))
+    conn.execute("CREATE TABLE events (x)")  # an application table in the way of migration 2
+    conn.close()
+    before = schema(path)
+    storage = SQLiteStorage(path)
+    with pytest.raises(StorageError, match="events"):
+        storage.migrate()
+    storage.close()
+    assert schema(path) == before  # no half-added columns, still schema 1
+    conn = apsw.Connection(str(path))
+    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == 1
+    assert conn.execute("SELECT count(*) FROM jobs").fetchall()[0][0] == 3
     conn.close()

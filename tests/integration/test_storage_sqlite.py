@@ -336,3 +336,19 @@ def test_event_data_that_is_not_json_is_refused(storage: SQLiteStorage) -> None:
     with pytest.raises(StorageError, match="JSON"):
         storage.add_event("worker:registered", data={"when": object()})
     assert storage.events_after(0) == []
+
+
+def test_a_finished_threads_connection_is_closed(storage: SQLiteStorage) -> None:
+    import gc
+
+    def use() -> None:
+        storage.get("x")
+
+    for _ in range(40):
+        thread = threading.Thread(target=use)
+        thread.start()
+        thread.join()
+    gc.collect()
+    assert len(storage._all) <= 2  # this thread's, maybe one not collected yet
+    storage.insert([new_job()])
+    assert storage.count_by_status() == {"pending": 1}
