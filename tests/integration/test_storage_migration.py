@@ -152,3 +152,31 @@ def test_a_failing_migration_leaves_the_database_as_it_was(tmp_path: Path) -> No
     assert conn.execute("PRAGMA user_version").fetchall()[0][0] == 1
     assert conn.execute("SELECT count(*) FROM jobs").fetchall()[0][0] == 3
     conn.close()
+
+
+def test_a_worker_waits_out_a_busy_database_at_start(tmp_path: Path) -> None:
+    """Migration work behind another writer is transient: the worker backs off, then runs."""
+    import threading
+
+    from jobcore.testing import make_queue
+    from jobcore.worker import Worker
+
+    path = tmp_path / "v1.db"
+    make_v1(path)
+    holder = apsw.Connection(str(path))
+    holder.execute("BEGIN IMMEDIATE")
+    queue = make_queue(path, busy_timeout=0.05)
+    worker = Worker(queue, until_empty=True, lease=60)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        thread.join(0.5)
+        assert thread.is_alive()  # still trying, not crashed
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    thread.join(30)
+    assert not thread.is_alive() and worker.exit_code == 0
+    counts = queue.storage.count_by_status()
+    assert counts.get("pending", 0) == 0 and counts.get("claimed", 0) == 1  # c1's lease is live
+    queue.close()
