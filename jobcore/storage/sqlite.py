@@ -178,6 +178,11 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             state.data_version = self._data_version(state.conn)
         return state
 
+    def _own(self) -> apsw.Connection | None:
+        """This thread's own connection, if it already exists (else None)."""
+        state: _ThreadState | None = getattr(self._local, "state", None)
+        return None if state is None else state.conn
+
     def _conn(self) -> apsw.Connection:
         return self._state().conn
 
@@ -284,6 +289,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             yield conn
 
     def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        if conn is not None and conn is self._own():
+            conn = None
         if conn is not None:
             if not self._app.defer(conn, callback):
                 callback()
@@ -319,6 +326,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
 
     @boundary
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        if conn is not None and conn is self._own():
+            conn = None  # `transaction()`'s own connection: the usual path
         if conn is not None:  # the application's own connection, in its open transaction
             self._app.adopt(conn)
             if self._schema_version(conn) != SCHEMA_VERSION:

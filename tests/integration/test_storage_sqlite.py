@@ -352,3 +352,19 @@ def test_a_finished_threads_connection_is_closed(storage: SQLiteStorage) -> None
     assert len(storage._all) <= 2  # this thread's, maybe one not collected yet
     storage.insert([new_job()])
     assert storage.count_by_status() == {"pending": 1}
+
+
+def test_passing_the_transactions_own_connection_is_the_usual_path(tmp_path: Path) -> None:
+    from jobcore.testing import make_queue
+
+    recorder = HookRecorder()
+    queue = make_queue(tmp_path / "own.db", recorder)
+    with queue.transaction() as db:
+        job = queue.enqueue("noop", {}, conn=db).job
+        assert recorder.of("job_enqueued") == []
+    assert [call.job.id for call in recorder.of("job_enqueued")] == [job.id]  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError), queue.transaction() as db:
+        dropped = queue.enqueue("noop", {}, conn=db).job
+        raise RuntimeError
+    assert queue.storage.get(dropped.id) is None and len(recorder.of("job_enqueued")) == 1
+    queue.close()
