@@ -55,11 +55,28 @@ def _check_protocol(env: Mapping[str, str], signal: str) -> None:
             return
 
 
+def configured_exporters(env: Mapping[str, str]) -> list[str]:
+    """`signal:exporter` for each exporter `env` configures; ConfigError naming a bad setting."""
+    found = []
+    for signal in ("traces", "metrics"):
+        names = _exporter_names(env, signal)
+        if "otlp" in names:
+            _check_protocol(env, signal)
+        found += [f"{signal}:{name}" for name in names]
+    interval = env.get("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+    if not interval.isdigit() or int(interval) <= 0:
+        raise ConfigError(
+            f"bad setting OTEL_METRIC_EXPORT_INTERVAL: {interval!r}; use a positive number of ms"
+        )
+    return found
+
+
 def providers_from_env(
     env: Mapping[str, str] | None = None,
 ) -> tuple[TracerProvider, MeterProvider, bool]:
     """The providers, and whether any exporter is configured at all."""
     env = os.environ if env is None else env
+    configured_exporters(env)  # raises on a bad setting before anything is built
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "jobcore"}
     resource = Resource.create(attributes)
     tracer_provider = TracerProvider(resource=resource)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 import jobcore_test_plugin as tp
 import pytest
-from jobcore_otel import OtelPlugin
+from jobcore_otel import InertOtel, MisconfiguredOtel, OtelPlugin, load_plugin
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -26,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from testenv import LocalHTTPServer, subprocess_env
 
-from jobcore import Queue
+from jobcore import ConfigError, Queue, make_plugin_manager
 from jobcore.testing import drain
 
 MakeQueue = Callable[..., Queue]
@@ -210,14 +211,63 @@ def test_metrics(queue: Queue, telemetry: Telemetry) -> None:
     assert depth == {"completed": 2, "failed": 1, "scheduled": 1}
 
 
-def test_inert_without_exporters(
-    jobcore_make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+PER_JOB_HOOKS = {
+    "jobcore_enqueue_meta",
+    "jobcore_execute_job",
+    "jobcore_job_enqueued",
+    "jobcore_job_claimed",
+    "jobcore_job_completed",
+    "jobcore_job_retrying",
+    "jobcore_job_failed",
+    "jobcore_job_reclaimed",
+    "jobcore_job_cancelled",
+}
+
+
+def clear_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+def test_no_exporter_registers_no_hooks(
+    monkeypatch: pytest.MonkeyPatch, jobcore_make_queue: MakeQueue
 ) -> None:
-    for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"):
-        monkeypatch.delenv(name, raising=False)
-    queue = jobcore_make_queue(OtelPlugin(), tp)
-    job = queue.enqueue("noop", {}).job
-    assert "otel" not in job.meta
+    clear_otel_env(monkeypatch)
+    pm = make_plugin_manager()  # the installed entry point, as the CLI loads it
+    assert isinstance(pm.get_plugin("otel"), InertOtel)
+    assert pm.hooks_of("otel") == []
+    for hook_name in PER_JOB_HOOKS:
+        impls = getattr(pm.hook, hook_name).get_hookimpls()
+        assert "otel" not in {impl.plugin_name for impl in impls}
+    queue = jobcore_make_queue(pm.get_plugin("otel"), tp)
+    assert "otel" not in queue.enqueue("noop", {}).job.meta
+
+
+def test_an_exporter_registers_the_per_job_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    pm = make_plugin_manager()
+    assert isinstance(pm.get_plugin("otel"), OtelPlugin)
+    assert set(pm.hooks_of("otel")) >= PER_JOB_HOOKS
+    again = make_plugin_manager()
+    assert again.get_plugin("otel") is pm.get_plugin("otel")  # one set of providers per setting
+
+
+def test_a_bad_setting_fails_configure_naming_it(
+    monkeypatch: pytest.MonkeyPatch, jobcore_make_queue: MakeQueue
+) -> None:
+    clear_otel_env(monkeypatch)
+    plugin = load_plugin({"OTEL_TRACES_EXPORTER": "zipkin"})
+    assert isinstance(plugin, MisconfiguredOtel)
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER: zipkin"):
+        jobcore_make_queue(plugin)
+    bad_protocol = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
+    assert isinstance(load_plugin(bad_protocol), MisconfiguredOtel)
+    assert isinstance(load_plugin({"OTEL_METRIC_EXPORT_INTERVAL": "soon"}), MisconfiguredOtel)
 
 
 class OtlpReceiver:
