@@ -288,7 +288,7 @@ def huey_latency(tmp: Path, k: int) -> tuple[float, float]:
 
 def claim_cost(tmp: Path, finished: int, not_due: int, claims: int = 2000) -> float:
     """Microseconds per claim (CPU of the claim statement inside one transaction, no fsync)."""
-    from jobcore.models import Completed, Lease
+    from benchmarks.cli_cases import claim_one
 
     path = fresh(tmp, f"claim-{finished}-{not_due}.db")
     conn = raw_connection(path, "OFF")
@@ -315,11 +315,7 @@ def claim_cost(tmp: Path, finished: int, not_due: int, claims: int = 2000) -> fl
     with storage.transaction():
         for _ in range(claims):
             start = time.perf_counter()
-            _, [job] = storage.commit_batch(
-                [], worker="w", claim_limit=1, now=now_ms(), lease_ms=60_000
-            )
+            claim_one(storage)
             spent += time.perf_counter() - start
-            lease = Lease(job_id=job.id, worker="w", attempt=job.attempts, job=job)
-            storage.record([Completed(lease=lease, result=None)], now=now_ms())
     storage.close()
     return spent / claims * 1e6

@@ -3,9 +3,9 @@
 Lifecycle events (records carrying `EVENT_ATTR`) are the hot path of a busy
 worker: two lines per job. Their text is built only when a formatter asks for
 it, the formatters reuse the timestamp text within a second, and the stderr
-handler writes queued event lines in batches from its own thread, so a burst
-of jobs costs one `write` per batch instead of one per line. Any other record
-writes at once, after the event lines queued before it, so order is kept.
+handler writes event lines in batches (within 50 ms, one `write` per batch
+instead of one per line). Any other record writes at once, after the event
+lines queued before it, so order is kept.
 """
 
 from __future__ import annotations
@@ -19,6 +19,17 @@ from collections import deque
 from typing import IO, Any
 
 EVENT_ATTR = "jobcore_event"
+EVENT_LOGGER = "jobcore.events"
+
+
+def event_text(fields: dict[str, Any]) -> str:
+    """An event's text message: `completed noop <id> attempt=1 duration_ms=0.1`."""
+    text = f"{fields['event']} {fields['type']} {fields['job_id']} attempt={fields['attempt']}"
+    if "duration_ms" in fields:
+        text += f" duration_ms={fields['duration_ms']}"
+    if "error" in fields:
+        text += f" error={fields['error']}"
+    return text
 
 
 class _SecondCache:
@@ -45,16 +56,20 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         self._seconds = _SecondCache("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
-    def _ts(self, record: logging.LogRecord) -> str:
-        return f"{self._seconds.text(record.created)}.{int(record.msecs):03d}Z"
+    def _ts(self, created: float) -> str:
+        return f"{self._seconds.text(created)}.{int((created - int(created)) * 1000):03d}Z"
+
+    def format_event(self, created: float, fields: dict[str, Any]) -> str:
+        """What `format` makes of an INFO event record on `jobcore.events`, without the record."""
+        return json.dumps({"ts": self._ts(created), **fields}, default=str)
 
     def format(self, record: logging.LogRecord) -> str:
         event = getattr(record, EVENT_ATTR, None)
         if event is not None:
-            data: dict[str, Any] = {"ts": self._ts(record), **event}
+            data: dict[str, Any] = {"ts": self._ts(record.created), **event}
         else:
             data = {
-                "ts": self._ts(record),
+                "ts": self._ts(record.created),
                 "level": record.levelname.lower(),
                 "logger": record.name,
                 "message": record.getMessage(),
@@ -71,6 +86,13 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
         self._seconds = _SecondCache("%Y-%m-%d %H:%M:%S", time.localtime)
 
+    def format_event(self, created: float, fields: dict[str, Any]) -> str:
+        """What `format` makes of an INFO event record on `jobcore.events`, without the record."""
+        return (
+            f"{self._seconds.text(created)},{int((created - int(created)) * 1000):03d}"
+            f" INFO    {EVENT_LOGGER}: {event_text(fields)}"
+        )
+
     def format(self, record: logging.LogRecord) -> str:
         text = (
             f"{self._seconds.text(record.created)},{int(record.msecs):03d}"
@@ -86,14 +108,18 @@ class TextFormatter(logging.Formatter):
 
 
 class BatchedStreamHandler(logging.Handler):
-    """Writes lifecycle event lines in batches from a writer thread; other records at once.
+    """Writes lifecycle event lines in batches; any other record at once, after them.
 
-    `flush()` writes everything queued so far, in order, before returning.
+    Event lines wait at most `delay` seconds (a writer thread wakes once per
+    batch, not per line) or until `batch` of them are queued; `flush()` writes
+    everything queued so far, in order, before returning.
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], *, delay: float = 0.05, batch: int = 512) -> None:
         super().__init__()
         self.stream = stream
+        self.delay = delay
+        self.batch = batch
         self._pending: deque[str] = deque()
         self._write_lock = threading.Lock()
         self._wake = threading.Event()
@@ -106,16 +132,31 @@ class BatchedStreamHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        self._pending.append(line)
-        if getattr(record, EVENT_ATTR, None) is None or self._closed:
-            self.flush()
+        self._queue(line, getattr(record, EVENT_ATTR, None) is None)
+
+    def emit_event(self, created: float, fields: dict[str, Any]) -> None:
+        """Queue an INFO event for `jobcore.events` as `emit` would, without a LogRecord."""
+        if self.level > logging.INFO:
             return
-        if self._writer is None:
-            self._writer = threading.Thread(
-                target=self._write_batches, name="jobcore-log-writer", daemon=True
-            )
-            self._writer.start()
-        if not self._wake.is_set():
+        formatter: Any = self.formatter
+        try:
+            line = formatter.format_event(created, fields) + "\n"
+        except Exception:
+            logging.getLogger(EVENT_LOGGER).exception("could not format a lifecycle event")
+            return
+        self._queue(line, False)
+
+    def _queue(self, line: str, now: bool) -> None:
+        pending = self._pending
+        pending.append(line)
+        if now or len(pending) >= self.batch or self._closed:
+            self.flush()
+        elif not self._wake.is_set():  # have the writer write this batch soon
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_batches, name="jobcore-log-writer", daemon=True
+                )
+                self._writer.start()
             self._wake.set()
 
     def flush(self) -> None:
@@ -134,6 +175,7 @@ class BatchedStreamHandler(logging.Handler):
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
+            time.sleep(self.delay)  # let the batch fill
             self.flush()
 
     def close(self) -> None:
@@ -141,6 +183,29 @@ class BatchedStreamHandler(logging.Handler):
         self._wake.set()
         self.flush()
         super().close()
+
+
+def direct_event_handler(logger: logging.Logger) -> BatchedStreamHandler | None:
+    """The handler `logger`'s records reach if it is the only one and nothing filters them.
+
+    Then a lifecycle event can go straight to `BatchedStreamHandler.emit_event`;
+    with any other handler (an application's, pytest's) or a filter, None.
+    """
+    found: BatchedStreamHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if found is not None or type(handler) is not BatchedStreamHandler or handler.filters:
+                return None
+            if not hasattr(handler.formatter, "format_event"):
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    return found
 
 
 def configure_logging(log_format: str = "text", level: int = logging.INFO) -> None:

@@ -1,8 +1,10 @@
 """Built-in lifecycle log: one record per event on the `jobcore.events` logger.
 
 Events are logged at INFO, the CLI's default level. Building them is kept
-cheap because a busy worker logs two per job: no caller lookup, and the text
-message is only built if a formatter asks for it (the JSON format never does).
+cheap because a busy worker logs two per job: when jobcore's own stderr
+handler is the only one listening (the CLI) an event goes straight to it as a
+line, without a LogRecord; otherwise the record is made without a caller
+lookup and its text is built only if a formatter asks for it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import time
 from typing import Any
 
 from jobcore.hookspecs import hookimpl
-from jobcore.logs import EVENT_ATTR
+from jobcore.logs import EVENT_ATTR, EVENT_LOGGER, direct_event_handler, event_text
 from jobcore.models import Job
 
-log = logging.getLogger("jobcore.events")
+log = logging.getLogger(EVENT_LOGGER)
 
 
 class EventMessage:
-    """`completed noop <id> attempt=1 duration_ms=0.1`, built when first asked for."""
+    """An event's text message (`logs.event_text`), built when first asked for."""
 
     __slots__ = ("_text", "fields")
 
@@ -31,14 +33,7 @@ class EventMessage:
 
     def __str__(self) -> str:
         if self._text is None:
-            fields = self.fields
-            text = (
-                f"{fields['event']} {fields['type']} {fields['job_id']} attempt={fields['attempt']}"
-            )
-            for key in ("duration_ms", "error"):
-                if key in fields:
-                    text += f" {key}={fields[key]}"
-            self._text = text
+            self._text = event_text(self.fields)
         return self._text
 
 
@@ -80,6 +75,10 @@ def _emit(event: str, job: Job, worker: str | None = None, **extra: Any) -> None
     for key, value in extra.items():
         if value is not None:
             fields[key] = value
+    direct = direct_event_handler(log)
+    if direct is not None:  # only jobcore's own stderr handler listens: no LogRecord needed
+        direct.emit_event(time.time(), fields)
+        return
     if logging.getLogRecordFactory() is logging.LogRecord:
         record = _record(fields)
     else:  # the application installed its own record factory: use it

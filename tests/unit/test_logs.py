@@ -6,10 +6,15 @@ import dataclasses
 import io
 import json
 import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from testenv import subprocess_env
 
 from jobcore import Config, Queue
 from jobcore.builtin import event_log
@@ -54,9 +59,23 @@ def handler() -> BatchedStreamHandler:
     return found
 
 
-def test_event_text_line(stream: CountingStream, job: Job) -> None:
-    event_log.jobcore_job_completed(job=job, duration_ms=1.23456)
-    event_log.jobcore_job_retrying(job=job, error="ValueError: no")
+def test_event_text_line(stream: CountingStream, job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[logging.LogRecord] = []
+
+    def counting(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made.append(logging.LogRecord(*args, **kwargs))
+        return made[-1]
+
+    jobcore_logger = logging.getLogger("jobcore")
+    jobcore_logger.propagate = False  # as in the CLI: no other handler listens (pytest's neither)
+    logging.setLogRecordFactory(counting)
+    try:
+        event_log.jobcore_job_completed(job=job, duration_ms=1.23456)
+        event_log.jobcore_job_retrying(job=job, error="ValueError: no")
+    finally:
+        logging.setLogRecordFactory(logging.LogRecord)
+        jobcore_logger.propagate = True
+    assert made == []  # the direct path: no LogRecord made
     handler().flush()
     lines = stream.getvalue().splitlines()
     assert lines[0].endswith(
@@ -143,3 +162,48 @@ def test_configure_logging_replaces_and_closes_its_handler(
         for added in root.handlers[len(saved[0]) :]:
             added.close()
         root.handlers[:], root.level = saved[0], saved[1]
+
+
+def test_direct_event_lines_match_formatted_records(job: Job) -> None:
+    fields = {
+        "event": "failed",
+        "job_id": job.id,
+        "type": "noop",
+        "queue": "mail",
+        "attempt": 2,
+        "worker": "w",
+        "error": "ValueError: no",
+    }
+    record = event_log._record(fields)
+    for formatter in (TextFormatter(), JsonFormatter()):
+        assert formatter.format_event(record.created, fields) == formatter.format(record)
+
+
+def test_the_cli_logs_events_without_records(tmp_path: Path) -> None:
+    """Only jobcore's stderr handler listens in `jobcore run`: events take the direct path."""
+    env = subprocess_env(JOBCORE_DB=str(tmp_path / "jobs.db"))
+
+    def jobcore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobcore", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ids = [jobcore("enqueue", "noop").stdout.strip() for _ in range(3)]
+    text = jobcore("run", "--until-empty").stderr.splitlines()
+    for job_id in ids:
+        assert sum(f"jobcore.events: claimed noop {job_id} attempt=1" in line for line in text) == 1
+        assert sum(f"completed noop {job_id} attempt=1 duration_ms=" in line for line in text) == 1
+    assert "stopped" in text[-1]  # the worker's own last line comes after every event line
+    failing = jobcore("enqueue", "fail", '{"how": "permanent", "message": "no"}').stdout.strip()
+    lines = jobcore("--log-format", "json", "run", "--until-empty").stderr.splitlines()
+    events = [json.loads(line) for line in lines if '"event"' in line]
+    assert [(e["event"], e["job_id"]) for e in events] == [
+        ("claimed", failing),
+        ("failed", failing),
+    ]
+    assert events[1]["error"] == "PermanentError: no" and events[1]["ts"].endswith("Z")
