@@ -59,11 +59,11 @@ def drain_db(tmp: Path, name: str, n: int) -> str:
     return path
 
 
-def traced_drain_db(tmp: Path, name: str, n: int, endpoint: str) -> str:
-    """Like `drain_db`, enqueued by a producer process exporting to `endpoint` (jobs carry meta.otel)."""
+def traced_drain_db(tmp: Path, name: str, n: int, **otel: str) -> str:
+    """Like `drain_db`, enqueued by a producer process with the `otel` settings (jobs carry meta.otel)."""
     path = fresh(tmp, name)
     env = user_env(
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        **otel,
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     )
     subprocess.run(

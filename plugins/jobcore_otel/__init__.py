@@ -4,8 +4,11 @@ Tracing follows the messaging semantic conventions: a PRODUCER span
 (`send <queue>`) at enqueue whose W3C context is stored in the job's
 `meta["otel"]`; a CONSUMER span (`process <queue>`) per attempt parented on
 it, current while the handler runs so child jobs join the trace; and a short
-`settle <queue>` span per outcome carrying an event (`jobcore.job.completed`,
-`.retrying`, `.failed`, `.reclaimed`, `.cancelled`).
+`settle <queue>` span per outcome other than completion carrying an event
+(`jobcore.job.retrying`, `.failed`, `.reclaimed`, `.cancelled`). Completions,
+the common case, get no span of their own: one span per job (the process
+span) keeps an exporting worker's per-job work small; the completed counter
+and duration histogram record them.
 
 The entry point `jobcore_otel:plugin` is chosen from the `OTEL_*` environment
 each time a plugin manager loads it: with no exporter configured it is an
@@ -196,9 +199,9 @@ class OtelPlugin:
 
     @hookimpl
     def jobcore_job_completed(self, job: Job, duration_ms: float) -> None:
+        # No settle span for the common case: the process span and this counter say it.
         self._count("completed", job)
         self.duration.record(duration_ms, {"jobcore.job.type": job.type})
-        self._settle(job, "completed", duration_ms=duration_ms)
 
     @hookimpl
     def jobcore_job_retrying(self, job: Job, error: str) -> None:
