@@ -23,6 +23,7 @@ import atexit
 import os
 import threading
 from collections.abc import Generator, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from jobcore import Config, ConfigError, Job, JobContext, NewJob, Queue, hookimpl
@@ -37,6 +38,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 
 SYSTEM = "jobcore"
+COUNTERS = ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
 PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -79,12 +81,17 @@ class OtelPlugin:
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.tracer = tracer_provider.get_tracer("jobcore")
         meter = meter_provider.get_meter("jobcore")
-        self.counters = {
-            name: meter.create_counter(
-                f"jobcore.jobs.{name}", unit="{job}", description=f"jobs {name}"
+        # Counted in plain dicts on the hot path; the SDK reads the totals when it collects.
+        self._totals: dict[str, dict[tuple[str, str], int]] = {}
+        self._totals_lock = threading.Lock()
+        for name in COUNTERS:
+            self._totals[name] = {}
+            meter.create_observable_counter(
+                f"jobcore.jobs.{name}",
+                callbacks=[partial(self._observe_total, name)],
+                unit="{job}",
+                description=f"jobs {name}",
             )
-            for name in ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
-        }
         self.duration = meter.create_histogram(
             "jobcore.job.duration", unit="ms", description="run time of completed attempts"
         )
@@ -109,9 +116,18 @@ class OtelPlugin:
         ]
 
     def _count(self, name: str, job: Job) -> None:
-        self.counters[name].add(
-            1, {"jobcore.job.type": job.type, "messaging.destination.name": job.queue}
-        )
+        key = (job.type, job.queue)
+        totals = self._totals[name]
+        with self._totals_lock:
+            totals[key] = totals.get(key, 0) + 1
+
+    def _observe_total(self, name: str, options: CallbackOptions) -> Iterable[Observation]:
+        with self._totals_lock:
+            totals = sorted(self._totals[name].items())
+        return [
+            Observation(count, {"jobcore.job.type": job_type, "messaging.destination.name": queue})
+            for (job_type, queue), count in totals
+        ]
 
     # -- hooks -------------------------------------------------------------------
 
