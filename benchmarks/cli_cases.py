@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,9 @@ def traced_drain_db(tmp: Path, name: str, n: int, **otel: str) -> str:
 class Drained:
     rate: float  # jobs/s from the database's first claim to its last completion
     first_claim: float  # epoch seconds
+    cpu_per_job: float = float("nan")  # µs of the process's CPU per job, start-up taken out
     log_lines: int = 0
+    startup: float = float("nan")  # seconds from spawning the process to its first claim
 
 
 def drained(path: str, n: int) -> Drained:
@@ -98,40 +101,56 @@ def drained(path: str, n: int) -> Drained:
     return Drained(rate=n / seconds, first_claim=first / 1000)
 
 
+def cpu_seconds(cmd: list[str], env: dict[str, str], log_path: Path) -> float:
+    """Run `cmd` to its end (stderr to `log_path`); the user+system CPU seconds it used."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+        killer = threading.Timer(1800, proc.kill)
+        killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            killer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd[:4])} exited {proc.returncode}: {log_path.read_text()[-2000:]}"
+        )
+    return usage.ru_utime + usage.ru_stime
+
+
+def _measure(tmp: Path, path: str, n: int, command: list[str], env: dict[str, str]) -> Drained:
+    """Drain `path` with `command` (DB PATH substituted); CPU net of an empty database's run."""
+    log_path = tmp / "drain.log"
+    empty = fresh(tmp, "empty.db")
+    idle = cpu_seconds([empty if part == "DB" else part for part in command], env, log_path)
+    spawned = time.time()
+    busy = cpu_seconds([path if part == "DB" else part for part in command], env, log_path)
+    result = drained(path, n)
+    result.cpu_per_job = max(busy - idle, 0.0) / n * 1e6
+    result.log_lines = log_path.read_text().count("\n")
+    result.startup = result.first_claim - spawned
+    return result
+
+
 def library_drain(tmp: Path, n: int, threads: int, path: str | None = None) -> Drained:
     """`Worker(queue, concurrency=threads, until_empty=True).run()` in its own process."""
-    from benchmarks.cases import _run_procs
-
     path = path or drain_db(tmp, "lib-drain.db", n)
-    cmd = [sys.executable, "-m", "benchmarks.proc", "drain", path, "FULL", str(threads), "0"]
-    _run_procs([cmd])
-    return drained(path, n)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-m", "benchmarks.proc", "drain", "DB", "FULL", str(threads), "0"]
+    return _measure(tmp, path, n, command, env)
 
 
-@dataclass
-class CliDrained(Drained):
-    startup: float = 0.0  # seconds from spawning `jobcore run` to its first claim
+def cli_drain(tmp: Path, path: str, n: int, threads: int, **env: str) -> Drained:
+    """`jobcore --db PATH run --until-empty --concurrency N`, default text logs to a file.
 
-
-def cli_drain(tmp: Path, path: str, n: int, threads: int, **env: str) -> CliDrained:
-    """`jobcore --db PATH run --until-empty --concurrency N`, default text logs to a file."""
-    log_path = tmp / "cli-drain.log"
-    cmd = [*cli_command(), "--db", path, "run", "--until-empty", "--concurrency", str(threads)]
-    with open(log_path, "w") as log:
-        spawned = time.time()
-        done = subprocess.run(
-            cmd, env=user_env(**env), cwd=tmp, stdout=subprocess.DEVNULL, stderr=log, timeout=1800
-        )
-    text = log_path.read_text()
-    if done.returncode != 0:
-        raise RuntimeError(f"jobcore run exited {done.returncode}: {text[-2000:]}")
-    result = drained(path, n)
-    return CliDrained(
-        rate=result.rate,
-        first_claim=result.first_claim,
-        log_lines=text.count("\n"),
-        startup=result.first_claim - spawned,
-    )
+    The result's `startup` is the seconds from spawning it to its first claim.
+    """
+    command = [*cli_command(), "--db", "DB", "run", "--until-empty", "--concurrency", str(threads)]
+    return _measure(tmp, path, n, command, user_env(**env))
 
 
 def otel_hooks(**env: str) -> int | None:

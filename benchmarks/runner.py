@@ -113,29 +113,41 @@ EVENTS_ON = "drain, library, events recorded"
 EVENTS_OFF = "drain, library, event triggers dropped"
 EVENTS_PLACEHOLDER = "drain, library, events recorded vs not"
 USER_ROWS = {LIB, CLI, CLI_NO_OTEL, CLI_OTLP, CLI_OTLP_SAMPLED, EVENTS_ON, EVENTS_OFF}
+USER_ROWS |= {name + " [CPU per job]" for name in USER_ROWS}
 CLAIM_B = (
     "claim on queue B, empty database",
     "claim on queue B, {n:,} pending higher-priority in A",
 )
 
 
+CPU = " [CPU per job]"
+
+
+def add_drain(results: Results, name: str, drained: cli_cases.Drained, baseline: str = "") -> None:
+    """A drain's rate and its CPU per job, each compared with `baseline`'s when given."""
+    results.add(name, "FULL", "jobcore", "jobs/s", drained.rate)
+    results.add(name + CPU, "FULL", "jobcore", "us/job", drained.cpu_per_job, higher=False)
+    if baseline:
+        results.compare((name, "FULL", "jobcore"), (baseline, "FULL", "jobcore"))
+        results.compare((name + CPU, "FULL", "jobcore"), (baseline + CPU, "FULL", "jobcore"))
+
+
 def cli_section(sizes: Sizes, tmp: Path, results: Results) -> None:
     """CLI vs library drains, the otel plugin's cost, and event recording, interleaved."""
     n, threads = sizes.cli_drain, 4
-    add = results.add
-    add(LIB, "FULL", "jobcore", "jobs/s", cli_cases.library_drain(tmp, n, threads).rate)
+    add_drain(results, LIB, cli_cases.library_drain(tmp, n, threads))
     cli = cli_cases.cli_drain(tmp, cli_cases.drain_db(tmp, "cli.db", n), n, threads)
-    add(CLI, "FULL", "jobcore", "jobs/s", cli.rate)
-    results.compare((CLI, "FULL", "jobcore"), (LIB, "FULL", "jobcore"))
-    add("CLI start-up, spawn to first claim", "FULL", "jobcore", "s", cli.startup, higher=False)
-    results.note("log lines", f"{cli.log_lines} stderr lines for {n} jobs")
+    add_drain(results, CLI, cli, LIB)
+    results.add("CLI start-up, spawn to first claim", "FULL", "jobcore", "s", cli.startup, False)
+    results.note("log lines", f"CLI drain: {cli.log_lines} stderr lines for {n} jobs")
     if cli_cases.otel_available():
         results.note("otel hooks", f"otel hooks registered, no exporter: {cli_cases.otel_hooks()}")
         off = cli_cases.cli_drain(
             tmp, cli_cases.drain_db(tmp, "cli.db", n), n, threads, JOBCORE_DISABLE_PLUGINS="otel"
         )
-        add(CLI_NO_OTEL, "FULL", "jobcore", "jobs/s", off.rate)
+        add_drain(results, CLI_NO_OTEL, off)
         results.compare((CLI, "FULL", "jobcore"), (CLI_NO_OTEL, "FULL", "jobcore"))
+        results.compare((CLI + CPU, "FULL", "jobcore"), (CLI_NO_OTEL + CPU, "FULL", "jobcore"))
         sink = OtlpSink()
         try:
             for name, sampling in ((CLI_OTLP, {}), (CLI_OTLP_SAMPLED, SAMPLED)):
@@ -143,8 +155,7 @@ def cli_section(sizes: Sizes, tmp: Path, results: Results) -> None:
                 path = cli_cases.traced_drain_db(tmp, "cli-otel.db", n, **otel)
                 sink.reset()
                 exporting = cli_cases.cli_drain(tmp, path, n, threads, **otel)
-                add(name, "FULL", "jobcore", "jobs/s", exporting.rate)
-                results.compare((name, "FULL", "jobcore"), (CLI_NO_OTEL, "FULL", "jobcore"))
+                add_drain(results, name, exporting, CLI_NO_OTEL)
                 results.note(
                     name,
                     f"{name}: the receiver got {sink.span_count():,} spans for {n:,} jobs"
@@ -161,9 +172,8 @@ def cli_section(sizes: Sizes, tmp: Path, results: Results) -> None:
         off_path = cli_cases.drain_db(tmp, "events-off.db", n)
         cli_cases.drop_event_triggers(off_path)
         off_events = cli_cases.library_drain(tmp, n, threads, path=off_path)
-        add(EVENTS_ON, "FULL", "jobcore", "jobs/s", on.rate)
-        add(EVENTS_OFF, "FULL", "jobcore", "jobs/s", off_events.rate)
-        results.compare((EVENTS_ON, "FULL", "jobcore"), (EVENTS_OFF, "FULL", "jobcore"))
+        add_drain(results, EVENTS_OFF, off_events)
+        add_drain(results, EVENTS_ON, on, EVENTS_OFF)
     else:
         results.note(
             "events",

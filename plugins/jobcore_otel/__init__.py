@@ -31,8 +31,16 @@ from jobcore.plugins import require
 
 require("opentelemetry.sdk", extra="otel")
 
+from opentelemetry import context as otel_context  # noqa: E402
+from opentelemetry.context import Context  # noqa: E402
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation  # noqa: E402
-from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider  # noqa: E402
+from opentelemetry.trace import (  # noqa: E402
+    SpanKind,
+    Status,
+    StatusCode,
+    TracerProvider,
+    get_current_span,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
 __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
@@ -161,13 +169,22 @@ class OtelPlugin:
 
     @hookimpl(wrapper=True)
     def jobcore_execute_job(self, job: Job, ctx: JobContext) -> Generator[None, Any, Any]:
-        parent = PROPAGATOR.extract(job.meta.get("otel") or {})
+        carrier = job.meta.get("otel")
+        parent = PROPAGATOR.extract(carrier or {})
         attributes = {
             **_job_attributes(job, "process"),
             "messaging.operation.name": "process",
             "messaging.client.id": ctx.worker,
             "jobcore.job.attempt": job.attempts,
         }
+        if carrier and not self._would_record(parent, f"process {job.queue}", attributes):
+            # Sampled out (e.g. at enqueue): skip building a span nobody records, but keep
+            # the trace context current so child jobs carry it on.
+            token = otel_context.attach(parent)
+            try:
+                return (yield)
+            finally:
+                otel_context.detach(token)
         with self.tracer.start_as_current_span(
             f"process {job.queue}",
             context=parent,
@@ -183,6 +200,17 @@ class OtelPlugin:
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
             return result
+
+    def _would_record(self, parent: Context, name: str, attributes: dict[str, Any]) -> bool:
+        """What the provider's sampler decides for a consumer span under `parent`."""
+        sampler = getattr(self.tracer_provider, "sampler", None)  # the SDK provider has one
+        parent_span = get_current_span(parent).get_span_context()
+        if sampler is None or not parent_span.is_valid:
+            return True
+        result = sampler.should_sample(
+            parent, parent_span.trace_id, name, SpanKind.CONSUMER, attributes
+        )
+        return bool(result.decision.is_recording())
 
     def _settle(self, job: Job, outcome: str, **details: Any) -> None:
         parent = PROPAGATOR.extract(job.meta.get("otel") or {})

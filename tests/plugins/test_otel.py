@@ -24,6 +24,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 from testenv import LocalHTTPServer, subprocess_env
 
@@ -392,3 +393,42 @@ def test_the_loaded_plugin_exports_to_its_endpoint(
     assert {span["service"] for span in receiver.spans} == {"in-process"}
     plugin.meter_provider.shutdown()  # its last export, while the receiver still listens
     plugin.tracer_provider.shutdown()
+
+
+def test_a_sampled_out_job_makes_no_process_span_but_passes_its_trace_on(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBasedTraceIdRatio(0.0))  # keep no trace
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    plugin = OtelPlugin(provider, MeterProvider(metric_readers=[reader]))
+    queue = jobcore_make_queue(plugin, tp)
+    started: list[str] = []
+    tracer = plugin.tracer
+
+    class CountingTracer:
+        def start_as_current_span(self, name: str, **options: Any) -> Any:
+            started.append(name)
+            return tracer.start_as_current_span(name, **options)
+
+    plugin.tracer = CountingTracer()  # type: ignore[assignment]
+    parent = queue.enqueue("parent", {"children": 1}).job
+    flags = int(parent.meta["otel"]["traceparent"].rsplit("-", 1)[1], 16)
+    assert flags & 1 == 0  # not sampled, decided at enqueue
+    drain(queue)
+    assert spans.get_finished_spans() == ()
+    assert sorted(started) == ["send default", "send default"]  # no process span even begun
+    [child] = [job for job in queue.list_jobs() if job.parent_id == parent.id]
+    trace_of = {job.id: job.meta["otel"]["traceparent"].split("-")[1] for job in (parent, child)}
+    assert trace_of[child.id] == trace_of[parent.id]  # the child joined the parent's trace
+    data = reader.get_metrics_data()
+    counted = [
+        point.value
+        for resource in (data.resource_metrics if data else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "jobcore.jobs.completed"
+        for point in metric.data.data_points
+    ]
+    assert sum(counted) == 2  # metrics still count every job
