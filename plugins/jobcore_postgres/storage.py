@@ -401,6 +401,27 @@ class PostgresStorage:
         with self._write() as c:
             return self._insert_on(c, jobs)
 
+    def import_jobs(self, jobs: Sequence[Job], *, replace: bool = False) -> None:
+        """Write whole rows as they are (`jobcore copy`); `replace` overwrites equal ids."""
+        if not jobs:
+            return
+        casts = {"payload": "::json", "result": "::json", "meta": "::json"}
+        casts.update(errors="::jsonb", history="::jsonb")
+        values = ", ".join(f"%s{casts.get(name, '')}" for name in JOB_COLUMNS)
+        sql = f"INSERT INTO {self._d.table('jobs')} ({', '.join(JOB_COLUMNS)}) VALUES ({values})"
+        if replace:
+            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_COLUMNS[1:])
+            sql += f" ON CONFLICT (id) DO UPDATE SET {updates}"
+        rows = [
+            tuple(
+                _json_strict(value) if name in casts else str(value) if name == "status" else value
+                for name, value in ((n, getattr(job, n)) for n in JOB_COLUMNS)
+            )
+            for job in jobs
+        ]
+        with self._write() as conn, conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
+
     # -- the worker's path -------------------------------------------------------------
 
     def claim(
