@@ -45,9 +45,26 @@ _CLASSES: dict[str, tuple[type[StorageError], str]] = {
 }
 
 
+# connection failures carry no SQLSTATE in psycopg: recognise the permanent ones by message
+_CONNECT_FAILURES: tuple[tuple[str, str], ...] = (
+    ("does not exist", "create the database (or role) or fix the URL"),
+    ("password authentication failed", "check the password in the URL or ~/.pgpass"),
+    ("no pg_hba.conf entry", "allow this client in the server's pg_hba.conf"),
+    ("could not translate host name", "fix the host name in the URL"),
+    ("invalid connection option", "remove the unknown parameter from the URL"),
+    ("invalid dsn", "fix the URL"),
+)
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _reason(text: str) -> str:
+    """libpq's message without its `connection to server … failed:` prefix."""
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line.rsplit("failed: ", 1)[-1].replace("FATAL:  ", "")
 
 
 def translate(exc: BaseException, where: str) -> StorageError:
@@ -64,6 +81,10 @@ def translate(exc: BaseException, where: str) -> StorageError:
     if sqlstate:
         kind_fix = _EXACT.get(sqlstate) or _CLASSES.get(sqlstate[:2])
     if kind_fix is None and isinstance(exc, psycopg.OperationalError):
+        text = str(exc)
+        for fragment, fix in _CONNECT_FAILURES:
+            if fragment in text:
+                return StorageUnavailable(f"PostgreSQL at {where}: {_reason(text)}; {fix}")
         kind_fix = (StorageConnectionLost, "is the server up and reachable? jobcore retries")
     if kind_fix is None:
         return StorageError(f"PostgreSQL at {where}: {first_line(exc)}")

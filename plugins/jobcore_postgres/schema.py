@@ -123,8 +123,14 @@ def channel(schema: str) -> str:
 
 def stored_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
     """The schema's migration version; 0 when jobcore's tables are not there yet."""
-    row = conn.execute("SELECT to_regclass(%s)", (f"{schema}.schema_version",)).fetchone()
-    if row is None or row[0] is None:
+    # a plain scan of pg_tables, not to_regclass: a name lookup that misses leaves a negative
+    # cache entry in this backend that a lock taken later does not invalidate
+    row = conn.execute(
+        "SELECT count(*) FROM pg_catalog.pg_tables "
+        "WHERE schemaname = %s AND tablename = 'schema_version'",
+        (schema,),
+    ).fetchone()
+    if row is None or not row[0]:
         return 0
     found = conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()
     return int(found[0]) if found else 0  # type: ignore[call-overload]
