@@ -42,9 +42,7 @@ def _import_sqlite(storage: Any, jobs: Sequence[Job], replace: bool) -> None:
         present = {row[1] for row in conn.execute("PRAGMA table_info(jobs)").fetchall()}
         names = [name for name in Job.__dataclass_fields__ if name in present]
         verb = "INSERT OR REPLACE" if replace else "INSERT"
-        sql = (
-            f"{verb} INTO jobs ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
-        )
+        sql = f"{verb} INTO jobs ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
         conn.executemany(
             sql, [tuple(_sqlite_value(n, getattr(job, n)) for n in names) for job in jobs]
         )

@@ -35,7 +35,10 @@ _EXACT: dict[str, tuple[type[StorageError], str]] = {
     "55P03": (StorageBusy, "a lock was not available; jobcore retries"),
     "40001": (StorageBusy, "a serialization conflict; jobcore retries"),
     "40P01": (StorageBusy, "a deadlock was broken by the server; jobcore retries"),
-    "53300": (StorageBusy, "the server has too many connections; lower pool_max or raise max_connections"),
+    "53300": (
+        StorageBusy,
+        "the server has too many connections; lower pool_max or raise max_connections",
+    ),
     "XX001": (NotADatabase, "the server reports corrupted data; restore from a backup"),
 }
 _CLASSES: dict[str, tuple[type[StorageError], str]] = {

@@ -140,7 +140,9 @@ def set_clause(transition: Transition, d: Dialect) -> str:
 def guard_clause(transition: Transition, d: Dialect) -> str:
     """The WHERE conditions of `transition` on row `j` (status first: partial indexes)."""
     statuses = ", ".join(_quote(str(s)) for s in transition.from_status)
-    conds = [f"j.status IN ({statuses})" if len(transition.from_status) > 1 else f"j.status = {statuses}"]
+    conds = [
+        f"j.status IN ({statuses})" if len(transition.from_status) > 1 else f"j.status = {statuses}"
+    ]
     g = transition.guard
     if g.fenced:
         conds.append("j.lease_id = v.lease_id")
@@ -151,7 +153,9 @@ def guard_clause(transition: Transition, d: Dialect) -> str:
     if g.started is not None:
         conds.append(f"j.started_at IS {'NOT ' if g.started else ''}NULL")
     if g.attempts_left is not None:
-        conds.append("j.attempts < j.max_attempts" if g.attempts_left else "j.attempts >= j.max_attempts")
+        conds.append(
+            "j.attempts < j.max_attempts" if g.attempts_left else "j.attempts >= j.max_attempts"
+        )
     if g.cancel_requested is not None:
         conds.append(f"j.cancel_requested = {'true' if g.cancel_requested else 'false'}")
     return " AND ".join(conds)

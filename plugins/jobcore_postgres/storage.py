@@ -32,8 +32,8 @@ from jobcore.transitions import (
     OPERATOR_RETRY,
     OWNER,
     REQUEST_CANCEL,
-    SWEEP,
     STORE_MAX_DELAY_MS,
+    SWEEP,
     Transition,
     clamp_delay_ms,
     recorded_as,
@@ -317,10 +317,11 @@ class PostgresStorage:
         assert row is not None
         return int(row[0])
 
-    def _statement(self, key: Any, build: Callable[[], str]) -> str:
+    def _statement(self, key: Any, build: Callable[..., str], *args: Any) -> str:
+        """`build(*args)`, made once per key."""
         sql = self._sql.get(key)
         if sql is None:
-            sql = self._sql[key] = build()
+            sql = self._sql[key] = build(*args)
         return sql
 
     # -- enqueue ---------------------------------------------------------------------
@@ -571,7 +572,7 @@ class PostgresStorage:
             )
             for transition in OWNER[kind]:
                 sql = self._statement(
-                    ("owner", transition.name), lambda t=transition: owner_statement(t, self._d)
+                    ("owner", transition.name), owner_statement, transition, self._d
                 )
                 for row in conn.execute(sql, params).fetchall():
                     job = row_to_job(row)
@@ -605,8 +606,7 @@ class PostgresStorage:
         if missing:
             ids = list({checked[i].lease.job_id for i in missing})
             rows = conn.execute(
-                f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} "
-                "WHERE id = ANY(%s)",
+                f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} WHERE id = ANY(%s)",
                 (ids,),
             ).fetchall()
             current = {job.id: job for job in map(row_to_job, rows)}
@@ -642,8 +642,10 @@ class PostgresStorage:
 
     def _take_lock(self, conn: Conn, name: str, holder: str, ttl_ms: int, force: bool) -> bool:
         locks = self._d.table("locks")
-        condition = "" if force else (
-            f" WHERE {locks}.holder = EXCLUDED.holder OR {locks}.expires_at < {self._d.now}"
+        condition = (
+            ""
+            if force
+            else (f" WHERE {locks}.holder = EXCLUDED.holder OR {locks}.expires_at < {self._d.now}")
         )
         row = conn.execute(
             f"INSERT INTO {locks} (name, holder, expires_at) "
@@ -672,8 +674,7 @@ class PostgresStorage:
                 return []
             for transition, action in SWEEP:
                 sql = self._statement(
-                    ("sweep", transition.name),
-                    lambda t=transition: sweep_statement(t, self._d, SWEEP_LIMIT),
+                    ("sweep", transition.name), sweep_statement, transition, self._d, SWEEP_LIMIT
                 )
                 for row in conn.execute(sql, self._params()).fetchall():
                     swept.append(Swept(row_to_job(row), action))
@@ -734,7 +735,9 @@ class PostgresStorage:
         return [row[0] for row in rows]
 
     def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
-        sql = self._statement(("by_id", transition.name), lambda: by_id_statement(transition, self._d))
+        sql = self._statement(
+            ("by_id", transition.name), lambda: by_id_statement(transition, self._d)
+        )
         row = conn.execute(sql, self._params(id=job_id)).fetchone()
         return None if row is None else row_to_job(row)
 

@@ -11,6 +11,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobcore_postgres import storage as storage_module
+from jobcore_postgres.schema import SCHEMA_VERSION
+from jobcore_postgres.statements import claim_statement
+from jobcore_postgres.storage import PostgresStorage
+from jobcore_postgres.url import parse_url, redact
 
 from jobcore.errors import (
     ConfigError,
@@ -22,11 +27,6 @@ from jobcore.errors import (
 )
 from jobcore.ids import new_id
 from jobcore.models import Completed, JobStatus, Lease, NewJob
-from jobcore_postgres import storage as storage_module
-from jobcore_postgres.schema import SCHEMA_VERSION
-from jobcore_postgres.statements import claim_statement
-from jobcore_postgres.storage import PostgresStorage
-from jobcore_postgres.url import parse_url, redact
 
 Factory = Callable[..., PostgresStorage]
 
@@ -127,7 +127,7 @@ def test_read_only_commands_do_not_create_the_schema(pg_url: str) -> None:
 
 def test_a_missing_database_is_permanent_and_names_the_fix(pg_database: str) -> None:
     storage = PostgresStorage(pg_database.rsplit("/", 1)[0] + "/no_such_db_here")
-    with pytest.raises(StorageUnavailable, match="no_such_db_here.*create the database"):
+    with pytest.raises(StorageUnavailable, match=r"no_such_db_here.*create the database"):
         storage.get("x")
     storage.close()
 
@@ -255,18 +255,12 @@ def test_claim_plans_use_the_partial_indexes_with_or_without_statistics(
     params = storage._params(
         worker="w", limit=10, lease_ms=60_000, start=10, queues=["a"], types=["x"]
     )
-    by_queue = _explain(
-        storage, claim_statement(storage._d, by_queue=True, by_type=False), params
-    )
+    by_queue = _explain(storage, claim_statement(storage._d, by_queue=True, by_type=False), params)
     assert "jobs_claim_queue" in by_queue
     assert "Rows Removed by Filter" not in by_queue  # other queues' rows are never visited
-    by_type = _explain(
-        storage, claim_statement(storage._d, by_queue=False, by_type=True), params
-    )
+    by_type = _explain(storage, claim_statement(storage._d, by_queue=False, by_type=True), params)
     assert "jobs_claim_type" in by_type
-    plain = _explain(
-        storage, claim_statement(storage._d, by_queue=False, by_type=False), params
-    )
+    plain = _explain(storage, claim_statement(storage._d, by_queue=False, by_type=False), params)
     assert "jobs_claim" in plain and "Seq Scan" not in plain
 
 
