@@ -85,9 +85,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX jobs_parent ON {s}.jobs (parent_id) WHERE parent_id IS NOT NULL;
 
         CREATE TABLE {s}.events (
-            seq       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            seq       bigint GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {s}.events_seq)
+                      PRIMARY KEY,
             at        bigint NOT NULL,
-            kind      text NOT NULL,
+            kind      text NOT NULL CHECK (kind <> ''),
             job_id    text,
             worker_id text,
             data      jsonb

@@ -39,6 +39,7 @@ from jobcore.transitions import (
     recorded_as,
 )
 from jobcore_postgres import listener as listeners
+from jobcore_postgres import outbox
 from jobcore_postgres.errors import mapped
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
@@ -76,7 +77,7 @@ def row_to_job(row: Sequence[Any]) -> Job:
     return Job(**values)
 
 
-def _new_job(job: NewJob, status: str, now: int) -> Job:
+def _new_job(job: NewJob, status: str, now: int, run_at: int) -> Job:
     return Job(
         id=job.id,
         type=job.type,
@@ -86,7 +87,7 @@ def _new_job(job: NewJob, status: str, now: int) -> Job:
         priority=job.priority,
         attempts=0,
         max_attempts=job.max_attempts,
-        run_at=job.run_at,
+        run_at=run_at,
         timeout_ms=job.timeout_ms,
         idempotency_key=job.idempotency_key,
         locked_by=None,
@@ -127,6 +128,7 @@ class PostgresStorage:
         poll_step: float = 0.05,
         sweep_hold_ms: int = 30_000,
         event_retention_ms: int = 3_600_000,
+        lock_timeout_ms: int | None = None,
         clock: Callable[[], int] | None = None,
         create: bool = True,
     ) -> None:
@@ -160,6 +162,11 @@ class PostgresStorage:
                 # transaction-pooling proxies cannot keep prepared statements
                 "prepare_threshold": None if self.poll_only else 5,
                 "connect_timeout": max(1, int(connect_timeout)),
+                **(
+                    {"options": f"-c lock_timeout={int(lock_timeout_ms)}"}
+                    if lock_timeout_ms is not None
+                    else {}
+                ),
             },
         )
         self._sql: dict[Any, str] = {}
@@ -239,6 +246,8 @@ class PostgresStorage:
         self._ensure_ready()
         try:
             with mapped(self.where), self._pool.connection() as conn:
+                if getattr(self._local, "seen_seq", None) is None:
+                    self._local.seen_seq = self._committed_seq(conn)  # this thread's first use
                 yield conn
         except StorageError as exc:
             if isinstance(exc.__cause__, psycopg.OperationalError):
@@ -296,7 +305,11 @@ class PostgresStorage:
         with self._write() as conn:
             yield conn
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
+    def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        """Run `callback` after this thread's transaction (or `conn`'s) commits; now if none."""
+        if conn is not None:
+            outbox.after_commit(conn, callback)
+            return
         tx: _Tx | None = getattr(self._local, "tx", None)
         if tx is not None:
             tx.callbacks.append(callback)
@@ -331,24 +344,25 @@ class PostgresStorage:
         return (
             "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(types)s::text[], "
             "%(queues)s::text[], %(payloads)s::text[], %(priorities)s::int[], "
-            "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(timeouts)s::bigint[], "
-            "%(keys)s::text[], %(parents)s::text[], %(metas)s::text[]) "
-            "AS v(id, type, queue, payload, priority, max_attempts, run_at, timeout_ms, "
-            "idempotency_key, parent_id, meta)), "
+            "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(delays)s::bigint[], "
+            "%(timeouts)s::bigint[], %(keys)s::text[], %(parents)s::text[], %(metas)s::text[]) "
+            "AS v(id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
+            f"timeout_ms, idempotency_key, parent_id, meta)), "
+            f"w AS (SELECT v.*, coalesce(v.given_run_at, {d.now} + v.delay_ms) AS run_at FROM v), "
             f"u AS (INSERT INTO {d.table('jobs')} (id, type, queue, payload, status, priority, "
             "max_attempts, run_at, timeout_ms, idempotency_key, parent_id, meta, created_at, "
             "updated_at) "
             "SELECT v.id, v.type, v.queue, v.payload::json, "
             f"CASE WHEN v.run_at <= {d.now} THEN 'pending' ELSE 'scheduled' END, v.priority, "
             f"v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
-            f"v.meta::json, {d.now}, {d.now} FROM v "
+            f"v.meta::json, {d.now}, {d.now} FROM w AS v "
             "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
             "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
-            "RETURNING id, type, queue, status, attempts, created_at), "
+            "RETURNING id, type, queue, status, attempts, created_at, run_at), "
             f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id, data) "
             "SELECT u.created_at, 'job:enqueued', u.id, jsonb_build_object('type', u.type, "
             "'queue', u.queue, 'status', u.status, 'attempt', u.attempts) FROM u) "
-            "SELECT id, status, created_at FROM u"
+            "SELECT id, status, created_at, run_at FROM u"
         )
 
     def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
@@ -364,17 +378,19 @@ class PostgresStorage:
             priorities=[j.priority for j in jobs],
             max_attempts=[j.max_attempts for j in jobs],
             run_ats=[j.run_at for j in jobs],
+            delays=[clamp_delay_ms(j.delay_ms) for j in jobs],
             timeouts=[j.timeout_ms for j in jobs],
             keys=[j.idempotency_key for j in jobs],
             parents=[j.parent_id for j in jobs],
             metas=[_json_strict(j.meta) if j.meta else "{}" for j in jobs],
         )
-        created = {row[0]: (row[1], row[2]) for row in conn.execute(sql, params).fetchall()}
+        created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
         results: list[Inserted] = []
         for job in jobs:
             made = created.get(job.id)
             if made is not None:
-                results.append(Inserted(_new_job(job, made[0], int(made[1])), created=True))
+                status, now, run_at = made
+                results.append(Inserted(_new_job(job, status, now, run_at), created=True))
                 continue
             existing = conn.execute(
                 f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} "
@@ -391,11 +407,7 @@ class PostgresStorage:
         if not jobs:
             return []
         if conn is not None:
-            if not isinstance(conn, psycopg.Connection):
-                raise StorageError(
-                    "conn must be a psycopg (3) Connection to the same database, inside the "
-                    f"application's transaction; got {type(conn).__name__}"
-                )
+            outbox.check(conn)
             self._ensure_ready()
             with mapped(self.where):
                 return self._insert_on(conn, jobs)
@@ -874,58 +886,71 @@ class PostgresStorage:
 
     # -- change notification and events ----------------------------------------------
 
-    def _seen(self) -> int | None:
-        seen: int | None = getattr(self._local, "seen", None)
-        return seen
+    def _committed_seq(self, conn: Conn) -> int:
+        row = conn.execute(
+            f"SELECT coalesce(max(seq), 0) FROM {self._d.table('events')}"
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _start_listening(self) -> listeners.Listener:
+        with self._ready_lock:
+            if self._listener is None:
+                self._listener = listeners.acquire(
+                    self.target.conninfo, channel(self.schema), self.where
+                )
+            return self._listener
 
     def wait_for_change(self, timeout: float) -> bool:
-        """True once another transaction appended events since this thread last looked.
+        """True once another transaction changed jobs or events since this thread last looked.
 
-        LISTEN/NOTIFY wakes the wait at once; with `poll_only` (or while the
-        listener is down) the newest event's seq is polled every `poll_step`.
+        A thread's first wait compares the newest committed event with what it
+        saw at its first use of the store; from then on LISTEN/NOTIFY wakes it
+        (one listening connection per process). With `poll_only` the newest
+        committed event is polled every `poll_step`; while the listener is down
+        the answer is "maybe" every few hundred ms, so the caller looks itself.
         """
-        seen = self._seen()
-        current = self.last_event_seq()
-        if seen is None:
-            self._local.seen = current
-            seen = current
-        if current != seen:
-            self._local.seen = current
+        timeout = max(0.0, timeout)
+        if self.poll_only:
+            return self._poll_for_change(timeout)
+        seen_count: int | None = getattr(self._local, "seen_count", None)
+        listener = self._listener or self._start_listening()
+        if seen_count is None:  # first wait on this thread: listening starts now
+            seen_count = self._local.seen_count = listener.count
+        current = self._seq_now()
+        seen_seq: int = self._local.seen_seq
+        self._local.seen_seq = current
+        if current != seen_seq:
+            if listener.count == seen_count:
+                # committed, and its notification is still on the way: count it as seen
+                seen_count = listener.wait(seen_count, 0.5)[0]
+            self._local.seen_count = listener.count
             return True
-        if timeout <= 0:
-            return False
+        count, changed = listener.wait(seen_count, timeout)
+        self._local.seen_count = count
+        return changed
+
+    def _seq_now(self) -> int:
+        with self._connection() as conn:
+            return self._committed_seq(conn)
+
+    def _poll_for_change(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        if not self.poll_only:
-            if self._listener is None:
-                with self._ready_lock:
-                    if self._listener is None:
-                        self._listener = listeners.acquire(
-                            self.target.conninfo, channel(self.schema), self.where
-                        )
-            listener = self._listener
-            count = listener.count
-            current = self.last_event_seq()  # a commit may have landed before we listened
-            while current == seen:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                count, maybe = listener.wait(count, remaining)
-                if maybe:
-                    current = self.last_event_seq()
-        else:
-            while current == seen:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                time.sleep(min(self.poll_step, remaining))
-                current = self.last_event_seq()
-        self._local.seen = current
+        current = self._seq_now()
+        seen_seq: int = self._local.seen_seq
+        while current == seen_seq:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(self.poll_step, remaining))
+            current = self._seq_now()
+        self._local.seen_seq = current
         return True
 
     def last_event_seq(self) -> int:
         with self._connection() as conn:
             row = conn.execute(
-                f"SELECT coalesce(max(seq), 0) FROM {self._d.table('events')}"
+                f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END "
+                f"FROM {self._d.table('events_seq')}"
             ).fetchone()
         return 0 if row is None else int(row[0])
 
@@ -949,6 +974,8 @@ class PostgresStorage:
         worker_id: str | None = None,
         data: dict[str, Any] | None = None,
     ) -> int:
+        if not kind:
+            raise StorageError("an event needs a kind, e.g. 'worker:registered'")
         with self._write() as conn:
             row = conn.execute(
                 f"INSERT INTO {self._d.table('events')} (at, kind, job_id, worker_id, data) "
