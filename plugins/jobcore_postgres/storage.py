@@ -927,6 +927,8 @@ class PostgresStorage:
             return True
         count, changed = listener.wait(seen_count, timeout)
         self._local.seen_count = count
+        if changed:
+            self._local.seen_seq = self._seq_now()
         return changed
 
     def _seq_now(self) -> int:

@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobcore_postgres.storage import PostgresStorage
 
 from jobcore.testing import StorageContract
-from jobcore_postgres.storage import PostgresStorage
 
 
 class PgAppConnection:
