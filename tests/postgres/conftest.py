@@ -16,14 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from pg_testing import unavailable
 
 SERVER = os.environ.get("JOBCORE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL tests cannot run under CI: {reason}", pytrace=False)
-    pytest.skip(f"PostgreSQL tests skipped: {reason}")
 
 
 def with_database(url: str, name: str) -> str:
@@ -36,15 +31,13 @@ def pg_database() -> Iterator[str]:
     try:
         import psycopg
     except ImportError as exc:
-        _unavailable(f"psycopg is not installed ({exc}); pip install 'jobcore[postgres]'")
-        raise
+        unavailable(f"psycopg is not installed ({exc}); pip install 'jobcore[postgres]'")
     name = f"jobcore_test_{os.getpid()}_{secrets.token_hex(3)}"
     try:
         with psycopg.connect(SERVER, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f"CREATE DATABASE {name}")
     except psycopg.OperationalError as exc:
-        _unavailable(f"no PostgreSQL server reachable at {SERVER} ({str(exc).strip()})")
-        raise
+        unavailable(f"no PostgreSQL server reachable at {SERVER} ({str(exc).strip()})")
     yield with_database(SERVER, name)
     with psycopg.connect(SERVER, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
