@@ -16,6 +16,8 @@ import time
 
 import psycopg
 
+from jobcore_postgres.errors import first_line
+
 log = logging.getLogger("jobcore.postgres")
 
 DOWN_POLL = 0.25  # seconds between "maybe changed" answers while the listener is down
@@ -66,7 +68,7 @@ class Listener:
                             self._bump()
             except psycopg.Error as exc:
                 if self.connected:
-                    log.warning("listening on %s: %s; reconnecting", self.where, exc)
+                    log.warning("listening on %s: %s; reconnecting", self.where, first_line(exc))
                 self.connected = False
                 self._ready.set()
                 self._bump()

@@ -66,6 +66,25 @@ _UNFINISHED = ("scheduled", "pending", "claimed")
 _json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
+# Plans must not depend on table statistics (autovacuum may be off, or behind a
+# high-churn table): claims walk a partial index in claim order and owner
+# transitions find rows by primary key, whatever the planner thinks the table holds.
+_PLANNER = (
+    "enable_bitmapscan=off",
+    "enable_sort=off",
+    "enable_hashjoin=off",
+    "enable_mergejoin=off",
+    "jit=off",
+)
+
+
+def _session_options(lock_timeout_ms: int | None) -> str:
+    settings = list(_PLANNER)
+    if lock_timeout_ms is not None:
+        settings.append(f"lock_timeout={int(lock_timeout_ms)}")
+    return " ".join(f"-c {setting}" for setting in settings)
+
+
 def _text(value: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL characters; show them instead of failing."""
     return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
@@ -162,11 +181,7 @@ class PostgresStorage:
                 # transaction-pooling proxies cannot keep prepared statements
                 "prepare_threshold": None if self.poll_only else 5,
                 "connect_timeout": max(1, int(connect_timeout)),
-                **(
-                    {"options": f"-c lock_timeout={int(lock_timeout_ms)}"}
-                    if lock_timeout_ms is not None
-                    else {}
-                ),
+                "options": _session_options(lock_timeout_ms),
             },
         )
         self._sql: dict[Any, str] = {}

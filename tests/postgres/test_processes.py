@@ -145,10 +145,12 @@ def test_server_restart_mid_drain_loses_nothing(cluster: Cluster) -> None:
     restart = _restart_command()
     total = 3000
     log = cluster.tmp / "runs.log"
-    cluster.enqueue_lines([{"log": str(log), "sleep": 0.002}] * total)
+    cluster.enqueue_lines([{"log": str(log), "sleep": 0.005}] * total)
     procs = [cluster.worker("--concurrency", "4", "--lease", "5s") for _ in range(2)]
     wait_for(lambda: cluster.counts().get("completed", 0) >= 300, timeout=120)
     subprocess.run(restart, check=True, capture_output=True, timeout=120)
+    after_restart = cluster.counts()  # the storage reconnects too
+    assert after_restart.get("completed", 0) < total  # the restart came mid-drain
     wait_for(lambda: cluster.counts() == {"completed": total}, timeout=240)
     assert all(proc.poll() is None for proc in procs), cluster.logs()  # they carried on
     for proc in procs:
