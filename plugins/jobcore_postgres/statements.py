@@ -140,8 +140,12 @@ def set_clause(transition: Transition, d: Dialect) -> str:
 def guard_clause(transition: Transition, d: Dialect) -> str:
     """The WHERE conditions of `transition` on row `j` (status first: partial indexes)."""
     statuses = ", ".join(_quote(str(s)) for s in transition.from_status)
+    # Owner transitions find each reported row by primary key. Their status test is
+    # written so that no partial index over claimed rows can serve it: without table
+    # statistics the planner would otherwise walk every claimed row once per report.
+    status = 'j.status COLLATE "C"' if transition.guard.fenced else "j.status"
     conds = [
-        f"j.status IN ({statuses})" if len(transition.from_status) > 1 else f"j.status = {statuses}"
+        f"{status} IN ({statuses})" if len(transition.from_status) > 1 else f"{status} = {statuses}"
     ]
     g = transition.guard
     if g.fenced:

@@ -70,6 +70,8 @@ _json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 # high-churn table): claims walk a partial index in claim order and owner
 # transitions find rows by primary key, whatever the planner thinks the table holds.
 _PLANNER = (
+    "enable_seqscan=off",
+    "enable_material=off",
     "enable_bitmapscan=off",
     "enable_sort=off",
     "enable_hashjoin=off",
