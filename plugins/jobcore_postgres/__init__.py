@@ -2,13 +2,13 @@
 
 Settings (`[plugins.postgres]` / `JOBCORE_POSTGRES_*`): `schema_name` (default
 `jobcore`), `poll_only` (no LISTEN: for transaction-pooling proxies),
-`pool_min`, `pool_max`, `connect_timeout`. The URL's `?schema=` and
+`pool_min`, `pool_max`, `connect_timeout`, `synchronous_commit`. The URL's `?schema=` and
 `?poll_only=` win over them. Also adds `jobcore copy --from URL --to URL`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import click
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +33,9 @@ class PostgresSettings(BaseModel):
     pool_min: Annotated[int, Field(ge=0, le=1000)] = 1
     pool_max: Annotated[int, Field(ge=1, le=1000)] = 10
     connect_timeout: PositiveSeconds = 5.0
+    # PostgreSQL's own setting for jobcore's sessions; "off" trades the last few hundred ms
+    # of commits on a server crash (never consistency) for speed. Default: the server's.
+    synchronous_commit: Literal["on", "off", "local", "remote_write", "remote_apply"] | None = None
 
 
 @hookimpl
@@ -57,6 +60,7 @@ def jobcore_storage_backend(url: str, config: Config, create: bool) -> PostgresS
         pool_min=settings.pool_min,
         pool_max=settings.pool_max,
         connect_timeout=settings.connect_timeout,
+        synchronous_commit=settings.synchronous_commit,
         create=create,
     )
 

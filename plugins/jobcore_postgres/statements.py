@@ -231,7 +231,7 @@ def by_id_statement(transition: Transition, d: Dialect) -> str:
 _PICK_ORDER = "priority DESC, run_at, id"
 
 
-def claim_statement(d: Dialect, *, by_queue: bool, by_type: bool) -> str:
+def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
     """Claim up to %(limit)s pending jobs: one CTE picking with SKIP LOCKED, then UPDATE.
 
     With queue (or type) filters the pick walks each named queue's slice of the

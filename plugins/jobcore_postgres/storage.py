@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from jobcore.errors import IllegalTransition, StorageError
+from jobcore.errors import ConfigError, IllegalTransition, StorageError
 from jobcore.models import Completed, Event, Failed, Job, JobStatus, Lease, NewJob, Outcome
 from jobcore.storage.base import Inserted, Recorded, Stats, Swept
 from jobcore.transitions import (
@@ -80,10 +80,20 @@ _PLANNER = (
 )
 
 
-def _session_options(lock_timeout_ms: int | None) -> str:
+_SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
+
+
+def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None = None) -> str:
     settings = list(_PLANNER)
     if lock_timeout_ms is not None:
         settings.append(f"lock_timeout={int(lock_timeout_ms)}")
+    if synchronous_commit is not None:
+        if synchronous_commit not in _SYNCHRONOUS_COMMIT:
+            raise ConfigError(
+                f"synchronous_commit must be one of {', '.join(_SYNCHRONOUS_COMMIT)}, "
+                f"not {synchronous_commit!r}"
+            )
+        settings.append(f"synchronous_commit={synchronous_commit}")
     return " ".join(f"-c {setting}" for setting in settings)
 
 
@@ -129,6 +139,14 @@ def _new_job(job: NewJob, status: str, now: int, run_at: int) -> Job:
 
 
 @dataclass
+class _Sent:
+    """A queued owner statement and the outcomes (by index) it reported."""
+
+    indexes: list[int]
+    cursor: psycopg.Cursor[Any]
+
+
+@dataclass
 class _Tx:
     conn: Conn
     callbacks: list[Callable[[], None]] = field(default_factory=list)
@@ -150,6 +168,7 @@ class PostgresStorage:
         sweep_hold_ms: int = 30_000,
         event_retention_ms: int = 3_600_000,
         lock_timeout_ms: int | None = None,
+        synchronous_commit: str | None = None,
         clock: Callable[[], int] | None = None,
         create: bool = True,
     ) -> None:
@@ -183,7 +202,7 @@ class PostgresStorage:
                 # transaction-pooling proxies cannot keep prepared statements
                 "prepare_threshold": None if self.poll_only else 5,
                 "connect_timeout": max(1, int(connect_timeout)),
-                "options": _session_options(lock_timeout_ms),
+                "options": _session_options(lock_timeout_ms, synchronous_commit),
             },
         )
         self._sql: dict[Any, str] = {}
@@ -318,6 +337,29 @@ class PostgresStorage:
                 log.exception("after-commit callback failed")
 
     @contextmanager
+    def _batch(self) -> Iterator[Conn]:
+        """A write transaction in pipeline mode: statements go out without waiting for
+        each other's answers, so a group commit costs one round trip plus the commit.
+        Inside an open transaction it is a plain nested write."""
+        if getattr(self._local, "tx", None) is not None:
+            with self._write() as conn:
+                yield conn
+            return
+        with self._connection() as conn:
+            tx = _Tx(conn)
+            self._local.tx = tx
+            try:
+                with conn.pipeline(), conn.transaction():
+                    yield conn
+            finally:
+                self._local.tx = None
+        for callback in tx.callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+
+    @contextmanager
     def transaction(self) -> Iterator[Conn]:
         with self._write() as conn:
             yield conn
@@ -428,6 +470,10 @@ class PostgresStorage:
             self._ensure_ready()
             with mapped(self.where):
                 return self._insert_on(conn, jobs)
+        if getattr(self._local, "tx", None) is None and len(jobs) == 1:
+            # one job, one statement: atomic on its own, no BEGIN/COMMIT round trips
+            with self._connection() as c:
+                return self._insert_on(c, jobs)
         with self._write() as c:
             return self._insert_on(c, jobs)
 
@@ -464,10 +510,13 @@ class PostgresStorage:
         types: Sequence[str] = (),
         start: int | None = None,
     ) -> list[Job]:
-        with self._write() as conn:
-            return self._claim(conn, worker, limit, lease_ms, queues, types, start, promote=True)
+        if limit <= 0:
+            return []
+        with self._batch() as conn:
+            cursor = self._send_claim(conn, worker, limit, lease_ms, queues, types, start, True)
+            return self._claimed(cursor)
 
-    def _claim(
+    def _send_claim(
         self,
         conn: Conn,
         worker: str,
@@ -476,18 +525,17 @@ class PostgresStorage:
         queues: Sequence[str],
         types: Sequence[str],
         start: int | None,
-        *,
         promote: bool,
-    ) -> list[Job]:
-        if limit <= 0:
-            return []
+    ) -> psycopg.Cursor[Any] | None:
+        """Queue the promotion and the claim; the claim's rows come from `_claimed`."""
         if promote:
-            sql = self._statement("promote", lambda: promote_statement(self._d, PROMOTE_LIMIT))
+            sql = self._statement("promote", promote_statement, self._d, PROMOTE_LIMIT)
             conn.execute(sql, self._params())
+        if limit <= 0:
+            return None
         by_queue, by_type = bool(queues), bool(types)
         sql = self._statement(
-            ("claim", by_queue, by_type),
-            lambda: claim_statement(self._d, by_queue=by_queue, by_type=by_type),
+            ("claim", by_queue, by_type), claim_statement, self._d, by_queue, by_type
         )
         params = self._params(
             worker=worker,
@@ -497,7 +545,11 @@ class PostgresStorage:
             queues=list(queues),
             types=list(types),
         )
-        return [row_to_job(row) for row in conn.execute(sql, params).fetchall()]
+        return conn.execute(sql, params)
+
+    @staticmethod
+    def _claimed(cursor: psycopg.Cursor[Any] | None) -> list[Job]:
+        return [] if cursor is None else [row_to_job(row) for row in cursor.fetchall()]
 
     def commit_batch(
         self,
@@ -512,13 +564,18 @@ class PostgresStorage:
         started: Sequence[Lease] = (),
         start: int | None = None,
     ) -> tuple[list[Recorded], list[Job]]:
-        with self._write() as conn:
+        with self._batch() as conn:
             if started:
-                self._mark_started(conn, started)
-            recorded = self._record(conn, outcomes) if outcomes else []
-            claimed = self._claim(
-                conn, worker, claim_limit, lease_ms, queues, types, start, promote=promote
+                sql = self._lease_statement(MARK_STARTED, "j.id")
+                conn.execute(sql, self._lease_params(started))
+            checked = self._checked(outcomes)
+            sent = self._send_owner(conn, checked)
+            claim = self._send_claim(
+                conn, worker, claim_limit, lease_ms, queues, types, start, promote
             )
+            # everything above went out together; the answers come back now
+            recorded = self._collect(conn, checked, sent)
+            claimed = self._claimed(claim)
         return recorded, claimed
 
     def next_due(self) -> int | None:
@@ -577,15 +634,18 @@ class PostgresStorage:
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         if not outcomes:
             return []
-        with self._write() as conn:
+        with self._batch() as conn:
             return self._record(conn, outcomes)
 
-    def _apply(self, conn: Conn, outcomes: Sequence[Outcome]) -> dict[int, Job]:
-        """Run the owner statements for `outcomes`; {index in outcomes: updated job}."""
-        done: dict[int, Job] = {}
+    def _send_owner(
+        self, conn: Conn, outcomes: Sequence[Outcome], *, children: bool = False
+    ) -> list[_Sent]:
+        """Queue one statement per transition (completions with children only if `children`)."""
+        sent: list[_Sent] = []
         by_type: dict[type[Any], list[int]] = {}
         for index, outcome in enumerate(outcomes):
-            by_type.setdefault(type(outcome), []).append(index)
+            if children or not (isinstance(outcome, Completed) and outcome.children):
+                by_type.setdefault(type(outcome), []).append(index)
         for kind, indexes in by_type.items():
             group = [outcomes[i] for i in indexes]
             params = self._params(
@@ -603,16 +663,25 @@ class PostgresStorage:
                 sql = self._statement(
                     ("owner", transition.name), owner_statement, transition, self._d
                 )
-                for row in conn.execute(sql, params).fetchall():
-                    job = row_to_job(row)
-                    for i in indexes:
-                        if i not in done and outcomes[i].lease.job_id == job.id:
-                            done[i] = job
-                            break
+                sent.append(_Sent(indexes, conn.execute(sql, params)))
+        return sent
+
+    @staticmethod
+    def _updated(outcomes: Sequence[Outcome], sent: list[_Sent]) -> dict[int, Job]:
+        """{index in outcomes: the row its statement updated}."""
+        done: dict[int, Job] = {}
+        for item in sent:
+            for row in item.cursor.fetchall():
+                job = row_to_job(row)
+                for i in item.indexes:
+                    if i not in done and outcomes[i].lease.job_id == job.id:
+                        done[i] = job
+                        break
         return done
 
-    def _record(self, conn: Conn, outcomes: Sequence[Outcome]) -> list[Recorded]:
-        # results that cannot be stored fail their job alone, before any statement runs
+    @staticmethod
+    def _checked(outcomes: Sequence[Outcome]) -> list[Outcome]:
+        """Results that cannot be stored fail their job alone, before any statement runs."""
         checked: list[Outcome] = []
         for outcome in outcomes:
             if isinstance(outcome, Completed):
@@ -621,16 +690,18 @@ class PostgresStorage:
                 except (TypeError, ValueError) as exc:
                     outcome = Failed(outcome.lease, f"could not record outcome: {exc}")
             checked.append(outcome)
-        simple = [i for i, o in enumerate(checked) if not (isinstance(o, Completed) and o.children)]
-        done = self._apply(conn, [checked[i] for i in simple])
-        answers: dict[int, Recorded] = {}
-        for position, i in enumerate(simple):
-            if position in done:
-                answers[i] = Recorded(checked[i], done[position])
+        return checked
+
+    def _record(self, conn: Conn, outcomes: Sequence[Outcome]) -> list[Recorded]:
+        checked = self._checked(outcomes)
+        return self._collect(conn, checked, self._send_owner(conn, checked))
+
+    def _collect(self, conn: Conn, checked: list[Outcome], sent: list[_Sent]) -> list[Recorded]:
+        done = self._updated(checked, sent)
+        answers: dict[int, Recorded] = {i: Recorded(checked[i], job) for i, job in done.items()}
         for i, outcome in enumerate(checked):
-            if i in answers or not (isinstance(outcome, Completed) and outcome.children):
-                continue
-            answers[i] = self._record_with_children(conn, outcome)
+            if isinstance(outcome, Completed) and outcome.children:
+                answers[i] = self._record_with_children(conn, outcome)
         missing = [i for i in range(len(checked)) if i not in answers or answers[i].job is None]
         if missing:
             ids = list({checked[i].lease.job_id for i in missing})
@@ -652,6 +723,10 @@ class PostgresStorage:
                 else:
                     answers[i] = Recorded(outcome, None, state="stale")
         return [answers[i] for i in range(len(checked))]
+
+    def _apply(self, conn: Conn, outcomes: Sequence[Outcome]) -> dict[int, Job]:
+        """Run the owner statements for `outcomes` now (children are the caller's)."""
+        return self._updated(outcomes, self._send_owner(conn, outcomes, children=True))
 
     def _record_with_children(self, conn: Conn, outcome: Completed) -> Recorded:
         try:
@@ -929,23 +1004,18 @@ class PostgresStorage:
         timeout = max(0.0, timeout)
         if self.poll_only:
             return self._poll_for_change(timeout)
-        seen_count: int | None = getattr(self._local, "seen_count", None)
         listener = self._listener or self._start_listening()
+        seen_count: int | None = getattr(self._local, "seen_count", None)
         if seen_count is None:  # first wait on this thread: listening starts now
             seen_count = self._local.seen_count = listener.count
-        current = self._seq_now()
-        seen_seq: int = self._local.seen_seq
-        self._local.seen_seq = current
-        if current != seen_seq:
-            if listener.count == seen_count:
-                # committed, and its notification is still on the way: count it as seen
-                seen_count = listener.wait(seen_count, 0.5)[0]
-            self._local.seen_count = listener.count
-            return True
+            current = self._seq_now()  # what committed between first use and listening
+            seen_seq: int = self._local.seen_seq
+            self._local.seen_seq = current
+            if current != seen_seq:
+                return True
+        # from here on the notifications alone tell: no query per wait
         count, changed = listener.wait(seen_count, timeout)
         self._local.seen_count = count
-        if changed:
-            self._local.seen_seq = self._seq_now()
         return changed
 
     def _seq_now(self) -> int:
