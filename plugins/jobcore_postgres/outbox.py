@@ -37,6 +37,8 @@ def check(conn: Any) -> None:
     status = conn.info.transaction_status
     if status == TransactionStatus.INERROR:
         raise StorageError("the application's transaction on conn has failed; roll it back")
+    if status == TransactionStatus.IDLE and not conn.autocommit:
+        return  # psycopg opens the transaction with our statement; the application commits it
     if status != TransactionStatus.INTRANS:
         raise StorageError(
             "conn has no open transaction: enqueue inside the application's transaction "
