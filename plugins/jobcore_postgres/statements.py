@@ -173,12 +173,10 @@ def _event_insert(transition: Transition, d: Dialect, source: str) -> str:
         worker = "u.history -> -1 ->> 'worker'"
     else:
         worker = "NULL"
-    data = "jsonb_build_object('type', u.type, 'queue', u.queue, 'status', u.status, 'attempt', u.attempts)"
-    if transition.error is not None:
-        data = f"{data} || jsonb_build_object('error', u.last_error)"
+    # job events store no data: readers get the job's type and queue by joining the job
     return (
-        f"INSERT INTO {d.table('events')} (at, kind, job_id, worker_id, data) "
-        f"SELECT u.updated_at, {_quote(transition.event or '')}, u.id, {worker}, {data} FROM {source} u"
+        f"INSERT INTO {d.table('events')} (at, kind, job_id, worker_id) "
+        f"SELECT u.updated_at, {_quote(transition.event or '')}, u.id, {worker} FROM {source} u"
     )
 
 

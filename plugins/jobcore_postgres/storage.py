@@ -102,6 +102,16 @@ def _text(value: str | None) -> str | None:
     return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
 
 
+def _event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str, Any] | None:
+    """What was stored with an event, plus its job's type and queue if the job exists."""
+    value: dict[str, Any] | None = None
+    if data is not None:
+        value = data if isinstance(data, dict) else {"value": data}
+    if type_name is not None:
+        value = {**(value or {}), "type": type_name, "queue": queue}
+    return value
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
     values = dict(zip(JOB_COLUMNS, row, strict=False))
     values["status"] = JobStatus(values["status"])
@@ -417,10 +427,9 @@ class PostgresStorage:
             f"v.meta::json, {d.now}, {d.now} FROM w AS v "
             "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
             "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
-            "RETURNING id, type, queue, status, attempts, created_at, run_at), "
-            f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id, data) "
-            "SELECT u.created_at, 'job:enqueued', u.id, jsonb_build_object('type', u.type, "
-            "'queue', u.queue, 'status', u.status, 'attempt', u.attempts) FROM u) "
+            "RETURNING id, status, created_at, run_at), "
+            f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
+            "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
             "SELECT id, status, created_at, run_at FROM u"
         )
 
@@ -1044,15 +1053,24 @@ class PostgresStorage:
         return 0 if row is None else int(row[0])
 
     def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
+        """Events after `seq`; a job event's data is its job's type and queue (while it exists)."""
         with self._connection() as conn:
             rows = conn.execute(
-                f"SELECT seq, at, kind, job_id, worker_id, data FROM {self._d.table('events')} "
-                "WHERE seq > %s ORDER BY seq LIMIT %s",
+                "SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue "
+                f"FROM {self._d.table('events')} e LEFT JOIN {self._d.table('jobs')} j "
+                "ON j.id = e.job_id WHERE e.seq > %s ORDER BY e.seq LIMIT %s",
                 (seq, limit),
             ).fetchall()
         return [
-            Event(seq=int(s), at=int(at), kind=kind, job_id=job_id, worker_id=wid, data=data)
-            for s, at, kind, job_id, wid, data in rows
+            Event(
+                seq=int(s),
+                at=int(at),
+                kind=kind,
+                job_id=job_id,
+                worker_id=worker_id,
+                data=_event_data(data, type_name, queue),
+            )
+            for s, at, kind, job_id, worker_id, data, type_name, queue in rows
         ]
 
     def add_event(
