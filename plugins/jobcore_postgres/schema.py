@@ -112,6 +112,34 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        "the hub's tokens and workers",
+        """
+        CREATE TABLE {s}.hub_tokens (
+            id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            name       text NOT NULL,
+            hash       text NOT NULL UNIQUE,
+            scope      text NOT NULL CHECK (scope IN ('read', 'produce', 'agent', 'admin')),
+            agent_id   text,
+            created_at bigint NOT NULL,
+            revoked_at bigint
+        );
+        CREATE UNIQUE INDEX hub_tokens_active_name ON {s}.hub_tokens (name)
+            WHERE revoked_at IS NULL;
+        CREATE TABLE {s}.hub_workers (
+            worker_id     text PRIMARY KEY,
+            name          text,
+            cores         integer,
+            ram_gb        double precision,
+            tags          jsonb NOT NULL DEFAULT '[]',
+            types         jsonb NOT NULL DEFAULT '[]',
+            registered_at bigint NOT NULL,
+            last_seen     bigint NOT NULL,
+            lost_at       bigint,
+            drain         boolean NOT NULL DEFAULT false
+        );
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -507,6 +507,12 @@ class PostgresStorage:
         with self._write() as conn, conn.cursor() as cursor:
             cursor.executemany(sql, rows)
 
+    def hub_store(self) -> Any:
+        """The hub's tokens and workers registry in this store (`jobcore_http.store.HubStore`)."""
+        from jobcore_postgres.hub_store import PostgresHubStore
+
+        return PostgresHubStore(self)
+
     # -- the worker's path -------------------------------------------------------------
 
     def claim(
