@@ -786,10 +786,11 @@ class PostgresStorage:
                 (name, holder),
             )
 
-    def sweep(self, *, force: bool = False) -> list[Swept]:
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
         swept: list[Swept] = []
         with self._write() as conn:
-            if not self._take_lock(conn, "sweep", self._holder, self.sweep_hold_ms, force):
+            hold = self.sweep_hold_ms if hold_ms is None else hold_ms
+            if not self._take_lock(conn, "sweep", self._holder, hold, force):
                 return []
             for transition, action in SWEEP:
                 sql = self._statement(
