@@ -357,9 +357,9 @@ class Worker:
             try:
                 self.queue.storage.migrate()
                 return True
-            except StorageError:
-                raise  # not transient: a newer schema, not a database, no such folder
             except Exception as exc:
+                if isinstance(exc, StorageError) and not is_transient(exc):
+                    raise  # a newer schema, not a database, no such folder: no use waiting
                 backoff = min(MAX_DB_BACKOFF, max(0.1, backoff * 2))
                 log.error(
                     "database error at start (%s); retrying in %.1fs", describe_error(exc), backoff

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import apsw
 import jobcore_test_plugin as tp
 import pytest
 from pydantic import model_validator
@@ -454,6 +455,21 @@ def test_a_database_error_while_waiting_backs_off_and_the_loop_lives(
     worker.stop()
     thread.join(10)
     assert not thread.is_alive() and worker.exit_code == 0
+
+
+def test_a_worker_starting_on_a_locked_new_database_backs_off(
+    jobcore_make_queue: MakeQueue, jobcore_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = apsw.Connection(jobcore_db)
+    blocker.execute("BEGIN IMMEDIATE")  # the schema cannot be created yet
+    queue = jobcore_make_queue(tp, busy_timeout=0.05)
+    worker, thread = start_worker(queue, until_empty=True)
+    wait_for(lambda: any("database error at start" in r.getMessage() for r in caplog.records))
+    assert thread.is_alive()
+    blocker.execute("COMMIT")
+    blocker.close()
+    finish(worker, thread)
+    assert worker.exit_code == 0
 
 
 # -- defect 11: the retry ran beside the abandoned handler ---------------------------------
