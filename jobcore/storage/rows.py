@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
 import apsw
@@ -70,18 +69,6 @@ def _json(text: str, column: str = "") -> Any:
             if column in ("payload", "meta", "result")
             else [{"corrupt": str(text)[:1000]}]
         )
-
-
-_JOB_FIELDS = tuple(f.name for f in fields(Job))
-_set = object.__setattr__
-
-
-def replace_job(job: Job, **changes: Any) -> Job:
-    """`dataclasses.replace` for the frozen `Job`, about twice as fast (a hot path of the worker)."""
-    new = object.__new__(Job)
-    for name in _JOB_FIELDS:
-        _set(new, name, changes[name] if name in changes else getattr(job, name))
-    return new
 
 
 def row_to_job(row: Sequence[Any]) -> Job:

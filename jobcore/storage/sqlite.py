@@ -28,11 +28,20 @@ from jobcore.errors import (
     StorageError,
     StorageUnavailable,
 )
-from jobcore.models import Completed, Failed, Job, Lease, NewJob, Outcome, compact_json
+from jobcore.models import (
+    Completed,
+    Failed,
+    Job,
+    Lease,
+    NewJob,
+    Outcome,
+    compact_json,
+    replace_job,
+)
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import insert_values, new_row, replace_job, row_to_job, rows_of
+from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
 from jobcore.storage.sqlite_outbox import AppConnections
@@ -444,11 +453,9 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                 rows = rows_of(conn, changed, params)
                 if not rows:
                     continue
-                before = replace_job(
-                    claimed, started_at=rows[0][0], cancel_requested=bool(rows[0][1])
-                )
+                current = {"started_at": rows[0][0], "cancel_requested": bool(rows[0][1])}
                 stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
-                job = T.apply(before, transition, now=now, outcome=stored)
+                job = T.apply(claimed, transition, now=now, outcome=stored, current=current)
             if isinstance(outcome, Completed) and outcome.children:
                 inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
                 return Recorded(outcome, job, "recorded", inserted)
