@@ -79,6 +79,7 @@ class Hub:
         self.stopping.set()
         self.engine.no_more_waiting()
         self.stop_signal.fire()
+        self.feed.signal.fire()  # event streams wake up, see `stopping` and end
 
     def close(self) -> None:
         self.begin_shutdown()
