@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from jobcore import Config, Queue
 from jobcore_http.engine import Engine
 from jobcore_http.store import SQLiteHubStore, TokenRecord, hub_store_for
+
+from jobcore import Config, Queue
 
 
 @pytest.fixture
