@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jobcore import wakeup
 from jobcore.errors import JobTimeout
-from jobcore.models import Job, JobStatus
+from jobcore.models import Failed, Job, JobStatus, Lease, Retrying
 from jobcore.queue import Queue
-from jobcore_http import compat
+from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.engine import Engine
 from jobcore_http.events import EventFeed
 from jobcore_http.settings import HttpSettings
@@ -96,7 +97,7 @@ class Hub:
         self.queue.close()
 
     def now(self) -> int:
-        return compat.store_now(self.storage)
+        return self.storage.now()
 
     # -- auth -------------------------------------------------------------------------
 
@@ -141,7 +142,11 @@ class Hub:
                 log.warning("hub maintenance failed (will retry): %s", exc)
 
     def sweep(self) -> None:
-        swept = compat.sweep(self.queue)
+        swept = self.storage.sweep(hold_ms=self.lease_ms // 2 + 1000)
+        for item in swept:
+            self.queue.announce_swept(item)
+        if any(item.action in ("reclaimed", "released") for item in swept):
+            wakeup.notify(self.queue.wake_key)
         if swept:
             log.info("sweep: %d expired leases handled", len(swept))
         self.registry.sweep_lost(self.now())
@@ -170,10 +175,14 @@ class Hub:
 
     def timeout_outcome(self, job: Job, now: int) -> Any:
         decision = self.queue.decide_retry(job, JobTimeout(MAX_RUNTIME_EXCEEDED))
-        lease = compat.lease_of(job)
+        lease = Lease.of(job)
         if decision.delay is None:
-            return compat.failed(lease, MAX_RUNTIME_EXCEEDED)
-        return compat.retrying(lease, MAX_RUNTIME_EXCEEDED, int(decision.delay * 1000), now)
+            return Failed(lease, MAX_RUNTIME_EXCEEDED)
+        return Retrying(
+            lease,
+            MAX_RUNTIME_EXCEEDED,
+            clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS),
+        )
 
 
 def _started(job: Job) -> int | None:
