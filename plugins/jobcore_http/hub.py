@@ -17,7 +17,7 @@ from typing import Any
 
 from jobcore import wakeup
 from jobcore.errors import JobTimeout
-from jobcore.models import Failed, Job, JobStatus, Lease, Retrying
+from jobcore.models import Failed, Job, Lease, Retrying
 from jobcore.queue import Queue
 from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.engine import Engine
@@ -119,11 +119,9 @@ class Hub:
 
     def workers(self) -> list[dict[str, Any]]:
         """The workers registry as `GET /api/workers` lists it."""
-        claimed: dict[str, list[str]] = {}
-        for job in self.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000):
-            if job.locked_by:
-                claimed.setdefault(job.locked_by, []).append(job.id)
-        return self.registry.listing(self.now(), claimed)
+        claims = self.store.claims_by_worker()
+        self.registry.forget_progress({i for ids in claims.values() for i in ids})
+        return self.registry.listing(self.now(), claims)
 
     # -- maintenance ------------------------------------------------------------------
 
@@ -157,14 +155,7 @@ class Hub:
         if not remote:
             return []
         now = self.now()
-        overdue = [
-            job
-            for job in self.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000)
-            if job.locked_by in remote
-            and job.timeout_ms is not None
-            and _started(job) is not None
-            and now - (_started(job) or now) > job.timeout_ms
-        ]
+        overdue = [job for job in self.store.overdue_claims(now) if job.locked_by in remote]
         ended = []
         for job in overdue:
             result = self.engine.record(self.timeout_outcome(job, now)).result(30)
@@ -183,8 +174,3 @@ class Hub:
             MAX_RUNTIME_EXCEEDED,
             clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS),
         )
-
-
-def _started(job: Job) -> int | None:
-    started = getattr(job, "started_at", None)
-    return started if started is not None else job.claimed_at

@@ -499,3 +499,30 @@ def test_tokens_routes(admin: httpx.Client) -> None:
     assert all("token" not in t and "hash" not in t for t in listed)
     assert admin.delete(f"/api/tokens/{name}").status_code == 204
     assert admin.delete(f"/api/tokens/{name}").status_code == 404
+
+
+def test_search_pages_through_windows_to_an_old_match(hub: Hub, admin: httpx.Client) -> None:
+    import jobcore_test_plugin
+
+    from jobcore import Config, Queue, make_plugin_manager
+
+    marker = unique("old-needle")
+    pm = make_plugin_manager(plugins=(("test", jobcore_test_plugin),))
+    with Queue(str(hub.db), config=Config(env={}), pm=pm) as queue:
+        old = queue.enqueue("record", {"log": f"/tmp/{marker}"}).job.id
+        queue.enqueue_many("noop", [{} for _ in range(12_000)])
+    found: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        params = {"q": marker, "limit": 10, **({"cursor": cursor} if cursor else {})}
+        page = admin.get("/api/jobs", params=params).json()
+        found.extend(job["id"] for job in page["jobs"])
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert found == [old]
+    statuses = admin.get("/api/jobs", params={"status": "pending,cancelled", "limit": 5}).json()
+    ids = [job["id"] for job in statuses["jobs"]]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 5

@@ -183,16 +183,25 @@ async def heartbeat(
     drain = body.worker_id in hub.registry.draining
     now = hub.now()
     hub.registry.seen(body.worker_id, now)
+    if body.lease_id is not None:  # fenced by the token: no read first (timeouts: maintenance)
+        lease = Lease(job_id, body.lease_id, body.worker_id)
+        cancel = await settle(hub.engine.extend(lease))
+        if cancel is not None:
+            _progress(hub, job_id, body.progress)
+            return {
+                "lease_expires_at": iso(now + hub.lease_ms),
+                "cancel_requested": cancel,
+                "drain": drain,
+            }
     job = await _job(hub, job_id)
-    if _live(job, body.worker_id, body.lease_id):
-        started = getattr(job, "started_at", None) or job.claimed_at
+    if body.lease_id is None and _live(job, body.worker_id, None):
+        started = job.started_at or job.claimed_at
         if job.timeout_ms is not None and started is not None and now - started > job.timeout_ms:
             await settle(hub.engine.record(hub.timeout_outcome(job, now)))
             return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
         cancel = await settle(hub.engine.extend(Lease.of(job)))
         if cancel is not None:
-            if body.progress is not None:
-                hub.registry.progress[job.id] = body.progress
+            _progress(hub, job_id, body.progress)
             return {
                 "lease_expires_at": iso(now + hub.lease_ms),
                 "cancel_requested": cancel,
@@ -205,6 +214,11 @@ async def heartbeat(
     ):
         return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
     raise _not_yours(job, body.worker_id)
+
+
+def _progress(hub: Hub, job_id: str, progress: Any) -> None:
+    if progress is not None:
+        hub.registry.progress[job_id] = progress
 
 
 @router.post("/jobs/{job_id}/result", response_model=JobOut, responses=ERRORS)
@@ -225,15 +239,20 @@ async def result(
         raise ApiError(
             413, f"result is {size} bytes, over the {limit}-byte limit (max_result_bytes)"
         )
+    children = []
+    for index, child in enumerate(body.children or ()):
+        try:
+            children.append(build_job(hub.queue, child, parent_id=job_id))
+        except (ApiError, JobcoreError) as exc:
+            status = exc.status if isinstance(exc, ApiError) else status_of(exc)
+            raise ApiError(status, f"children.{index}: {exc}") from None
+    if body.lease_id is not None:  # fenced by the token: record first, read only if refused
+        lease = Lease(job_id, body.lease_id, body.worker_id)
+        recorded = await settle(hub.engine.record(Completed(lease, body.result, tuple(children))))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
     job = await _job(hub, job_id)
-    if _live(job, body.worker_id, body.lease_id):
-        children = []
-        for index, child in enumerate(body.children or ()):
-            try:
-                children.append(build_job(hub.queue, child, parent_id=job.id))
-            except (ApiError, JobcoreError) as exc:
-                status = exc.status if isinstance(exc, ApiError) else status_of(exc)
-                raise ApiError(status, f"children.{index}: {exc}") from None
+    if body.lease_id is None and _live(job, body.worker_id, None):
         outcome = Completed(Lease.of(job), body.result, tuple(children))
         recorded = await settle(hub.engine.record(outcome))
         if recorded.job is not None:

@@ -131,15 +131,9 @@ def list_jobs(
     """Jobs newest first, in keyset pages (`next_cursor`)."""
     hub = hub_of(request)
     where = _filter(status, type, queue, worker, q)
-    jobs = hub.store.search_jobs(where, before=cursor, limit=offset + limit + 1)[offset:]
-    more = len(jobs) > limit
-    jobs = jobs[:limit]
-    return JSONResponse(
-        {
-            "jobs": [job_json(job) for job in jobs],
-            "next_cursor": jobs[-1].id if more and jobs else None,
-        }
-    )
+    page = hub.store.search_jobs(where, before=cursor, limit=offset + limit)
+    jobs = page.jobs[offset:]
+    return JSONResponse({"jobs": [job_json(job) for job in jobs], "next_cursor": page.next_cursor})
 
 
 @router.get(
@@ -198,12 +192,10 @@ def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
     matched = changed = 0
     before: str | None = None
     while True:
-        page = hub.store.search_jobs(where, before=before, limit=500)
-        if not page:
-            break
-        before = page[-1].id
-        matched += len(page)
-        ids = [job.id for job in page]
+        page = hub.store.search_jobs(where, before=before, limit=500, budget_ms=2000)
+        before = page.next_cursor
+        matched += len(page.jobs)
+        ids = [job.id for job in page.jobs]
         try:
             with hub.storage.transaction():
                 results = change(ids)
@@ -216,7 +208,7 @@ def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
                 except IllegalTransition:
                     results.append(None)
         changed += sum(1 for job in results if job is not None)
-        if len(page) < 500:
+        if before is None:
             break
     if changed:
         from jobcore import wakeup
