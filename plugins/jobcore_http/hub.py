@@ -119,6 +119,7 @@ class Hub:
 
     def workers(self) -> list[dict[str, Any]]:
         """The workers registry as `GET /api/workers` lists it."""
+        self.registry.flush()  # agents seen since the last flush are listed too
         claims = self.store.claims_by_worker()
         self.registry.forget_progress({i for ids in claims.values() for i in ids})
         return self.registry.listing(self.now(), claims)

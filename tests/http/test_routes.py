@@ -329,7 +329,9 @@ def test_claim_heartbeat_result_flow(agent: httpx.Client, admin: httpx.Client) -
     assert beat.json()["cancel_requested"] is False
     assert beat.json()["lease_expires_at"]
     workers = admin.get("/api/workers").json()["workers"]
-    assert next(w for w in workers if w["worker_id"] == "agent-1")["current_jobs"] == [job["id"]]
+    mine = next(w for w in workers if w["worker_id"] == "agent-1")
+    assert mine["current_jobs"] == [job["id"]]
+    assert mine["progress"] == {job["id"]: {"pct": 50}}
     report = {"worker_id": "agent-1", "lease_id": body["lease_id"], "result": {"ok": True}}
     done = agent.post(f"/api/jobs/{job['id']}/result", json=report)
     assert done.status_code == 200
