@@ -1,0 +1,1 @@
+"""jobcore plugin `http`: `jobcore serve`, the hub API, live events and the dashboard."""

@@ -1,0 +1,211 @@
+"""The dashboard's pages: overview, jobs, one job, workers, dead letters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import HTMLResponse
+
+from jobcore.errors import JobNotFound
+from jobcore.timeutil import now_ms, parse_time
+from jobcore_http.dashboard.access import viewer
+from jobcore_http.dashboard.charts import bar_chart, series
+from jobcore_http.dashboard.filters import (
+    CANCELLABLE,
+    PAGE_SIZES,
+    RETRYABLE,
+    STATUSES,
+    BadFilter,
+    JobFilter,
+)
+from jobcore_http.dashboard.job_view import attempts, timeline, timeline_svg
+from jobcore_http.dashboard.render import duration, page
+from jobcore_http.dashboard.session import Session
+from jobcore_http.dashboard.state import dashboard
+from jobcore_http.dashboard.workers import worker_rows
+
+router = APIRouter(include_in_schema=False)
+
+NOTICES = {
+    "retry": "Retried {n} job(s).",
+    "cancel": "Cancelled {n} job(s) (claimed ones stop when their worker sees the request).",
+}
+
+
+def notice_of(request: Request) -> str | None:
+    """The message of a finished action, from the redirect's `done`/`n` parameters."""
+    done, count = request.query_params.get("done"), request.query_params.get("n", "0")
+    if done not in NOTICES or not count.isdigit():
+        return None
+    return NOTICES[done].format(n=count)
+
+
+def error_page(request: Request, session: Session | None, status: int, heading: str, message: str, back: str = "/") -> HTMLResponse:
+    return page(
+        request,
+        "error.html",
+        {"session": session, "heading": heading, "message": message, "back": back},
+        status_code=status,
+    )
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+    dash = dashboard(request)
+    taken = dash.overview.get()
+    snap = taken.value
+    now = now_ms()
+    queues = []
+    for name, counts in sorted(snap.by_queue.items()):
+        depth = sum(counts.get(s, 0) for s in ("pending", "scheduled", "claimed"))
+        queues.append(
+            {
+                "name": name,
+                "depth": depth,
+                "pending": counts.get("pending", 0),
+                "scheduled": counts.get("scheduled", 0),
+                "claimed": counts.get("claimed", 0),
+                "oldest": snap.oldest_pending.get(name),
+            }
+        )
+    deepest = max((q["depth"] for q in queues), default=0) or 1
+    for q in queues:
+        q["width"] = round(100 * q["depth"] / deepest)
+    queues.sort(key=lambda q: (-q["depth"], q["name"]))
+    stuck = dash.reader.rows(
+        "SELECT count(*) FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now",
+        {"now": now},
+    )[0][0]
+    return page(
+        request,
+        "overview.html",
+        {
+            "session": session,
+            "active": "overview",
+            "live": True,
+            "notice": notice_of(request),
+            "statuses": STATUSES,
+            "snap": snap,
+            "took_s": taken.took_s,
+            "age": duration(max(now - taken.taken_at, 0)),
+            "stuck": stuck,
+            "queues": queues,
+            "types": sorted(snap.by_type.items()),
+            "hour_chart": bar_chart(
+                series(snap, now, bars=60, minutes_per_bar=1),
+                title="Finished per minute, last hour",
+                span_label="60 min ago",
+                chart_id="chart-hour",
+            ),
+            "day_chart": bar_chart(
+                series(snap, now, bars=48, minutes_per_bar=30),
+                title="Finished per 30 minutes, last day",
+                span_label="24 h ago",
+                chart_id="chart-day",
+            ),
+        },
+    )
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit", "50")
+    return int(raw) if raw.isdigit() and int(raw) in PAGE_SIZES else 50
+
+
+@router.get("/ui/jobs", response_class=HTMLResponse)
+def jobs(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+    dash = dashboard(request)
+    try:
+        flt = JobFilter.from_params(request.query_params)
+    except BadFilter as exc:
+        return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
+    cursor = request.query_params.get("cursor") or None
+    limit = _limit(request)
+    snap = dash.overview.get().value
+    return page(
+        request,
+        "jobs.html",
+        {
+            "session": session,
+            "active": "jobs",
+            "live": True,
+            "notice": notice_of(request),
+            "statuses": STATUSES,
+            "retryable": RETRYABLE,
+            "cancellable": CANCELLABLE,
+            "page_sizes": PAGE_SIZES,
+            "flt": flt,
+            "cursor": cursor,
+            "limit": limit,
+            "window": dash.reader.window,
+            "page": dash.reader.page(flt, cursor=cursor, limit=limit),
+            "known_types": sorted(snap.by_type),
+            "known_queues": sorted(snap.by_queue),
+        },
+    )
+
+
+@router.get("/ui/jobs/{job_id}", response_class=HTMLResponse)
+def job(request: Request, job_id: str, session: Session = Depends(viewer)) -> HTMLResponse:
+    dash = dashboard(request)
+    try:
+        found = dash.queue.get(job_id)
+    except JobNotFound:
+        return error_page(request, session, 404, "No such job", f"There is no job with id {job_id!r}.", "/ui/jobs")
+    tries = attempts(found)
+    return page(
+        request,
+        "job.html",
+        {
+            "session": session,
+            "active": "jobs",
+            "live": True,
+            "notice": notice_of(request),
+            "job": found,
+            "attempts": tries,
+            "timeline": timeline(found, tries),
+            "timeline_svg": timeline_svg(found, tries, now_ms()),
+            "retryable": RETRYABLE,
+            "cancellable": CANCELLABLE,
+        },
+    )
+
+
+@router.get("/ui/workers", response_class=HTMLResponse)
+def workers(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+    dash = dashboard(request)
+    now = now_ms()
+    claims = dash.reader.claims()
+    rows = worker_rows(
+        claims,
+        dash.overview.get().value.workers_seen,
+        getattr(request.app.state, "workers", None),
+        now,
+    )
+    stuck = [j for j in claims if (j.lease_expires_at or now) < now]
+    return page(
+        request,
+        "workers.html",
+        {"session": session, "active": "workers", "live": True, "workers": rows, "stuck": stuck, "now": now},
+    )
+
+
+def _ms_of(text: Any) -> int | None:
+    try:
+        return parse_time(text) if text else None
+    except ValueError:
+        return None
+
+
+@router.get("/ui/dead-letters", response_class=HTMLResponse)
+def dead_letters(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+    groups = [
+        {**group, "last_ms": _ms_of(group.get("last_failed_at"))}
+        for group in dashboard(request).dead_letters.get().value
+    ]
+    return page(
+        request,
+        "dead_letters.html",
+        {"session": session, "active": "dead", "live": True, "groups": groups},
+    )
