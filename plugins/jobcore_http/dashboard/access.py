@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import parse_qsl, quote
 
-from fastapi import HTTPException, Request
+from fastapi import Depends, HTTPException, Request
 from starlette.datastructures import ImmutableMultiDict
 
 from jobcore_http.dashboard.session import Session, csrf_ok, read_session
@@ -62,3 +63,10 @@ async def form(request: Request) -> ImmutableMultiDict[str, str]:
     except UnicodeDecodeError:
         raise HTTPException(status_code=400, detail="form is not UTF-8") from None
     return ImmutableMultiDict(pairs)
+
+
+Viewer = Annotated[Session, Depends(viewer)]
+"""A route parameter: the signed-in session (else a redirect to sign in)."""
+
+Form = Annotated[ImmutableMultiDict[str, str], Depends(form)]
+"""A route parameter: the POSTed form."""

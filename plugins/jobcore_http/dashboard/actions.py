@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request
-from starlette.datastructures import ImmutableMultiDict
+from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore.errors import IllegalTransition, JobcoreError, JobNotFound
 from jobcore.models import Job
-from jobcore_http.dashboard.access import actor, form, safe_next, viewer
+from jobcore_http.dashboard.access import Form, Viewer, actor, safe_next
 from jobcore_http.dashboard.filters import CANCELLABLE, RETRYABLE, BadFilter, JobFilter
 from jobcore_http.dashboard.pages import error_page
 from jobcore_http.dashboard.render import page
@@ -21,10 +20,9 @@ from jobcore_http.dashboard.session import (
     COOKIE,
     MAX_AGE_S,
     VIEW_SCOPES,
-    Session,
     app_key,
-    csrf_ok,
     auth_disabled,
+    csrf_ok,
     lookup,
     make_cookie,
     read_session,
@@ -68,10 +66,15 @@ def _same_origin(request: Request) -> bool:
 
 
 @router.post("/ui/login", response_class=HTMLResponse)
-def login(request: Request, data: ImmutableMultiDict[str, str] = Depends(form)) -> Response:
+def login(request: Request, data: Form) -> Response:
     token, next = data.get("token", ""), data.get("next", "/")
     if not _same_origin(request):
-        return page(request, "login.html", {"next": safe_next(next), "error": "Sign-in from another site refused."}, status_code=403)
+        return page(
+            request,
+            "login.html",
+            {"next": safe_next(next), "error": "Sign-in from another site refused."},
+            status_code=403,
+        )
     hashed = token_hash(token.strip())
     found = lookup(request, hashed) if token.strip() else None
     if found is None or found[1] not in VIEW_SCOPES:
@@ -80,16 +83,24 @@ def login(request: Request, data: ImmutableMultiDict[str, str] = Depends(form)) 
             if found is not None
             else "Unknown or revoked token. Make one with `jobcore tokens create --scope read`."
         )
-        return page(request, "login.html", {"next": safe_next(next), "error": reason}, status_code=401)
+        return page(
+            request, "login.html", {"next": safe_next(next), "error": reason}, status_code=401
+        )
     log.info("dashboard sign-in with token %s (%s)", found[0], found[1])
     return _signed_in(request, hashed, next)
 
 
 @router.post("/ui/logout")
-def logout(request: Request, data: ImmutableMultiDict[str, str] = Depends(form)) -> Response:
+def logout(request: Request, data: Form) -> Response:
     session = read_session(request)
     if session is not None and not csrf_ok(session, data.get("csrf_token")):
-        return error_page(request, session, 403, "Not signed out", "The form's CSRF token is stale; reload and try again.")
+        return error_page(
+            request,
+            session,
+            403,
+            "Not signed out",
+            "The form's CSRF token is stale; reload and try again.",
+        )
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
@@ -112,7 +123,7 @@ def _apply(change: Callable[[Sequence[str]], list[Job]], ids: Sequence[str]) -> 
 def _back(request: Request, fallback: str) -> str:
     referer = request.headers.get("referer") or ""
     base = f"{request.url.scheme}://{request.url.netloc}"
-    return safe_next(referer[len(base):]) if referer.startswith(base + "/") else fallback
+    return safe_next(referer[len(base) :]) if referer.startswith(base + "/") else fallback
 
 
 def _with_notice(target: str, done: str, count: int) -> str:
@@ -126,20 +137,28 @@ def job_action(
     request: Request,
     job_id: str,
     verb: str,
-    data: ImmutableMultiDict[str, str] = Depends(form),
-    session: Session = Depends(viewer),
+    data: Form,
+    session: Viewer,
 ) -> Response:
     actor(request, session, data.get("csrf_token"))
     queue = dashboard(request).queue
     change = {"retry": queue.retry, "cancel": queue.cancel}.get(verb)
     if change is None:
-        return error_page(request, session, 404, "Unknown action", f"There is no action {verb!r}; use retry or cancel.")
+        return error_page(
+            request,
+            session,
+            404,
+            "Unknown action",
+            f"There is no action {verb!r}; use retry or cancel.",
+        )
     try:
         change([job_id])
     except JobcoreError as exc:
         return error_page(request, session, 409, f"Cannot {verb}", str(exc), f"/ui/jobs/{job_id}")
     log.info("dashboard: %s %s by token %s", verb, job_id, session.name)
-    return RedirectResponse(_with_notice(_back(request, f"/ui/jobs/{job_id}"), verb, 1), status_code=303)
+    return RedirectResponse(
+        _with_notice(_back(request, f"/ui/jobs/{job_id}"), verb, 1), status_code=303
+    )
 
 
 def _bulk_filter(action: str, flt: JobFilter) -> JobFilter:
@@ -147,15 +166,29 @@ def _bulk_filter(action: str, flt: JobFilter) -> JobFilter:
 
 
 @router.get("/ui/bulk", response_class=HTMLResponse)
-def bulk_confirm(request: Request, action: str = "", session: Session = Depends(viewer)) -> HTMLResponse:
+def bulk_confirm(request: Request, session: Viewer, action: str = "") -> HTMLResponse:
     if action not in VERBS:
-        return error_page(request, session, 400, "Unknown action", "Bulk actions are retry and cancel.", "/ui/jobs")
+        return error_page(
+            request,
+            session,
+            400,
+            "Unknown action",
+            "Bulk actions are retry and cancel.",
+            "/ui/jobs",
+        )
     try:
         flt = JobFilter.from_params(request.query_params)
     except BadFilter as exc:
         return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
     if not session.can_act:
-        return error_page(request, session, 403, "Not allowed", f"A {session.scope!r} token cannot change jobs.", "/ui/jobs")
+        return error_page(
+            request,
+            session,
+            403,
+            "Not allowed",
+            f"A {session.scope!r} token cannot change jobs.",
+            "/ui/jobs",
+        )
     target = _bulk_filter(action, flt)
     count = dashboard(request).reader.count(target) if target.statuses else 0
     return page(
@@ -176,13 +209,20 @@ def bulk_confirm(request: Request, action: str = "", session: Session = Depends(
 @router.post("/ui/bulk")
 def bulk(
     request: Request,
-    data: ImmutableMultiDict[str, str] = Depends(form),
-    session: Session = Depends(viewer),
+    data: Form,
+    session: Viewer,
 ) -> Response:
     actor(request, session, data.get("csrf_token"))
     action = data.get("action", "")
     if action not in VERBS:
-        return error_page(request, session, 400, "Unknown action", "Bulk actions are retry and cancel.", "/ui/jobs")
+        return error_page(
+            request,
+            session,
+            400,
+            "Unknown action",
+            "Bulk actions are retry and cancel.",
+            "/ui/jobs",
+        )
     try:
         flt = _bulk_filter(action, JobFilter.from_params(data))
     except BadFilter as exc:
@@ -190,6 +230,14 @@ def bulk(
     dash = dashboard(request)
     change = dash.queue.retry if action == "retry" else dash.queue.cancel
     changed = sum(_apply(change, ids) for ids in dash.reader.ids(flt)) if flt.statuses else 0
-    log.info("dashboard: bulk %s of %d job(s) (%s) by token %s", action, changed, flt.describe(), session.name)
+    log.info(
+        "dashboard: bulk %s of %d job(s) (%s) by token %s",
+        action,
+        changed,
+        flt.describe(),
+        session.name,
+    )
     shown = replace(flt, statuses=())  # the changed jobs have left the statuses they had
-    return RedirectResponse(_with_notice(f"/ui/jobs?{shown.query()}", action, changed), status_code=303)
+    return RedirectResponse(
+        _with_notice(f"/ui/jobs?{shown.query()}", action, changed), status_code=303
+    )

@@ -51,7 +51,7 @@ def bar_chart(bars: list[Bar], *, title: str, span_label: str, chart_id: str) ->
         done_h = height * bar.completed / peak
         fail_h = height * bar.failed / peak
         parts.append(
-            f'<g><title>{bar.completed} completed, {bar.failed} failed</title>'
+            f"<g><title>{bar.completed} completed, {bar.failed} failed</title>"
             f'<rect class="done" x="{x:.1f}" y="{height - done_h:.1f}" width="{w:.1f}" '
             f'height="{done_h:.1f}"/>'
             f'<rect class="failed" x="{x:.1f}" y="{height - done_h - fail_h:.1f}" '

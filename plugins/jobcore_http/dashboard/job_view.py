@@ -79,17 +79,28 @@ def _from_errors(job: Job) -> list[Attempt]:
         ended = _ms(entry.get("at"))
         started = job.claimed_at if last and job.status is JobStatus.FAILED else None
         out.append(
-            Attempt(int(entry.get("attempt") or 0), entry.get("worker"), started, ended, outcome, error)
+            Attempt(
+                int(entry.get("attempt") or 0), entry.get("worker"), started, ended, outcome, error
+            )
         )
     if job.status is JobStatus.CLAIMED:
         out.append(Attempt(job.attempts, job.locked_by, job.claimed_at, None, "running", None))
     elif job.status is JobStatus.COMPLETED:
         out.append(
-            Attempt(job.attempts, job.locked_by, job.claimed_at, job.completed_at, "completed", None)
+            Attempt(
+                job.attempts, job.locked_by, job.claimed_at, job.completed_at, "completed", None
+            )
         )
     elif job.status is JobStatus.CANCELLED and job.claimed_at and job.locked_by:
         out.append(
-            Attempt(job.attempts, job.locked_by, job.claimed_at, job.completed_at, "cancelled", job.last_error)
+            Attempt(
+                job.attempts,
+                job.locked_by,
+                job.claimed_at,
+                job.completed_at,
+                "cancelled",
+                job.last_error,
+            )
         )
     return out
 
@@ -102,10 +113,17 @@ def timeline(job: Job, tries: list[Attempt]) -> list[Moment]:
     for item in tries:
         where = f" on {item.worker}" if item.worker else ""
         if item.started_at is not None:
-            moments.append(Moment(item.started_at, "started", f"attempt {item.attempt} started{where}"))
+            moments.append(
+                Moment(item.started_at, "started", f"attempt {item.attempt} started{where}")
+            )
         if item.ended_at is not None:
             moments.append(
-                Moment(item.ended_at, item.outcome, f"attempt {item.attempt} {item.outcome}{where}", item.error)
+                Moment(
+                    item.ended_at,
+                    item.outcome,
+                    f"attempt {item.attempt} {item.outcome}{where}",
+                    item.error,
+                )
             )
     if job.status is JobStatus.CANCELLED and not any(m.kind == "cancelled" for m in moments):
         moments.append(Moment(job.completed_at or job.updated_at, "cancelled", "cancelled"))

@@ -3,7 +3,7 @@
 Counting a million rows takes a few hundred milliseconds, so requests never do
 it. The snapshot is re-taken only when the store changed (SQLite's
 `data_version` on a watch connection, a microsecond check) and, on a large
-store, at most every `10 × (time the last count took)` (1 s to 60 s): a big
+store, at most every `10 x (time the last count took)` (1 s to 60 s): a big
 store is counted in a background thread while requests get the previous
 snapshot and its age; a small one (counted in under 20 ms) is counted at once.
 """
@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import apsw
 
@@ -107,7 +107,8 @@ class ChangeCache(Generic[T]):
         if self._watch is None:
             self._watch = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
             self._watch.set_busy_timeout(5000)
-        return int(self._watch.execute("PRAGMA data_version").fetchall()[0][0])
+        rows: list[Any] = self._watch.execute("PRAGMA data_version").fetchall()
+        return int(rows[0][0])
 
     def close(self) -> None:
         with self._lock:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse
 
 from jobcore.errors import JobNotFound
 from jobcore.timeutil import now_ms, parse_time
-from jobcore_http.dashboard.access import viewer
+from jobcore_http.dashboard.access import Viewer
 from jobcore_http.dashboard.charts import bar_chart, series
 from jobcore_http.dashboard.filters import (
     CANCELLABLE,
@@ -20,6 +21,7 @@ from jobcore_http.dashboard.filters import (
     JobFilter,
 )
 from jobcore_http.dashboard.job_view import attempts, timeline, timeline_svg
+from jobcore_http.dashboard.overview import Snapshot
 from jobcore_http.dashboard.render import duration, page
 from jobcore_http.dashboard.session import Session
 from jobcore_http.dashboard.state import dashboard
@@ -41,7 +43,14 @@ def notice_of(request: Request) -> str | None:
     return NOTICES[done].format(n=count)
 
 
-def error_page(request: Request, session: Session | None, status: int, heading: str, message: str, back: str = "/") -> HTMLResponse:
+def error_page(
+    request: Request,
+    session: Session | None,
+    status: int,
+    heading: str,
+    message: str,
+    back: str = "/",
+) -> HTMLResponse:
     return page(
         request,
         "error.html",
@@ -50,29 +59,44 @@ def error_page(request: Request, session: Session | None, status: int, heading: 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    name: str
+    pending: int
+    scheduled: int
+    claimed: int
+    oldest: int | None
+    width: int = 0
+
+    @property
+    def depth(self) -> int:
+        return self.pending + self.scheduled + self.claimed
+
+
+def queue_rows(snap: Snapshot) -> list[QueueRow]:
+    """Queues by depth (unfinished jobs), deepest first, with a bar width in percent."""
+    rows = [
+        QueueRow(
+            name,
+            counts.get("pending", 0),
+            counts.get("scheduled", 0),
+            counts.get("claimed", 0),
+            snap.oldest_pending.get(name),
+        )
+        for name, counts in snap.by_queue.items()
+    ]
+    deepest = max((row.depth for row in rows), default=0) or 1
+    rows = [replace(row, width=round(100 * row.depth / deepest)) for row in rows]
+    return sorted(rows, key=lambda row: (-row.depth, row.name))
+
+
 @router.get("/", response_class=HTMLResponse)
-def overview(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+def overview(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
     taken = dash.overview.get()
     snap = taken.value
     now = now_ms()
-    queues = []
-    for name, counts in sorted(snap.by_queue.items()):
-        depth = sum(counts.get(s, 0) for s in ("pending", "scheduled", "claimed"))
-        queues.append(
-            {
-                "name": name,
-                "depth": depth,
-                "pending": counts.get("pending", 0),
-                "scheduled": counts.get("scheduled", 0),
-                "claimed": counts.get("claimed", 0),
-                "oldest": snap.oldest_pending.get(name),
-            }
-        )
-    deepest = max((q["depth"] for q in queues), default=0) or 1
-    for q in queues:
-        q["width"] = round(100 * q["depth"] / deepest)
-    queues.sort(key=lambda q: (-q["depth"], q["name"]))
+    queues = queue_rows(snap)
     stuck = dash.reader.rows(
         "SELECT count(*) FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now",
         {"now": now},
@@ -114,7 +138,7 @@ def _limit(request: Request) -> int:
 
 
 @router.get("/ui/jobs", response_class=HTMLResponse)
-def jobs(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+def jobs(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
     try:
         flt = JobFilter.from_params(request.query_params)
@@ -147,12 +171,14 @@ def jobs(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
 
 
 @router.get("/ui/jobs/{job_id}", response_class=HTMLResponse)
-def job(request: Request, job_id: str, session: Session = Depends(viewer)) -> HTMLResponse:
+def job(request: Request, job_id: str, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
     try:
         found = dash.queue.get(job_id)
     except JobNotFound:
-        return error_page(request, session, 404, "No such job", f"There is no job with id {job_id!r}.", "/ui/jobs")
+        return error_page(
+            request, session, 404, "No such job", f"There is no job with id {job_id!r}.", "/ui/jobs"
+        )
     tries = attempts(found)
     return page(
         request,
@@ -173,7 +199,7 @@ def job(request: Request, job_id: str, session: Session = Depends(viewer)) -> HT
 
 
 @router.get("/ui/workers", response_class=HTMLResponse)
-def workers(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+def workers(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
     now = now_ms()
     claims = dash.reader.claims()
@@ -187,7 +213,14 @@ def workers(request: Request, session: Session = Depends(viewer)) -> HTMLRespons
     return page(
         request,
         "workers.html",
-        {"session": session, "active": "workers", "live": True, "workers": rows, "stuck": stuck, "now": now},
+        {
+            "session": session,
+            "active": "workers",
+            "live": True,
+            "workers": rows,
+            "stuck": stuck,
+            "now": now,
+        },
     )
 
 
@@ -199,7 +232,7 @@ def _ms_of(text: Any) -> int | None:
 
 
 @router.get("/ui/dead-letters", response_class=HTMLResponse)
-def dead_letters(request: Request, session: Session = Depends(viewer)) -> HTMLResponse:
+def dead_letters(request: Request, session: Viewer) -> HTMLResponse:
     groups = [
         {**group, "last_ms": _ms_of(group.get("last_failed_at"))}
         for group in dashboard(request).dead_letters.get().value

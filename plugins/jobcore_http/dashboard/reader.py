@@ -130,7 +130,9 @@ class Reader:
         matching: dict[str, Any] = {}
         rest = self._where(flt, matching, skip_status=status_done)
         if rest == "1":
-            return self._paged(self.rows(f"{base} LIMIT :limit", {**source, "limit": limit + 1}), limit)
+            return self._paged(
+                self.rows(f"{base} LIMIT :limit", {**source, "limit": limit + 1}), limit
+            )
         window = {"window": self.window}
         rows = self.rows(
             f"SELECT * FROM ({base} LIMIT :window) WHERE {rest} LIMIT :limit",
@@ -155,7 +157,9 @@ class Reader:
     def count(self, flt: JobFilter) -> int:
         """How many jobs match `flt` exactly (a full count: for confirmations, not for pages)."""
         params: dict[str, Any] = {}
-        return int(self.rows(f"SELECT count(*) FROM jobs WHERE {self._where(flt, params)}", params)[0][0])
+        return int(
+            self.rows(f"SELECT count(*) FROM jobs WHERE {self._where(flt, params)}", params)[0][0]
+        )
 
     def ids(self, flt: JobFilter, *, batch: int = 500) -> Iterator[list[str]]:
         """Ids of every job matching `flt`, oldest first, in batches."""

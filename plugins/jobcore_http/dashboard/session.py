@@ -113,9 +113,7 @@ def _sign(key: bytes, body: str) -> str:
 def make_cookie(key: bytes, hashed_token: str, *, now: float | None = None) -> str:
     """A new session cookie value for the token with this hash."""
     issued = int(now if now is not None else time.time())
-    body = _b64(
-        json.dumps({"h": hashed_token, "iat": issued, "n": secrets.token_hex(16)}).encode()
-    )
+    body = _b64(json.dumps({"h": hashed_token, "iat": issued, "n": secrets.token_hex(16)}).encode())
     return f"{body}.{_sign(key, body)}"
 
 

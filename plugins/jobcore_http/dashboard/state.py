@@ -6,12 +6,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from jobcore_dlq import summarize
 from starlette.requests import Request
 
 from jobcore.models import JobStatus
 from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
-from jobcore_dlq import summarize
 from jobcore_http.dashboard.overview import ChangeCache, Snapshot, take
 from jobcore_http.dashboard.reader import Reader
 

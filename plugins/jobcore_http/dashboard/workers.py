@@ -61,8 +61,10 @@ def worker_rows(
         row.state = str(entry.get("state") or row.state)
         row.name = entry.get("name")
         row.capabilities = _capabilities(entry)
-        last = _ms(entry.get("last_seen"))
-        if last is not None:
-            row.last_seen = max(row.last_seen or 0, last)
+        registered_seen = _ms(entry.get("last_seen"))
+        if registered_seen is not None:
+            row.last_seen = max(row.last_seen or 0, registered_seen)
     order = {"active": 0, "lost": 1, "idle": 2, "inactive": 3}
-    return sorted(rows.values(), key=lambda r: (order.get(r.state, 4), -(r.last_seen or 0), r.worker_id))
+    return sorted(
+        rows.values(), key=lambda r: (order.get(r.state, 4), -(r.last_seen or 0), r.worker_id)
+    )
