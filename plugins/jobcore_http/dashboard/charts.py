@@ -61,7 +61,7 @@ def bar_chart(bars: list[Bar], *, title: str, span_label: str, chart_id: str) ->
     parts.append(
         f'<text x="2" y="{height + pad - 4}" class="axis">{escape(span_label)}</text>'
         f'<text x="{width - 2}" y="{height + pad - 4}" class="axis" text-anchor="end">now</text>'
-        f'<text x="{width - 2}" y="12" class="axis" text-anchor="end">max {peak}</text>'
+        f'<text x="2" y="12" class="axis">max {peak}</text>'
         "</svg>"
     )
     return Markup("".join(parts))

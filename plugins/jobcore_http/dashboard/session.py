@@ -49,7 +49,7 @@ class Session:
 
 def token_hash(token: str) -> str:
     """SHA-256 hex of a token, as the hub stores it."""
-    return hashlib.sha256(token.encode()).hexdigest()
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _b64(data: bytes) -> str:

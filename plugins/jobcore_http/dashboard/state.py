@@ -32,6 +32,7 @@ class Dashboard:
 
 
 def make_dashboard(queue: Queue) -> Dashboard:
+    queue.storage.migrate()  # the file and schema exist before the reader opens it
     reader = Reader(queue)
 
     def failed_groups() -> list[dict[str, Any]]:

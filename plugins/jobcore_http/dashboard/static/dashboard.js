@@ -16,6 +16,20 @@
     });
   }
 
+  /* Filter forms leave empty fields (and the default page size) out of the URL. */
+  document.querySelectorAll("form[data-clean-url]").forEach(function (form) {
+    form.addEventListener("submit", function () {
+      form.querySelectorAll("input[name], select[name]").forEach(function (el) {
+        if (el.value === "" || (el.name === "limit" && el.value === el.getAttribute("data-default"))) {
+          el.disabled = true;
+        }
+      });
+    });
+  });
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("form[data-clean-url] [disabled]").forEach(function (el) { el.disabled = false; });
+  });
+
   localTimes(document);
   if (!document.body.hasAttribute("data-live")) {
     return;
