@@ -33,14 +33,15 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        _missing_browser(f"Chromium not found at {CHROMIUM} (apt-get install chromium)")
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    if executable is None:
+        _missing_browser(f"Chromium not found at {CHROMIUM} nor on PATH (apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing_browser("the playwright package is not installed (pip install playwright)")
     with sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        launched = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
 

@@ -99,6 +99,7 @@ class ChangeCache(Generic[T]):
         self.name = name
         self._taken: Taken[T] | None = None
         self._lock = threading.Lock()
+        self._computed = threading.Condition(self._lock)
         self._refreshing = False
         self._version: int | None = None  # watch connection's data_version at the last compute
         self._watch: apsw.Connection | None = None
@@ -119,6 +120,8 @@ class ChangeCache(Generic[T]):
     def get(self) -> Taken[T]:
         """The value to show now (exact on a small store; of bounded age on a big one)."""
         with self._lock:
+            while self._taken is None and self._refreshing:  # the first count is under way
+                self._computed.wait()
             version = self._data_version()
             taken = self._taken
             if taken is None or (version != self._version and self._due(taken)):
@@ -150,15 +153,17 @@ class ChangeCache(Generic[T]):
         return taken
 
     def _refresh(self, version: int) -> None:
+        taken: Taken[T] | None = None
         try:
-            taken: Taken[T] | None = self._run()
-        except apsw.Error:
-            log.exception("%s: computing failed", self.name)
-            taken = None
-        with self._lock:
-            if taken is not None:
-                self._taken, self._version = taken, version
-            self._refreshing = False
+            taken = self._run()
+        except Exception:
+            log.exception("%s: computing failed; the next request tries again", self.name)
+        finally:
+            with self._lock:
+                if taken is not None:
+                    self._taken, self._version = taken, version
+                self._refreshing = False
+                self._computed.notify_all()
 
     def warm(self) -> None:
         """Compute in the background if nothing was computed yet (first page stays quick)."""

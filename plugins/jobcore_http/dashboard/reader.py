@@ -54,6 +54,7 @@ class Reader:
                 "the dashboard reads SQLite stores; this store has no file path "
                 f"({type(queue.storage).__name__})"
             )
+        queue.storage.migrate()  # the file and its schema exist before the reader opens it
         self.queue = queue
         self.path = path
         self.window = window

@@ -32,7 +32,6 @@ class Dashboard:
 
 
 def make_dashboard(queue: Queue) -> Dashboard:
-    queue.storage.migrate()  # the file and schema exist before the reader opens it
     reader = Reader(queue)
 
     def failed_groups() -> list[dict[str, Any]]:
