@@ -34,7 +34,6 @@ CHROMIUM_ARGS = [
 ]
 OUTPUT = Path(__file__).parent / "output"
 JOBCORE = [sys.executable, "-m", "jobcore"]
-SERVE = os.environ.get("DASHBOARD_DEV_SERVE", "").split() or JOBCORE  # TEMP until the hub lands
 
 
 def free_port() -> int:
@@ -82,23 +81,7 @@ class Hub:
 
     def token(self, name: str, scope: str) -> str:
         if name not in self.tokens:
-            out = subprocess.run(
-                [
-                    *SERVE,
-                    "--db",
-                    str(self.db),
-                    "tokens",
-                    "create",
-                    "--name",
-                    name,
-                    "--scope",
-                    scope,
-                ],
-                env=self.env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            out = self.cli("tokens", "create", "--name", name, "--scope", scope).stdout
             self.tokens[name] = out.strip().splitlines()[-1]
         return self.tokens[name]
 
@@ -106,9 +89,7 @@ class Hub:
         with open(self.folder / "serve.log", "ab") as log:
             self.process = subprocess.Popen(
                 [
-                    *SERVE,
-                    "--db",
-                    str(self.db),
+                    *JOBCORE,
                     "serve",
                     "--host",
                     "127.0.0.1",

@@ -36,10 +36,10 @@ def test_pages_walk_every_job_once_newest_first(queue: Queue) -> None:
 def test_a_sparse_filter_stops_after_its_window_and_says_where(queue: Queue) -> None:
     needle = queue.enqueue("shell", {"command": "echo needle"}).job.id
     queue.enqueue_many("noop", [{} for _ in range(30)])
-    reader = Reader(queue, window=10)
+    reader = Reader(queue, budget=0, chunk=10)  # one chunk per page
     page = reader.page(JobFilter(q="needle"), limit=5)
     assert page.jobs == [] and page.next_cursor is None
-    assert page.window_end is not None  # looked at 10 rows, more below
+    assert page.window_end is not None  # checked 10 rows, more below
     while page.window_end is not None and not page.jobs:
         page = reader.page(JobFilter(q="needle"), cursor=page.window_end, limit=5)
     assert [job.id for job in page.jobs] == [needle]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobcore_http.dashboard.job_view import attempts, timeline
-from jobcore_http.dashboard.overview import ChangeCache, take
+from jobcore_http.dashboard.overview import ChangeCache, by, count, history
 from jobcore_http.dashboard.reader import Reader
 
 from jobcore import Queue
@@ -44,14 +44,31 @@ def test_counts_are_recounted_only_after_the_store_changed(tmp_path: Path) -> No
 
         def compute() -> object:
             calls.append(1)
-            return take(reader, now_ms())
+            return count(reader)
 
         cache = ChangeCache(reader.path, compute, "test")
         first = cache.get().value
-        assert first.counts == {"pending": 4} and first.by_queue == {"mail": {"pending": 4}}
+        assert first.totals == {"pending": 4}
+        assert by(first.unfinished, 2) == {"mail": {"pending": 4}}
         cache.get()
         assert len(calls) == 1
         queue.enqueue("noop", {})  # another connection commits
-        assert cache.get().value.counts == {"pending": 5}
+        assert cache.get().value.totals == {"pending": 5}
         assert len(calls) == 2
         cache.close()
+
+
+def test_history_counts_finished_jobs_per_minute_and_worker(tmp_path: Path) -> None:
+    with Queue(str(tmp_path / "jobs.db")) as queue:
+        queue.enqueue_many("noop", [{} for _ in range(3)], queue="mail")
+        now = now_ms()
+        claimed = queue.storage.claim(worker="w-1", limit=3, now=now, lease_ms=60_000)
+        outcomes = [
+            Failed(lease=Lease(job_id=job.id, worker="w-1", attempt=1), error="x")
+            for job in claimed[:1]
+        ]
+        queue.storage.record(outcomes, now=now)
+        past = history(Reader(queue), now_ms())
+    assert past.finished == {("failed", "noop", "mail"): 1}
+    assert sum(slot[1] for slot in past.minutes.values()) == 1
+    assert set(past.workers_seen) == {"w-1"}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from jobcore_http.dashboard.overview import MINUTE_MS, Snapshot
+from jobcore_http.dashboard.overview import MINUTE_MS, History
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +16,7 @@ class Bar:
     failed: int
 
 
-def series(snap: Snapshot, now: int, *, bars: int, minutes_per_bar: int) -> list[Bar]:
+def series(history: History, now: int, *, bars: int, minutes_per_bar: int) -> list[Bar]:
     """Completed and failed counts per bar, oldest first, the last bar ending now."""
     last_minute = now // MINUTE_MS
     out = []
@@ -24,7 +24,7 @@ def series(snap: Snapshot, now: int, *, bars: int, minutes_per_bar: int) -> list
         first = last_minute - (bars - index) * minutes_per_bar + 1
         completed = failed = 0
         for minute in range(first, first + minutes_per_bar):
-            slot = snap.finished.get(minute)
+            slot = history.minutes.get(minute)
             if slot:
                 completed += slot[0]
                 failed += slot[1]

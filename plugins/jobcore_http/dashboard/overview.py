@@ -1,11 +1,14 @@
-"""The overview's numbers: one snapshot of whole-table aggregates, shared by every request.
+"""The overview's numbers, from two snapshots shared by every request.
 
-Counting a million rows takes a few hundred milliseconds, so requests never do
-it. The snapshot is re-taken only when the store changed (SQLite's
-`data_version` on a watch connection, a microsecond check) and, on a large
-store, at most every `10 x (time the last count took)` (1 s to 60 s): a big
-store is counted in a background thread while requests get the previous
-snapshot and its age; a small one (counted in under 20 ms) is counted at once.
+`Counts` (outstanding work: totals by status from the `(status, id)` index,
+and the scheduled/pending/claimed rows by type and queue) is cheap and kept
+fresh. `History` (finished jobs by type and queue, finished per minute over
+the day, who ran them) reads the whole table, so it is refreshed far less
+often. Neither is computed per request: a snapshot is re-taken only when the
+store changed (SQLite's `data_version` on a watch connection, a microsecond
+check) and, when taking it is not cheap, at most every `factor x (time the
+last one took)`; a slow one is re-taken in a background thread while requests
+get the previous one with its age.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -28,54 +30,75 @@ log = logging.getLogger("jobcore.http.dashboard")
 MINUTE_MS = 60_000
 DAY_MS = 86_400_000
 CHEAP_S = 0.02
+UNFINISHED = ("scheduled", "pending", "claimed")
+
+Key = tuple[str, str, str]  # (status, type, queue)
 
 
 @dataclass(slots=True)
-class Snapshot:
-    """Whole-table aggregates."""
+class Counts:
+    """Totals by status, and unfinished jobs by (status, type, queue)."""
 
-    counts: dict[str, int] = field(default_factory=dict)
-    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
-    by_queue: dict[str, dict[str, int]] = field(default_factory=dict)
-    oldest_pending: dict[str, int] = field(default_factory=dict)
-    finished: dict[int, list[int]] = field(default_factory=dict)  # minute -> [completed, failed]
-    workers_seen: dict[str, int] = field(default_factory=dict)  # worker -> last activity ms
+    totals: dict[str, int] = field(default_factory=dict)
+    unfinished: dict[Key, int] = field(default_factory=dict)
+    oldest_pending: dict[str, int] = field(default_factory=dict)  # queue -> run_at
 
     @property
     def total(self) -> int:
-        return sum(self.counts.values())
+        return sum(self.totals.values())
 
 
-def take(reader: Reader, now: int) -> Snapshot:
-    """Count everything once (three scans of the jobs table)."""
-    snap = Snapshot()
-    by_type: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    by_queue: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    for status, type_name, queue, count, oldest in reader.rows(
+@dataclass(slots=True)
+class History:
+    """Finished jobs by (status, type, queue); per minute over the last day; workers seen."""
+
+    finished: dict[Key, int] = field(default_factory=dict)
+    minutes: dict[int, list[int]] = field(default_factory=dict)  # minute -> [completed, failed]
+    workers_seen: dict[str, int] = field(default_factory=dict)  # worker -> last finish, ms
+
+
+def count(reader: Reader) -> Counts:
+    counts = Counts()
+    for status, n in reader.rows("SELECT status, count(*) FROM jobs GROUP BY status"):
+        counts.totals[status] = n
+    for status, type_name, queue, n, oldest in reader.rows(
         "SELECT status, type, queue, count(*), min(CASE WHEN status = 'pending' THEN run_at END) "
-        "FROM jobs GROUP BY status, type, queue"
+        "FROM jobs WHERE status IN ('scheduled', 'pending', 'claimed') GROUP BY 1, 2, 3"
     ):
-        snap.counts[status] = snap.counts.get(status, 0) + count
-        by_type[type_name][status] = by_type[type_name].get(status, 0) + count
-        by_queue[queue][status] = by_queue[queue].get(status, 0) + count
+        counts.unfinished[(status, type_name, queue)] = n
         if oldest is not None:
-            snap.oldest_pending[queue] = min(oldest, snap.oldest_pending.get(queue, oldest))
-    snap.by_type, snap.by_queue = dict(by_type), dict(by_queue)
-    since = now - DAY_MS
-    for minute, status, count in reader.rows(
-        "SELECT completed_at / 60000, status, count(*) FROM jobs "
-        "WHERE completed_at >= :since AND status IN ('completed', 'failed') GROUP BY 1, 2",
-        {"since": since},
+            counts.oldest_pending[queue] = min(oldest, counts.oldest_pending.get(queue, oldest))
+    return counts
+
+
+def history(reader: Reader, now: int) -> History:
+    out = History()
+    for status, type_name, queue, n in reader.rows(
+        "SELECT status, type, queue, count(*) FROM jobs NOT INDEXED "
+        "WHERE status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2, 3"
     ):
-        slot = snap.finished.setdefault(int(minute), [0, 0])
-        slot[0 if status == "completed" else 1] += count
-    for worker, seen in reader.rows(
-        "SELECT locked_by, max(coalesce(completed_at, heartbeat_at, claimed_at, updated_at)) "
-        "FROM jobs WHERE locked_by IS NOT NULL AND updated_at >= :since GROUP BY locked_by",
-        {"since": since},
+        out.finished[(status, type_name, queue)] = n
+    for minute, status, worker, n in reader.rows(
+        "SELECT completed_at / 60000, status, locked_by, count(*) FROM jobs "
+        "WHERE completed_at >= :since GROUP BY 1, 2, 3",
+        {"since": now - DAY_MS},
     ):
-        snap.workers_seen[worker] = seen
-    return snap
+        if status in ("completed", "failed"):
+            slot = out.minutes.setdefault(int(minute), [0, 0])
+            slot[0 if status == "completed" else 1] += n
+        if worker:
+            seen = int(minute) * MINUTE_MS
+            out.workers_seen[worker] = max(seen, out.workers_seen.get(worker, seen))
+    return out
+
+
+def by(keys: dict[Key, int], position: int) -> dict[str, dict[str, int]]:
+    """`{type or queue: {status: n}}` from `(status, type, queue)` counts (position 1 or 2)."""
+    out: dict[str, dict[str, int]] = {}
+    for key, n in keys.items():
+        row = out.setdefault(key[position], {})
+        row[key[0]] = row.get(key[0], 0) + n
+    return out
 
 
 T = TypeVar("T")
@@ -93,10 +116,13 @@ class Taken(Generic[T]):
 class ChangeCache(Generic[T]):
     """Hands out the latest result of `compute`; re-computes as the module docstring says."""
 
-    def __init__(self, path: str, compute: Callable[[], T], name: str) -> None:
+    def __init__(
+        self, path: str, compute: Callable[[], T], name: str, *, factor: float = 10.0
+    ) -> None:
         self.path = path
         self.compute = compute
         self.name = name
+        self.factor = factor
         self._taken: Taken[T] | None = None
         self._lock = threading.Lock()
         self._computed = threading.Condition(self._lock)
@@ -118,20 +144,32 @@ class ChangeCache(Generic[T]):
                 self._watch = None
 
     def get(self) -> Taken[T]:
-        """The value to show now (exact on a small store; of bounded age on a big one)."""
+        """The value to show now, computing it first if there is none yet."""
         with self._lock:
-            while self._taken is None and self._refreshing:  # the first count is under way
+            if self._taken is None and not self._refreshing:
+                return self._take(self._data_version())
+            while self._taken is None and self._refreshing:  # the first one is under way
                 self._computed.wait()
+        found = self.peek()
+        if found is not None:
+            return found
+        with self._lock:
+            return self._take(self._data_version())
+
+    def peek(self) -> Taken[T] | None:
+        """The value to show now, or None while the first one is still being computed."""
+        with self._lock:
             version = self._data_version()
             taken = self._taken
-            if taken is None or (version != self._version and self._due(taken)):
-                if taken is not None and taken.took_s >= CHEAP_S:
-                    self._refreshing = True
-                    threading.Thread(
-                        target=self._refresh, args=(version,), name=self.name, daemon=True
-                    ).start()
-                    return taken
+            if taken is None:
+                if not self._refreshing:
+                    self._start(version)
+                return None
+            if version == self._version or not self._due(taken):
+                return taken
+            if taken.took_s < CHEAP_S:
                 return self._take(version)
+            self._start(version)
             return taken
 
     def _due(self, taken: Taken[T]) -> bool:
@@ -139,8 +177,12 @@ class ChangeCache(Generic[T]):
             return False
         if taken.took_s < CHEAP_S:
             return True
-        ttl = min(60.0, max(1.0, 10 * taken.took_s))
+        ttl = min(300.0, max(1.0, self.factor * taken.took_s))
         return (now_ms() - taken.taken_at) / 1000 >= ttl
+
+    def _start(self, version: int) -> None:
+        self._refreshing = True
+        threading.Thread(target=self._refresh, args=(version,), name=self.name, daemon=True).start()
 
     def _run(self) -> Taken[T]:
         started, at = time.perf_counter(), now_ms()
@@ -164,12 +206,3 @@ class ChangeCache(Generic[T]):
                     self._taken, self._version = taken, version
                 self._refreshing = False
                 self._computed.notify_all()
-
-    def warm(self) -> None:
-        """Compute in the background if nothing was computed yet (first page stays quick)."""
-        with self._lock:
-            if self._taken is not None or self._refreshing:
-                return
-            self._refreshing = True
-            version = self._data_version()
-        threading.Thread(target=self._refresh, args=(version,), name=self.name, daemon=True).start()

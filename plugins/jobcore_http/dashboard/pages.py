@@ -21,7 +21,7 @@ from jobcore_http.dashboard.filters import (
     JobFilter,
 )
 from jobcore_http.dashboard.job_view import attempts, timeline, timeline_svg
-from jobcore_http.dashboard.overview import Snapshot
+from jobcore_http.dashboard.overview import Counts, History, by
 from jobcore_http.dashboard.render import duration, page
 from jobcore_http.dashboard.session import Session
 from jobcore_http.dashboard.state import dashboard
@@ -73,17 +73,17 @@ class QueueRow:
         return self.pending + self.scheduled + self.claimed
 
 
-def queue_rows(snap: Snapshot) -> list[QueueRow]:
+def queue_rows(counts: Counts) -> list[QueueRow]:
     """Queues by depth (unfinished jobs), deepest first, with a bar width in percent."""
     rows = [
         QueueRow(
             name,
-            counts.get("pending", 0),
-            counts.get("scheduled", 0),
-            counts.get("claimed", 0),
-            snap.oldest_pending.get(name),
+            per_status.get("pending", 0),
+            per_status.get("scheduled", 0),
+            per_status.get("claimed", 0),
+            counts.oldest_pending.get(name),
         )
-        for name, counts in snap.by_queue.items()
+        for name, per_status in by(counts.unfinished, 2).items()
     ]
     deepest = max((row.depth for row in rows), default=0) or 1
     rows = [replace(row, width=round(100 * row.depth / deepest)) for row in rows]
@@ -93,14 +93,15 @@ def queue_rows(snap: Snapshot) -> list[QueueRow]:
 @router.get("/", response_class=HTMLResponse)
 def overview(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
-    taken = dash.overview.get()
-    snap = taken.value
     now = now_ms()
-    queues = queue_rows(snap)
+    counts = dash.counts.get()
+    past = dash.history.peek()
+    finished = past.value if past is not None else History()
     stuck = dash.reader.rows(
         "SELECT count(*) FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now",
         {"now": now},
     )[0][0]
+    types = by({**counts.value.unfinished, **finished.finished}, 1)
     return page(
         request,
         "overview.html",
@@ -110,26 +111,31 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
             "live": True,
             "notice": notice_of(request),
             "statuses": STATUSES,
-            "snap": snap,
-            "took_s": taken.took_s,
-            "age": duration(max(now - taken.taken_at, 0)),
+            "counts": counts.value,
+            "counted": _age(counts.taken_at, now),
+            "history_age": None if past is None else _age(past.taken_at, now),
+            "history_took": 0.0 if past is None else past.took_s,
             "stuck": stuck,
-            "queues": queues,
-            "types": sorted(snap.by_type.items()),
+            "queues": queue_rows(counts.value),
+            "types": sorted(types.items()),
             "hour_chart": bar_chart(
-                series(snap, now, bars=60, minutes_per_bar=1),
+                series(finished, now, bars=60, minutes_per_bar=1),
                 title="Finished per minute, last hour",
                 span_label="60 min ago",
                 chart_id="chart-hour",
             ),
             "day_chart": bar_chart(
-                series(snap, now, bars=48, minutes_per_bar=30),
+                series(finished, now, bars=48, minutes_per_bar=30),
                 title="Finished per 30 minutes, last day",
                 span_label="24 h ago",
                 chart_id="chart-day",
             ),
         },
     )
+
+
+def _age(taken_at: int, now: int) -> str:
+    return duration(max(now - taken_at, 0))
 
 
 def _limit(request: Request) -> int:
@@ -146,7 +152,9 @@ def jobs(request: Request, session: Viewer) -> HTMLResponse:
         return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
     cursor = request.query_params.get("cursor") or None
     limit = _limit(request)
-    snap = dash.overview.get().value
+    known = by(dash.counts.get().value.unfinished, 1)
+    past = dash.history.peek()
+    finished = past.value.finished if past is not None else {}
     return page(
         request,
         "jobs.html",
@@ -162,10 +170,9 @@ def jobs(request: Request, session: Viewer) -> HTMLResponse:
             "flt": flt,
             "cursor": cursor,
             "limit": limit,
-            "window": dash.reader.window,
             "page": dash.reader.page(flt, cursor=cursor, limit=limit),
-            "known_types": sorted(snap.by_type),
-            "known_queues": sorted(snap.by_queue),
+            "known_types": sorted({*known, *by(finished, 1)}),
+            "known_queues": sorted({*by(dash.counts.get().value.unfinished, 2), *by(finished, 2)}),
         },
     )
 
@@ -203,13 +210,14 @@ def workers(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
     now = now_ms()
     claims = dash.reader.claims()
+    seen = dash.history.peek()
     rows = worker_rows(
         claims,
-        dash.overview.get().value.workers_seen,
+        seen.value.workers_seen if seen is not None else {},
         getattr(request.app.state, "workers", None),
         now,
     )
-    stuck = [j for j in claims if (j.lease_expires_at or now) < now]
+    stuck = dash.reader.stuck(now)
     return page(
         request,
         "workers.html",

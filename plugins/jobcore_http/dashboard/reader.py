@@ -2,16 +2,17 @@
 
 List pages walk the primary key (or the `(status, id)` index) newest first and
 stop after `limit` matches; filters no index serves (type, queue, worker,
-search) look at most `window` rows per page and then offer to continue below,
-so a page never scans the whole table. Counts for the overview come from
+search) check rows in chunks for at most a time budget per page and then
+offer to continue below, so a page never scans the whole table. Counts for the overview come from
 `overview.Snapshot`, not from here per request.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
@@ -21,8 +22,21 @@ from jobcore.queue import Queue
 from jobcore.storage.rows import row_to_job
 from jobcore_http.dashboard.filters import JobFilter
 
-WINDOW = 100_000
-"""Rows a filtered page looks at before it offers to continue (bounds one request)."""
+BUDGET_S = 0.12
+"""Time a filtered page spends checking rows before it offers to continue (bounds a request)."""
+CHUNK = 2000
+"""Rows checked per statement while filling a filtered page."""
+
+
+@dataclass(slots=True)
+class Claims:
+    """One worker's live claims: how many, last heartbeat, latest lease end, a few of them."""
+
+    worker: str
+    count: int
+    last_seen: int | None
+    lease_until: int | None
+    sample: list[Job] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +44,8 @@ class Page:
     """One page of jobs, newest first.
 
     `next_cursor`: the id to continue below, or None at the end. `window_end`
-    is set when the page stopped because it had looked at `WINDOW` rows without
-    filling up: more matches may exist below that id.
+    is set when the page stopped because its time budget ran out before it
+    filled up: more matches may exist below that id.
     """
 
     jobs: list[Job]
@@ -47,7 +61,7 @@ def _like(text: str) -> str:
 class Reader:
     """Read-only SQL over the jobs table of the queue's SQLite store (one connection per thread)."""
 
-    def __init__(self, queue: Queue, *, window: int = WINDOW) -> None:
+    def __init__(self, queue: Queue, *, budget: float = BUDGET_S, chunk: int = CHUNK) -> None:
         path = getattr(queue.storage, "path", None)
         if not isinstance(path, str):
             raise RuntimeError(
@@ -57,7 +71,8 @@ class Reader:
         queue.storage.migrate()  # the file and its schema exist before the reader opens it
         self.queue = queue
         self.path = path
-        self.window = window
+        self.budget = budget
+        self.chunk = chunk
         self._local = threading.local()
         self._all: list[apsw.Connection] = []
         self._lock = threading.Lock()
@@ -125,7 +140,11 @@ class Reader:
         return "SELECT * FROM jobs WHERE id < :cursor ORDER BY id DESC", False
 
     def page(self, flt: JobFilter, *, cursor: str | None = None, limit: int = 50) -> Page:
-        """Up to `limit` jobs matching `flt` below `cursor`, newest first."""
+        """Up to `limit` jobs matching `flt` below `cursor`, newest first.
+
+        A filter no index serves is checked over chunks of rows until the page
+        is full or `budget` seconds passed; then `window_end` says where to go on.
+        """
         source: dict[str, Any] = {}
         base, status_done = self._base(flt, source, cursor)
         matching: dict[str, Any] = {}
@@ -134,20 +153,34 @@ class Reader:
             return self._paged(
                 self.rows(f"{base} LIMIT :limit", {**source, "limit": limit + 1}), limit
             )
-        window = {"window": self.window}
-        rows = self.rows(
-            f"SELECT * FROM ({base} LIMIT :window) WHERE {rest} LIMIT :limit",
-            {**source, **matching, **window, "limit": limit + 1},
-        )
-        if len(rows) > limit:
-            return self._paged(rows, limit)
-        ids_only = base.replace("SELECT *", "SELECT id", 1)
-        seen, lowest = self.rows(
-            f"SELECT count(*), min(id) FROM ({ids_only} LIMIT :window)", {**source, **window}
-        )[0]
-        if seen < self.window:
-            return self._paged(rows, limit)
-        return Page([row_to_job(row) for row in rows], None, window_end=str(lowest))
+        sql = f"SELECT id, CASE WHEN {rest} THEN 1 ELSE 0 END FROM ({base} LIMIT :chunk)"
+        deadline = time.perf_counter() + self.budget
+        hits: list[str] = []
+        while True:
+            chunk = self.rows(sql, {**source, **matching, "chunk": self.chunk})
+            hits.extend(job_id for job_id, hit in chunk if hit)
+            if len(hits) > limit:
+                shown = hits[:limit]
+                return Page(self._by_ids(shown), shown[-1])
+            if len(chunk) < self.chunk:
+                return Page(self._by_ids(hits), None)
+            source["cursor"] = chunk[-1][0]
+            if time.perf_counter() >= deadline:
+                return Page(self._by_ids(hits), None, window_end=str(source["cursor"]))
+
+    def _by_ids(self, ids: list[str]) -> list[Job]:
+        """Whole rows of these jobs, in the order given."""
+        if not ids:
+            return []
+        params = {f"i{n}": job_id for n, job_id in enumerate(ids)}
+        names = ", ".join(f":{name}" for name in params)
+        found = {
+            job.id: job
+            for job in map(
+                row_to_job, self.rows(f"SELECT * FROM jobs WHERE id IN ({names})", params)
+            )
+        }
+        return [found[job_id] for job_id in ids if job_id in found]
 
     @staticmethod
     def _paged(rows: list[Any], limit: int) -> Page:
@@ -182,12 +215,31 @@ class Reader:
 
     # -- small live reads (partial indexes) ------------------------------------------------
 
-    def claims(self) -> list[Job]:
-        """Every claimed job (the `jobs_leases` partial index): who runs what right now."""
+    def claims(self, *, sample: int = 8) -> list[Claims]:
+        """Who runs what now: per worker, its claim count and its `sample` oldest claims."""
+        summary = {
+            worker: Claims(worker or "?", n, seen, lease)
+            for worker, n, seen, lease in self.rows(
+                "SELECT locked_by, count(*), max(coalesce(heartbeat_at, claimed_at)), "
+                "max(lease_expires_at) FROM jobs WHERE status = 'claimed' GROUP BY locked_by"
+            )
+        }
+        for row in self.rows(
+            "SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY locked_by ORDER BY "
+            "claimed_at, id) AS nth FROM jobs WHERE status = 'claimed') WHERE nth <= :sample",
+            {"sample": sample},
+        ):
+            job = row_to_job(row[:-1])
+            summary[job.locked_by].sample.append(job)
+        return list(summary.values())
+
+    def stuck(self, now: int, *, limit: int = 100) -> list[Job]:
+        """Claimed jobs whose lease expired (the sweep has not reclaimed them yet)."""
         return [
             row_to_job(row)
             for row in self.rows(
-                "SELECT * FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed' "
-                "ORDER BY lease_expires_at LIMIT 5000"
+                "SELECT * FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now "
+                "ORDER BY lease_expires_at LIMIT :limit",
+                {"now": now, "limit": limit},
             )
         ]

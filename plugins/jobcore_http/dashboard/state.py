@@ -12,7 +12,7 @@ from starlette.requests import Request
 from jobcore.models import JobStatus
 from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
-from jobcore_http.dashboard.overview import ChangeCache, Snapshot, take
+from jobcore_http.dashboard.overview import ChangeCache, Counts, History, count, history
 from jobcore_http.dashboard.reader import Reader
 
 _lock = threading.Lock()
@@ -22,11 +22,13 @@ _lock = threading.Lock()
 class Dashboard:
     queue: Queue
     reader: Reader
-    overview: ChangeCache[Snapshot]
+    counts: ChangeCache[Counts]
+    history: ChangeCache[History]
     dead_letters: ChangeCache[list[dict[str, Any]]]
 
     def close(self) -> None:
-        self.overview.close()
+        self.counts.close()
+        self.history.close()
         self.dead_letters.close()
         self.reader.close()
 
@@ -40,8 +42,11 @@ def make_dashboard(queue: Queue) -> Dashboard:
     return Dashboard(
         queue=queue,
         reader=reader,
-        overview=ChangeCache(reader.path, lambda: take(reader, now_ms()), "dashboard-counts"),
-        dead_letters=ChangeCache(reader.path, failed_groups, "dashboard-dead-letters"),
+        counts=ChangeCache(reader.path, lambda: count(reader), "dashboard-counts"),
+        history=ChangeCache(
+            reader.path, lambda: history(reader, now_ms()), "dashboard-history", factor=30
+        ),
+        dead_letters=ChangeCache(reader.path, failed_groups, "dashboard-dead-letters", factor=30),
     )
 
 
@@ -57,6 +62,6 @@ def dashboard(request: Request) -> Dashboard:
                 if queue is None:
                     raise RuntimeError("the dashboard needs app.state.queue (a jobcore Queue)")
                 found = make_dashboard(queue)
-                found.overview.warm()
+                found.history.peek()  # starts the first whole-table count in the background
                 state.dashboard = found
     return found

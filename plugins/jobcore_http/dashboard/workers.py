@@ -8,6 +8,7 @@ from typing import Any
 
 from jobcore.models import Job
 from jobcore_http.dashboard.job_view import _ms
+from jobcore_http.dashboard.reader import Claims
 
 IDLE_MS = 10 * 60_000
 """A worker without claims that was seen this recently counts as idle, else inactive."""
@@ -20,6 +21,7 @@ class WorkerRow:
     last_seen: int | None
     name: str | None = None
     capabilities: str = ""
+    running: int = 0
     current: list[Job] = field(default_factory=list)
 
 
@@ -37,21 +39,18 @@ def _capabilities(entry: dict[str, Any]) -> str:
 
 
 def worker_rows(
-    claims: list[Job],
+    claims: list[Claims],
     seen: dict[str, int],
     registry: Callable[[], list[dict[str, Any]]] | None,
     now: int,
 ) -> list[WorkerRow]:
     """One row per worker: registered agents, holders of claims, and workers active today."""
     rows: dict[str, WorkerRow] = {}
-    for job in claims:
-        worker = job.locked_by or "?"
-        row = rows.setdefault(worker, WorkerRow(worker, "active", None))
-        row.current.append(job)
-        row.last_seen = max(row.last_seen or 0, job.heartbeat_at or job.claimed_at or 0) or None
-    for row in rows.values():
-        if all((job.lease_expires_at or 0) < now for job in row.current):
-            row.state = "lost"
+    for held in claims:
+        state = "active" if (held.lease_until or 0) >= now else "lost"
+        rows[held.worker] = WorkerRow(
+            held.worker, state, held.last_seen, running=held.count, current=held.sample
+        )
     for worker, last in seen.items():
         if worker not in rows:
             rows[worker] = WorkerRow(worker, "idle" if now - last < IDLE_MS else "inactive", last)
