@@ -112,7 +112,7 @@ def test_failed_job_shows_every_attempt_with_worker_and_error(
     expect(attempts.nth(2)).to_contain_text("failed")
     time_cell = page.locator("dl.details time").first
     expect(time_cell).to_have_attribute("title", re.compile(r"UTC$"))
-    page.screenshot(path=str(shots / "job.png"), full_page=True)
+    page.screenshot(path=str(shots / "job-failed.png"), full_page=True)
 
 
 def test_bulk_retry_of_failed_jobs_of_one_type(hub: Hub, page: Any, shots: Path) -> None:
