@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import apsw
@@ -106,11 +106,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Taken(Generic[T]):
-    """A computed value, when it was computed (ms) and how long that took (s)."""
+    """A computed value, when it was computed (ms), how long that took (s), and whether the
+    store has changed since (`current` False: a newer value is on its way)."""
 
     value: T
     taken_at: int
     took_s: float
+    current: bool = True
 
 
 class ChangeCache(Generic[T]):
@@ -165,12 +167,14 @@ class ChangeCache(Generic[T]):
                 if not self._refreshing:
                     self._start(version)
                 return None
-            if version == self._version or not self._due(taken):
+            if version == self._version:
                 return taken
+            if not self._due(taken):
+                return replace(taken, current=False)
             if taken.took_s < CHEAP_S:
                 return self._take(version)
             self._start(version)
-            return taken
+            return replace(taken, current=False)
 
     def _due(self, taken: Taken[T]) -> bool:
         if self._refreshing:
