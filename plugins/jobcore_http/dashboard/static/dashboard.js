@@ -3,15 +3,19 @@
 (function () {
   "use strict";
 
-  var FORMAT = { year: "numeric", month: "short", day: "numeric",
-                 hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  var FORMAT = { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  var FORMAT_YEAR = { year: "numeric", month: "short", day: "numeric",
+                      hour: "2-digit", minute: "2-digit", second: "2-digit" };
+  var THIS_YEAR = new Date().getFullYear();
 
-  /* Times arrive as UTC; show them in the browser's time zone, UTC stays in the title. */
+  /* Times arrive as UTC; show them in the browser's time zone (the year only when it is
+     not this one); UTC stays in the title, shown on hover. */
   function localTimes(root) {
     root.querySelectorAll("time[datetime]").forEach(function (el) {
       var when = new Date(el.getAttribute("datetime"));
       if (!isNaN(when.getTime())) {
-        el.textContent = when.toLocaleString(undefined, FORMAT);
+        el.textContent = when.toLocaleString(
+          undefined, when.getFullYear() === THIS_YEAR ? FORMAT : FORMAT_YEAR);
       }
     });
   }
