@@ -35,7 +35,8 @@ class Moment:
     detail: str | None = None
 
 
-def _ms(value: Any) -> int | None:
+def ms_of(value: Any) -> int | None:
+    """Milliseconds from a stored time: ms as a number, or ISO-8601 text; None otherwise."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -54,8 +55,8 @@ def attempts(job: Job) -> list[Attempt]:
             Attempt(
                 attempt=int(entry.get("attempt") or 0),
                 worker=entry.get("worker"),
-                started_at=_ms(entry.get("started_at")),
-                ended_at=_ms(entry.get("ended_at")),
+                started_at=ms_of(entry.get("started_at")),
+                ended_at=ms_of(entry.get("ended_at")),
                 outcome=str(entry.get("outcome") or "running"),
                 error=entry.get("error"),
             )
@@ -76,7 +77,7 @@ def _from_errors(job: Job) -> list[Attempt]:
             outcome = "failed"
         else:
             outcome = "retrying"
-        ended = _ms(entry.get("at"))
+        ended = ms_of(entry.get("at"))
         started = job.claimed_at if last and job.status is JobStatus.FAILED else None
         out.append(
             Attempt(

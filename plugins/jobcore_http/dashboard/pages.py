@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse
 
 from jobcore.errors import JobNotFound
-from jobcore.timeutil import now_ms, parse_time
+from jobcore.timeutil import now_ms
 from jobcore_http.dashboard.access import Viewer
 from jobcore_http.dashboard.charts import bar_chart, series
 from jobcore_http.dashboard.filters import (
@@ -20,7 +19,7 @@ from jobcore_http.dashboard.filters import (
     BadFilter,
     JobFilter,
 )
-from jobcore_http.dashboard.job_view import attempts, timeline, timeline_svg
+from jobcore_http.dashboard.job_view import attempts, ms_of, timeline, timeline_svg
 from jobcore_http.dashboard.overview import Counts, History, by
 from jobcore_http.dashboard.render import duration, page
 from jobcore_http.dashboard.session import Session
@@ -97,10 +96,7 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
     counts = dash.counts.get()
     past = dash.history.peek()
     finished = past.value if past is not None else History()
-    stuck = dash.reader.rows(
-        "SELECT count(*) FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now",
-        {"now": now},
-    )[0][0]
+    stuck = dash.reader.stuck_count(now)
     types = by({**counts.value.unfinished, **finished.finished}, 1)
     return page(
         request,
@@ -232,17 +228,10 @@ def workers(request: Request, session: Viewer) -> HTMLResponse:
     )
 
 
-def _ms_of(text: Any) -> int | None:
-    try:
-        return parse_time(text) if text else None
-    except ValueError:
-        return None
-
-
 @router.get("/ui/dead-letters", response_class=HTMLResponse)
 def dead_letters(request: Request, session: Viewer) -> HTMLResponse:
     groups = [
-        {**group, "last_ms": _ms_of(group.get("last_failed_at"))}
+        {**group, "last_ms": ms_of(group.get("last_failed_at"))}
         for group in dashboard(request).dead_letters.get().value
     ]
     return page(

@@ -233,6 +233,15 @@ class Reader:
             summary[job.locked_by].sample.append(job)
         return list(summary.values())
 
+    def stuck_count(self, now: int) -> int:
+        """How many claimed jobs have an expired lease (read from the claimed rows only)."""
+        return int(
+            self.rows(
+                "SELECT count(*) FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now",
+                {"now": now},
+            )[0][0]
+        )
+
     def stuck(self, now: int, *, limit: int = 100) -> list[Job]:
         """Claimed jobs whose lease expired (the sweep has not reclaimed them yet)."""
         return [

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobcore.models import Job
-from jobcore_http.dashboard.job_view import _ms
+from jobcore_http.dashboard.job_view import ms_of
 from jobcore_http.dashboard.reader import Claims
 
 IDLE_MS = 10 * 60_000
@@ -60,7 +60,7 @@ def worker_rows(
         row.state = str(entry.get("state") or row.state)
         row.name = entry.get("name")
         row.capabilities = _capabilities(entry)
-        registered_seen = _ms(entry.get("last_seen"))
+        registered_seen = ms_of(entry.get("last_seen"))
         if registered_seen is not None:
             row.last_seen = max(row.last_seen or 0, registered_seen)
     order = {"active": 0, "lost": 1, "idle": 2, "inactive": 3}
