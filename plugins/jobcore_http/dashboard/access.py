@@ -28,19 +28,15 @@ def viewer(request: Request) -> Session:
     return session
 
 
-def actor(request: Request, session: Session, csrf_token: str | None) -> None:
-    """Refuse an action unless the session's scope allows it and the CSRF token matches."""
+def refusal(request: Request, session: Session, csrf_token: str | None) -> str | None:
+    """Why this action is refused (the scope cannot act, or the CSRF token does not match)."""
     if not session.can_act:
-        raise HTTPException(
-            status_code=403,
-            detail=f"a {session.scope!r} token cannot change jobs; sign in with a produce "
-            "or admin token",
+        return (
+            f"A {session.scope!r} token cannot change jobs; sign in with a produce or admin token."
         )
     if not csrf_ok(session, csrf_token or request.headers.get("x-csrf-token")):
-        raise HTTPException(
-            status_code=403,
-            detail="the form's CSRF token is missing or stale; reload the page and try again",
-        )
+        return "The form's CSRF token is missing or stale; reload the page and try again."
+    return None
 
 
 def safe_next(target: str | None) -> str:

@@ -12,7 +12,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore.errors import IllegalTransition, JobcoreError, JobNotFound
 from jobcore.models import Job
-from jobcore_http.dashboard.access import Form, Viewer, actor, safe_next
+from jobcore_http.dashboard.access import Form, Viewer, refusal, safe_next
 from jobcore_http.dashboard.filters import CANCELLABLE, RETRYABLE, BadFilter, JobFilter
 from jobcore_http.dashboard.pages import error_page
 from jobcore_http.dashboard.render import page
@@ -140,7 +140,9 @@ def job_action(
     data: Form,
     session: Viewer,
 ) -> Response:
-    actor(request, session, data.get("csrf_token"))
+    refused = refusal(request, session, data.get("csrf_token"))
+    if refused:
+        return error_page(request, session, 403, "Not allowed", refused)
     queue = dashboard(request).queue
     change = {"retry": queue.retry, "cancel": queue.cancel}.get(verb)
     if change is None:
@@ -212,7 +214,9 @@ def bulk(
     data: Form,
     session: Viewer,
 ) -> Response:
-    actor(request, session, data.get("csrf_token"))
+    refused = refusal(request, session, data.get("csrf_token"))
+    if refused:
+        return error_page(request, session, 403, "Not allowed", refused)
     action = data.get("action", "")
     if action not in VERBS:
         return error_page(
