@@ -6,13 +6,13 @@ import time
 from pathlib import Path
 
 import pytest
+from jobcore_http.dashboard.job_view import attempts, timeline
+from jobcore_http.dashboard.overview import ChangeCache, by, count, history
+from jobcore_http.dashboard.reader import Reader
 
 from jobcore import Queue
 from jobcore.testing.helpers import drain
 from jobcore.timeutil import now_ms
-from jobcore_http.dashboard.job_view import attempts, timeline
-from jobcore_http.dashboard.overview import ChangeCache, by, count, history
-from jobcore_http.dashboard.reader import Reader
 
 
 @pytest.fixture(autouse=True)
