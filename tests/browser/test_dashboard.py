@@ -112,6 +112,9 @@ def test_failed_job_shows_every_attempt_with_worker_and_error(
     expect(attempts.nth(2)).to_contain_text("failed")
     time_cell = page.locator("dl.details time").first
     expect(time_cell).to_have_attribute("title", re.compile(r"UTC$"))
+    utc_hour = int((time_cell.get_attribute("title") or "").split(" ")[1][:2])
+    local = re.search(r"(\d\d):\d\d:\d\d", time_cell.inner_text())
+    assert local is not None and int(local.group(1)) == (utc_hour + 9) % 24  # Asia/Tokyo
     page.screenshot(path=str(shots / "job-failed.png"), full_page=True)
 
 

@@ -49,6 +49,7 @@
   var timer = null;
   var busy = false;
   var again = false;
+  var gap = 400;             /* ms between refetches: 400, or 4x the last refetch when slower */
 
   function say(text, state) {
     if (indicator) {
@@ -92,6 +93,7 @@
   function refresh() {
     if (busy) { again = true; return; }
     busy = true;
+    var started = Date.now();
     fetch(window.location.href, { credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
         if (response.redirected && response.url.indexOf("/ui/login") !== -1) {
@@ -104,14 +106,15 @@
       .catch(function () { missed = true; })
       .then(function () {
         busy = false;
+        gap = Math.max(400, 4 * (Date.now() - started));
         if (again) { again = false; schedule(); }
       });
   }
 
-  /* At most one refetch per 400 ms however many events arrive. */
+  /* One refetch per `gap` however many events arrive (a busy store does not flood the hub). */
   function schedule() {
     if (timer === null) {
-      timer = window.setTimeout(function () { timer = null; refresh(); }, 400);
+      timer = window.setTimeout(function () { timer = null; refresh(); }, gap);
     }
   }
 
