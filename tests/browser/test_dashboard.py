@@ -145,6 +145,26 @@ def test_bulk_retry_of_failed_jobs_of_one_type(hub: Hub, page: Any, shots: Path)
     expect(page.locator("tbody tr[data-job-id]")).to_have_count(3)
 
 
+def test_dead_letters_group_by_signature_and_retry_one_group(hub: Hub, page: Any) -> None:
+    shell = [
+        enqueue(hub, "shell", {"command": f"exit {code}"}, "--max-attempts", "1") for code in (3, 4)
+    ]
+    other = enqueue(hub, "noop", {"fail": True}, "--max-attempts", "1")
+    hub.cli("run", "--until-empty")
+    sign_in(page, hub, hub.token("ops", "admin"), "/ui/dead-letters")
+    groups = page.locator("tbody tr")
+    expect(groups).to_have_count(2)
+    group = groups.filter(has_text="exit code <n>")
+    expect(group.locator("td").first).to_have_text("2")
+    group.get_by_role("link", name="Retry these…").click()
+    expect(page.get_by_role("heading", name="Retry 2 jobs?")).to_be_visible()
+    page.get_by_role("button", name="Retry 2 jobs").click()
+    expect(page.get_by_role("status").filter(has_text="Retried 2 job(s).")).to_be_visible()
+    for job_id in shell:
+        assert json.loads(hub.cli("show", job_id, "--json").stdout)["status"] == "pending"
+    assert json.loads(hub.cli("show", other, "--json").stdout)["status"] == "failed"
+
+
 def test_read_token_sees_no_action_and_forged_posts_are_refused(
     hub: Hub, page: Any, shots: Path
 ) -> None:
@@ -159,12 +179,16 @@ def test_read_token_sees_no_action_and_forged_posts_are_refused(
     page.goto(f"{hub.url}/ui/jobs/{failed}")
     expect(page.get_by_role("heading", name=re.compile("Job"))).to_be_visible()
     expect(page.locator("main button")).to_have_count(0)
+    page.goto(f"{hub.url}/ui/dead-letters")
+    expect(page.locator("tbody tr")).to_have_count(1)
+    expect(page.get_by_role("link", name="Retry these…")).to_have_count(0)
 
     csrf = page.locator('header input[name="csrf_token"]').get_attribute("value")
     forged = [
         (f"/ui/jobs/{failed}/retry", {"csrf_token": csrf}),
         (f"/ui/jobs/{waiting}/cancel", {"csrf_token": csrf}),
         ("/ui/bulk", {"csrf_token": csrf, "action": "retry", "status": "failed"}),
+        ("/ui/dead-letters/retry", {"csrf_token": csrf, "signature": "RuntimeError: noop failed"}),
     ]
     for path, form in forged:
         answer = page.request.post(f"{hub.url}{path}", form=form, max_redirects=0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
+from jobcore_dlq.signature import signature as error_signature
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore.errors import IllegalTransition, JobcoreError, JobNotFound
@@ -199,11 +200,13 @@ def bulk_confirm(request: Request, session: Viewer, action: str = "") -> HTMLRes
         {
             "session": session,
             "active": "jobs",
-            "action": action,
             "verb": VERBS[action],
-            "flt": target,
             "count": count,
-            "back": flt.query(),
+            "description": target.describe(),
+            "post_url": "/ui/bulk",
+            "hidden": [("action", action), *target.pairs()],
+            "danger": action == "cancel",
+            "back_url": f"/ui/jobs?{flt.query()}",
         },
     )
 
@@ -245,3 +248,52 @@ def bulk(
     return RedirectResponse(
         _with_notice(f"/ui/jobs?{shown.query()}", action, changed), status_code=303
     )
+
+
+def _with_signature(request: Request, wanted: str) -> Iterator[list[str]]:
+    """Ids of failed jobs whose error has this signature, in batches."""
+    for batch in dashboard(request).reader.failures():
+        ids = [job_id for job_id, error in batch if error_signature(error) == wanted]
+        if ids:
+            yield ids
+
+
+@router.get("/ui/dead-letters/retry", response_class=HTMLResponse)
+def retry_group_confirm(request: Request, session: Viewer, signature: str = "") -> HTMLResponse:
+    if not session.can_act:
+        return error_page(
+            request, session, 403, "Not allowed", f"A {session.scope!r} token cannot change jobs."
+        )
+    count = sum(len(ids) for ids in _with_signature(request, signature))
+    return page(
+        request,
+        "confirm.html",
+        {
+            "session": session,
+            "active": "dead",
+            "verb": "Retry",
+            "count": count,
+            "description": f"failed with “{signature}”",
+            "post_url": "/ui/dead-letters/retry",
+            "hidden": [("signature", signature)],
+            "danger": False,
+            "back_url": "/ui/dead-letters",
+        },
+    )
+
+
+@router.post("/ui/dead-letters/retry")
+def retry_group(request: Request, data: Form, session: Viewer) -> Response:
+    refused = refusal(request, session, data.get("csrf_token"))
+    if refused:
+        return error_page(request, session, 403, "Not allowed", refused)
+    wanted = data.get("signature", "")
+    queue = dashboard(request).queue
+    changed = sum(_apply(queue.retry, ids) for ids in _with_signature(request, wanted))
+    log.info(
+        "dashboard: retried %d failed job(s) with signature %r by token %s",
+        changed,
+        wanted,
+        session.name,
+    )
+    return RedirectResponse(_with_notice("/ui/dead-letters", "retry", changed), status_code=303)

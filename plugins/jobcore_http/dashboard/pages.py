@@ -237,5 +237,11 @@ def dead_letters(request: Request, session: Viewer) -> HTMLResponse:
     return page(
         request,
         "dead_letters.html",
-        {"session": session, "active": "dead", "live": True, "groups": groups},
+        {
+            "session": session,
+            "active": "dead",
+            "live": True,
+            "groups": groups,
+            "notice": notice_of(request),
+        },
     )

@@ -213,6 +213,20 @@ class Reader:
             yield found
             after = found[-1]
 
+    def failures(self, *, batch: int = 2000) -> Iterator[list[tuple[str, str | None]]]:
+        """`(id, last_error)` of every failed job, oldest first, in batches (the status index)."""
+        after = ""
+        while True:
+            rows = self.rows(
+                "SELECT id, last_error FROM jobs WHERE status = 'failed' AND id > :after "
+                "ORDER BY id LIMIT :batch",
+                {"after": after, "batch": batch},
+            )
+            if not rows:
+                return
+            yield [(job_id, error) for job_id, error in rows]
+            after = rows[-1][0]
+
     # -- small live reads (partial indexes) ------------------------------------------------
 
     def claims(self, *, sample: int = 8) -> list[Claims]:
