@@ -27,6 +27,7 @@ from jobcore_http.dashboard.session import (
     lookup,
     make_cookie,
     read_session,
+    sign_out,
     token_hash,
 )
 from jobcore_http.dashboard.state import dashboard
@@ -102,6 +103,8 @@ def logout(request: Request, data: Form) -> Response:
             "Not signed out",
             "The form's CSRF token is stale; reload and try again.",
         )
+    if session is not None:
+        sign_out(request, session)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response

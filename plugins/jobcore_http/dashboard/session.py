@@ -36,11 +36,12 @@ TokenLookup = Callable[[str], "tuple[str, str] | None"]
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """Who is signed in: the token's name and scope, and this session's CSRF token."""
+    """Who is signed in: the token's name and scope, this session's CSRF token and nonce."""
 
     name: str
     scope: str
     csrf: str
+    nonce: str = ""
 
     @property
     def can_act(self) -> bool:
@@ -158,15 +159,30 @@ def read_session(request: Request) -> Session | None:
     if data is None:
         return None
     nonce = str(data.get("n", ""))
+    if nonce in _signed_out(request):
+        return None
     if auth_disabled(request):
-        return Session(name="(no auth)", scope="admin", csrf=_csrf(key, nonce))
+        return Session(name="(no auth)", scope="admin", csrf=_csrf(key, nonce), nonce=nonce)
     found = lookup(request, str(data.get("h", "")))
     if found is None:
         return None
     name, scope = found
     if scope not in VIEW_SCOPES:
         return None
-    return Session(name=name, scope=scope, csrf=_csrf(key, nonce))
+    return Session(name=name, scope=scope, csrf=_csrf(key, nonce), nonce=nonce)
+
+
+def _signed_out(request: Request) -> set[str]:
+    found: set[str] | None = getattr(request.app.state, "dashboard_signed_out", None)
+    if found is None:
+        found = request.app.state.dashboard_signed_out = set()
+    return found
+
+
+def sign_out(request: Request, session: Session) -> None:
+    """End this session on this hub even if its cookie was copied (until the hub restarts;
+    the cookie expires after `MAX_AGE_S` anyway)."""
+    _signed_out(request).add(session.nonce)
 
 
 def scope_from_cookie(request: Request) -> str | None:
