@@ -209,6 +209,7 @@ class JobOut(BaseModel):
     updated_at: str | None
     lease_id: str | None = None
     started_at: str | None = None
+    history: list[AttemptOut] = Field(default=[], description="every ended attempt")
     params: dict[str, Any]
     worker_id: str | None
     max_runtime_ms: int | None
@@ -270,6 +271,7 @@ class WorkerOut(BaseModel):
     last_seen: str | None
     state: Literal["active", "idle", "lost"]
     current_jobs: list[str]
+    progress: dict[str, Any] = Field(description="the last progress each current job reported")
     draining: bool
 
 
