@@ -94,6 +94,10 @@ def test_filters_and_search_narrow_the_list_and_stay_in_the_url(
 
     page.goto(f"{hub.url}/ui/jobs?type=noop")
     expect(rows).to_have_count(1)
+    noop_id = rows.first.get_attribute("data-job-id") or ""
+    page.get_by_label("Search payloads and errors").fill(noop_id)  # a pasted id opens the job
+    page.get_by_role("button", name="Apply filters").click()
+    expect(page).to_have_url(f"{hub.url}/ui/jobs/{noop_id}")
 
 
 def test_failed_job_shows_every_attempt_with_worker_and_error(

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from starlette.datastructures import ImmutableMultiDict
 
 from jobcore.models import JobStatus
+from jobcore_http.store import JobFilter as HubFilter
 
 STATUSES = tuple(status.value for status in JobStatus)
 RETRYABLE = ("failed", "cancelled")
@@ -48,6 +49,16 @@ class JobFilter:
             queue=str(get("queue") or "").strip(),
             worker=str(get("worker") or "").strip(),
             q=str(get("q") or "").strip(),
+        )
+
+    def for_hub(self) -> HubFilter:
+        """The same filter in the hub's terms (its `search_jobs` serves the jobs list)."""
+        return HubFilter(
+            statuses=self.statuses,
+            types=(self.type,) if self.type else (),
+            queues=(self.queue,) if self.queue else (),
+            worker=self.worker or None,
+            q=self.q or None,
         )
 
     @property

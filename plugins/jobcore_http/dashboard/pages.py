@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore.errors import JobNotFound
 from jobcore.timeutil import now_ms
@@ -140,7 +141,7 @@ def _limit(request: Request) -> int:
 
 
 @router.get("/ui/jobs", response_class=HTMLResponse)
-def jobs(request: Request, session: Viewer) -> HTMLResponse:
+def jobs(request: Request, session: Viewer) -> Response:
     dash = dashboard(request)
     try:
         flt = JobFilter.from_params(request.query_params)
@@ -148,6 +149,9 @@ def jobs(request: Request, session: Viewer) -> HTMLResponse:
         return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
     cursor = request.query_params.get("cursor") or None
     limit = _limit(request)
+    if flt.q and not cursor and dash.queue.storage.get(flt.q) is not None:
+        return RedirectResponse(f"/ui/jobs/{quote(flt.q, safe='')}", status_code=303)
+    found = dash.store.search_jobs(flt.for_hub(), before=cursor, limit=limit, budget_ms=150)
     known = by(dash.counts.get().value.unfinished, 1)
     past = dash.history.peek()
     finished = past.value.finished if past is not None else {}
@@ -166,7 +170,8 @@ def jobs(request: Request, session: Viewer) -> HTMLResponse:
             "flt": flt,
             "cursor": cursor,
             "limit": limit,
-            "page": dash.reader.page(flt, cursor=cursor, limit=limit),
+            "page": found,
+            "cut_short": found.next_cursor is not None and len(found.jobs) < limit,
             "known_types": sorted({*known, *by(finished, 1)}),
             "known_queues": sorted({*by(dash.counts.get().value.unfinished, 2), *by(finished, 2)}),
         },

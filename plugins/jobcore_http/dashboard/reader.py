@@ -10,7 +10,6 @@ offer to continue below, so a page never scans the whole table. Counts for the o
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +20,6 @@ from jobcore.models import Job
 from jobcore.queue import Queue
 from jobcore.storage.rows import row_to_job
 from jobcore_http.dashboard.filters import JobFilter
-
-BUDGET_S = 0.12
-"""Time a filtered page spends checking rows before it offers to continue (bounds a request)."""
-CHUNK = 2000
-"""Rows checked per statement while filling a filtered page."""
 
 
 @dataclass(slots=True)
@@ -39,20 +33,6 @@ class Claims:
     sample: list[Job] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of jobs, newest first.
-
-    `next_cursor`: the id to continue below, or None at the end. `window_end`
-    is set when the page stopped because its time budget ran out before it
-    filled up: more matches may exist below that id.
-    """
-
-    jobs: list[Job]
-    next_cursor: str | None
-    window_end: str | None = None
-
-
 def _like(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -61,7 +41,7 @@ def _like(text: str) -> str:
 class Reader:
     """Read-only SQL over the jobs table of the queue's SQLite store (one connection per thread)."""
 
-    def __init__(self, queue: Queue, *, budget: float = BUDGET_S, chunk: int = CHUNK) -> None:
+    def __init__(self, queue: Queue) -> None:
         path = getattr(queue.storage, "path", None)
         if not isinstance(path, str):
             raise RuntimeError(
@@ -71,8 +51,6 @@ class Reader:
         queue.storage.migrate()  # the file and its schema exist before the reader opens it
         self.queue = queue
         self.path = path
-        self.budget = budget
-        self.chunk = chunk
         self._local = threading.local()
         self._all: list[apsw.Connection] = []
         self._lock = threading.Lock()
@@ -101,10 +79,10 @@ class Reader:
     # -- the jobs list ---------------------------------------------------------------
 
     @staticmethod
-    def _where(flt: JobFilter, params: dict[str, Any], *, skip_status: bool = False) -> str:
+    def _where(flt: JobFilter, params: dict[str, Any]) -> str:
         """SQL conditions of the filter (without a leading AND), or `1`."""
         parts: list[str] = []
-        if flt.statuses and not skip_status:
+        if flt.statuses:
             names = []
             for index, status in enumerate(flt.statuses):
                 params[f"s{index}"] = status
@@ -114,79 +92,14 @@ class Reader:
             if value:
                 params[column] = value
                 parts.append(f"{column} = :{column}")
-        if flt.q:
+        if flt.q:  # as the hub's search: payload, error history, last error
             params["q_like"] = _like(flt.q)
-            params["q_exact"] = flt.q
             parts.append(
-                "(id = :q_exact OR payload LIKE :q_like ESCAPE '\\' "
+                "(payload LIKE :q_like ESCAPE '\\' "
                 "OR coalesce(last_error, '') LIKE :q_like ESCAPE '\\' "
                 "OR errors LIKE :q_like ESCAPE '\\')"
             )
         return " AND ".join(parts) or "1"
-
-    @staticmethod
-    def _base(flt: JobFilter, params: dict[str, Any], cursor: str | None) -> tuple[str, bool]:
-        """The ordered row source: one status walks `(status, id)`, else the primary key.
-
-        Answers the SQL and whether it already applied the status filter.
-        """
-        params["cursor"] = cursor if cursor is not None else "\U0010ffff"
-        if len(flt.statuses) == 1:
-            params["only_status"] = flt.statuses[0]
-            return (
-                "SELECT * FROM jobs WHERE status = :only_status AND id < :cursor ORDER BY id DESC",
-                True,
-            )
-        return "SELECT * FROM jobs WHERE id < :cursor ORDER BY id DESC", False
-
-    def page(self, flt: JobFilter, *, cursor: str | None = None, limit: int = 50) -> Page:
-        """Up to `limit` jobs matching `flt` below `cursor`, newest first.
-
-        A filter no index serves is checked over chunks of rows until the page
-        is full or `budget` seconds passed; then `window_end` says where to go on.
-        """
-        source: dict[str, Any] = {}
-        base, status_done = self._base(flt, source, cursor)
-        matching: dict[str, Any] = {}
-        rest = self._where(flt, matching, skip_status=status_done)
-        if rest == "1":
-            return self._paged(
-                self.rows(f"{base} LIMIT :limit", {**source, "limit": limit + 1}), limit
-            )
-        sql = f"SELECT id, CASE WHEN {rest} THEN 1 ELSE 0 END FROM ({base} LIMIT :chunk)"
-        deadline = time.perf_counter() + self.budget
-        hits: list[str] = []
-        while True:
-            chunk = self.rows(sql, {**source, **matching, "chunk": self.chunk})
-            hits.extend(job_id for job_id, hit in chunk if hit)
-            if len(hits) > limit:
-                shown = hits[:limit]
-                return Page(self._by_ids(shown), shown[-1])
-            if len(chunk) < self.chunk:
-                return Page(self._by_ids(hits), None)
-            source["cursor"] = chunk[-1][0]
-            if time.perf_counter() >= deadline:
-                return Page(self._by_ids(hits), None, window_end=str(source["cursor"]))
-
-    def _by_ids(self, ids: list[str]) -> list[Job]:
-        """Whole rows of these jobs, in the order given."""
-        if not ids:
-            return []
-        params = {f"i{n}": job_id for n, job_id in enumerate(ids)}
-        names = ", ".join(f":{name}" for name in params)
-        found = {
-            job.id: job
-            for job in map(
-                row_to_job, self.rows(f"SELECT * FROM jobs WHERE id IN ({names})", params)
-            )
-        }
-        return [found[job_id] for job_id in ids if job_id in found]
-
-    @staticmethod
-    def _paged(rows: list[Any], limit: int) -> Page:
-        jobs = [row_to_job(row) for row in rows[:limit]]
-        more = len(rows) > limit
-        return Page(jobs, jobs[-1].id if more and jobs else None)
 
     def count(self, flt: JobFilter) -> int:
         """How many jobs match `flt` exactly (a full count: for confirmations, not for pages)."""

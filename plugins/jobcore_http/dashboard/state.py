@@ -14,6 +14,7 @@ from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
 from jobcore_http.dashboard.overview import ChangeCache, Counts, History, count, history
 from jobcore_http.dashboard.reader import Reader
+from jobcore_http.store import HubStore, hub_store_for
 
 _lock = threading.Lock()
 
@@ -21,6 +22,7 @@ _lock = threading.Lock()
 @dataclass(slots=True)
 class Dashboard:
     queue: Queue
+    store: HubStore  # the hub's: its `search_jobs` serves the jobs list
     reader: Reader
     counts: ChangeCache[Counts]
     history: ChangeCache[History]
@@ -33,7 +35,7 @@ class Dashboard:
         self.reader.close()
 
 
-def make_dashboard(queue: Queue) -> Dashboard:
+def make_dashboard(queue: Queue, store: HubStore | None = None) -> Dashboard:
     reader = Reader(queue)
 
     def failed_groups() -> list[dict[str, Any]]:
@@ -41,6 +43,7 @@ def make_dashboard(queue: Queue) -> Dashboard:
 
     return Dashboard(
         queue=queue,
+        store=store if store is not None else hub_store_for(queue.storage),
         reader=reader,
         counts=ChangeCache(reader.path, lambda: count(reader), "dashboard-counts"),
         history=ChangeCache(
@@ -61,7 +64,8 @@ def dashboard(request: Request) -> Dashboard:
                 queue: Queue | None = getattr(state, "queue", None)
                 if queue is None:
                     raise RuntimeError("the dashboard needs app.state.queue (a jobcore Queue)")
-                found = make_dashboard(queue)
+                hub = getattr(state, "hub", None)
+                found = make_dashboard(queue, getattr(hub, "store", None))
                 found.history.peek()  # starts the first whole-table count in the background
                 state.dashboard = found
     return found
