@@ -134,23 +134,6 @@ def build(db: Path, n: int, seed: int = 7) -> None:
     conn.close()
 
 
-def serve(db: str, port: int, token: str) -> None:
-    """The dashboard router on uvicorn, with one admin token (the hub's app when it has one)."""
-    import uvicorn
-    from fastapi import FastAPI
-    from jobcore_http.dashboard import router
-    from jobcore_http.dashboard.session import token_hash
-
-    from jobcore import Queue
-
-    app = FastAPI()
-    app.state.queue = Queue(db)
-    known = {token_hash(token): ("bench", "admin")}
-    app.state.token_lookup = known.get
-    app.include_router(router)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-
-
 class Client:
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -182,11 +165,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=40, help="timed requests per page")
     parser.add_argument("--dir", type=Path, default=None, help="folder for the database")
-    parser.add_argument("--serve", nargs=3, metavar=("DB", "PORT", "TOKEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        serve(args.serve[0], int(args.serve[1]), args.serve[2])
-        return
     folder = Path(tempfile.mkdtemp(prefix="jobcore-dashboard-", dir=args.dir))
     db = folder / "jobs.db"
     try:
@@ -206,21 +185,33 @@ def run(db: Path, args: argparse.Namespace) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    token = "bench-" + os.urandom(8).hex()
-    env = dict(os.environ, XDG_STATE_HOME=str(db.parent / "state"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.dashboard", "--serve", str(db), str(port), token],
+    env = dict(os.environ, XDG_STATE_HOME=str(db.parent / "state"), JOBCORE_DB=str(db))
+    jobcore = [sys.executable, "-m", "jobcore"]
+    token = subprocess.run(
+        [*jobcore, "tokens", "create", "--name", "bench", "--scope", "admin"],
         env=env,
-    )
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    log = db.parent / "serve.log"
+    with open(log, "wb") as sink:
+        server = subprocess.Popen(
+            [*jobcore, "serve", "--port", str(port)], env=env, stdout=sink, stderr=sink
+        )
     try:
-        client = Client(port)
-        for _ in range(100):
+        deadline = time.monotonic() + 120
+        while True:
+            client = Client(port)
             try:
-                client.request("GET", "/ui/login")
+                client.request("GET", "/api/health")
                 break
             except OSError:
-                time.sleep(0.1)
-                client = Client(port)
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"jobcore serve did not start: {log.read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.2)
         status, _, _ = client.request("POST", "/ui/login", urlencode({"token": token, "next": "/"}))
         assert status == 303, status
         _, _, cold = client.request("GET", "/")
