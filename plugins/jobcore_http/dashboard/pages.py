@@ -152,9 +152,8 @@ def jobs(request: Request, session: Viewer) -> Response:
     if flt.q and not cursor and dash.queue.storage.get(flt.q) is not None:
         return RedirectResponse(f"/ui/jobs/{quote(flt.q, safe='')}", status_code=303)
     found = dash.store.search_jobs(flt.for_hub(), before=cursor, limit=limit, budget_ms=150)
-    known = by(dash.counts.get().value.unfinished, 1)
     past = dash.history.peek()
-    finished = past.value.finished if past is not None else {}
+    seen = {**dash.counts.get().value.unfinished, **(past.value.finished if past else {})}
     return page(
         request,
         "jobs.html",
@@ -172,8 +171,8 @@ def jobs(request: Request, session: Viewer) -> Response:
             "limit": limit,
             "page": found,
             "cut_short": found.next_cursor is not None and len(found.jobs) < limit,
-            "known_types": sorted({*known, *by(finished, 1)}),
-            "known_queues": sorted({*by(dash.counts.get().value.unfinished, 2), *by(finished, 2)}),
+            "known_types": sorted(by(seen, 1)),
+            "known_queues": sorted(by(seen, 2)),
         },
     )
 
@@ -235,9 +234,10 @@ def workers(request: Request, session: Viewer) -> HTMLResponse:
 
 @router.get("/ui/dead-letters", response_class=HTMLResponse)
 def dead_letters(request: Request, session: Viewer) -> HTMLResponse:
+    grouped = dashboard(request).dead_letters.peek()  # None while the first grouping runs
     groups = [
         {**group, "last_ms": ms_of(group.get("last_failed_at"))}
-        for group in dashboard(request).dead_letters.get().value
+        for group in (grouped.value if grouped is not None else [])
     ]
     return page(
         request,
@@ -247,6 +247,7 @@ def dead_letters(request: Request, session: Viewer) -> HTMLResponse:
             "active": "dead",
             "live": True,
             "groups": groups,
+            "grouping": grouped is None,
             "notice": notice_of(request),
         },
     )

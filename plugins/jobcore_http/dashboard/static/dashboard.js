@@ -88,6 +88,14 @@
       if (key) { restoreFocus(next, key); }
     });
     document.body.setAttribute("data-refreshed", String(Date.now()));
+    waitForPending();
+  }
+
+  /* A region still being computed on the server: fetch it again shortly. */
+  function waitForPending() {
+    if (document.querySelector("[data-pending-refresh]")) {
+      window.setTimeout(function () { if (!document.hidden) { schedule(); } }, 1000);
+    }
   }
 
   function refresh() {
@@ -170,5 +178,6 @@
     say("Paused while hidden", "paused");
   } else {
     connect();
+    waitForPending();
   }
 })();
