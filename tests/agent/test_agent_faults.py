@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from faultproxy import FaultProxy
 from hubenv import Agent, Hub, wait_until
+
+from jobcore.timeutil import parse_time
 
 pytest.importorskip("fastapi")
 
@@ -88,12 +91,10 @@ def test_three_agents_through_a_faulty_network_lose_and_double_nothing(
         assert outcomes.count("completed") == 1, (job_id, outcomes)  # completed exactly once
         ended = {entry["attempt"]: entry.get("ended_at") for entry in job["attempts_detail"]}
         items = sorted(runs[job_id], key=lambda item: item[2])
-        for earlier, later in zip(items, items[1:], strict=False):
+        for earlier, later in itertools.pairwise(items):
             if later[2] < earlier[3]:  # two runs overlapped in time...
                 # ...only allowed once the hub had ended the earlier run's lease
                 end_of_lease = ended.get(earlier[0])
                 assert end_of_lease is not None, (job_id, items, job["attempts_detail"])
-                from jobcore.timeutil import parse_time
-
                 assert parse_time(end_of_lease) <= later[2] + 5, (job_id, items)
     assert len(rerun) <= JOBS // 10, f"{len(rerun)} jobs ran more than once"
