@@ -138,11 +138,11 @@ class Agent:
         """Stop claiming; running jobs get `shutdown_timeout` (0: now), then they are released."""
         with self._cond:
             now = time.monotonic()
-            if self._stopping and graceful and self._stop_deadline is not None:
+            if not graceful or (self._stopping and self._stop_deadline is not None):
                 self._stop_deadline = now  # a second request stops now
-            elif not self._stopping or self._stop_deadline is None:
-                self._stopping = True
-                self._stop_deadline = now + (self.shutdown_timeout if graceful else 0.0)
+            else:  # the first request, or a SIGTERM while draining
+                self._stop_deadline = now + self.shutdown_timeout
+            self._stopping = True
             self._cond.notify_all()
 
     def drain(self) -> None:
@@ -331,9 +331,15 @@ class Agent:
             if outage:
                 outage = False
                 log.info("the hub is reachable again")
+                self._outbox_ready.set()
                 self._reregister()
             for data in claimed.jobs:
-                self._start(data)
+                try:
+                    self._start(data)
+                except Exception:  # a malformed job must not end the claimer
+                    log.exception(
+                        "cannot start claimed job %r; its lease will lapse", data.get("id")
+                    )
             if claimed.drain:
                 self.drain()
 
@@ -459,18 +465,16 @@ class Agent:
     def _reporter_main(self) -> None:
         backoff = Backoff(self.max_backoff)
         while not self._closed:
-            self._outbox_ready.wait(timeout=5.0)
+            self._outbox_ready.wait(timeout=30.0)
             self._outbox_ready.clear()
             while not self._closed and not self._fatal:
                 rows = self.outbox.pending(self.worker_id)
                 if not rows:
                     break
                 if not self._deliver(rows, backoff):
-                    self._sleep_closed(backoff.next())
-
-    def _sleep_closed(self, seconds: float) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed or bool(self._fatal), seconds)
+                    # woken early by a new outcome or by the claimer seeing the hub again
+                    self._outbox_ready.wait(backoff.next())
+                    self._outbox_ready.clear()
 
     def _deliver(self, rows: list[Pending], backoff: Backoff) -> bool:
         """Send rows in order; False when the hub is unavailable (back off, keep the rest)."""
