@@ -1,0 +1,260 @@
+"""Remote agents: register, claim (long-poll), heartbeat, result, fail; the workers registry."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from jobcore.errors import JobNotFound
+from jobcore.models import Completed, Job, JobStatus, compact_json
+from jobcore.timeutil import iso
+from jobcore_http import compat
+from jobcore_http.auth import acting_as, hub_of, require
+from jobcore_http.errors import ApiError
+from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
+from jobcore_http.models import (
+    ClaimIn,
+    ErrorOut,
+    FailIn,
+    HeartbeatIn,
+    HeartbeatOut,
+    JobOut,
+    RegisterIn,
+    RegisterOut,
+    ResultIn,
+    WorkersOut,
+)
+from jobcore_http.store import WorkerRecord
+from jobcore_http.tokens import Principal
+from jobcore_http.views import job_json, last_attempt
+
+router = APIRouter(prefix="/api")
+
+JobId = Annotated[str, Path(min_length=1, max_length=200)]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422, 429)
+}
+Agent = Annotated[Principal, Depends(require("agent"))]
+
+
+@router.post("/workers/register", response_model=RegisterOut, responses=ERRORS)
+async def register(request: Request, body: RegisterIn, principal: Agent) -> dict[str, float]:
+    """Register or update an agent's capabilities; answers the intervals to use."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    now = hub.now()
+    record = WorkerRecord(
+        worker_id=body.worker_id,
+        name=body.name,
+        cores=body.cores,
+        ram_gb=body.ram_gb,
+        tags=list(body.tags),
+        types=list(body.types),
+        registered_at=now,
+        last_seen=now,
+    )
+    await run_in_threadpool(hub.registry.register, record)
+    lease = hub.lease_ms / 1000
+    return {"heartbeat_interval": lease / 4, "lease": lease, "poll_wait": hub.settings.poll_wait}
+
+
+@router.get(
+    "/workers", response_model=WorkersOut, responses=ERRORS, dependencies=[Depends(require("read"))]
+)
+def workers(request: Request) -> dict[str, Any]:
+    """Every agent: capabilities, last seen, `active|idle|lost`, the jobs it holds."""
+    hub = hub_of(request)
+    claimed: dict[str, list[str]] = {}
+    for job in hub.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000):
+        if job.locked_by:
+            claimed.setdefault(job.locked_by, []).append(job.id)
+    return {"workers": hub.registry.listing(hub.now(), claimed)}
+
+
+@router.post(
+    "/jobs/claim",
+    response_model=JobOut | list[JobOut],
+    responses={204: {"description": "nothing claimable within `wait`"}, **ERRORS},
+)
+async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
+    """Claim up to `max_jobs` jobs, waiting up to `wait` seconds for one to be claimable."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    wait = min(body.wait, hub.settings.max_wait)
+    limit = min(body.max_jobs or 1, hub.settings.max_jobs_per_claim)
+    waiting = hub.longpolls.get(body.worker_id, 0)
+    if wait > 0 and waiting >= hub.settings.max_claims_per_agent:
+        raise ApiError(
+            429,
+            f"agent {body.worker_id!r} already has {waiting} claims waiting "
+            f"(max_claims_per_agent={hub.settings.max_claims_per_agent})",
+        )
+    hub.registry.seen(body.worker_id, hub.now())
+    hub.longpolls[body.worker_id] = waiting + 1
+    try:
+        jobs = await _claim(request, hub, body.worker_id, limit, body.queues, body.types, wait)
+    finally:
+        left = hub.longpolls.get(body.worker_id, 1) - 1
+        if left > 0:
+            hub.longpolls[body.worker_id] = left
+        else:
+            hub.longpolls.pop(body.worker_id, None)
+    if not jobs:
+        return Response(status_code=204)
+    if body.max_jobs is None:
+        return JSONResponse(job_json(jobs[0]))
+    return JSONResponse([job_json(job) for job in jobs])
+
+
+async def _claim(
+    request: Request,
+    hub: Hub,
+    worker: str,
+    limit: int,
+    queues: list[str],
+    types: list[str],
+    wait: float,
+) -> list[Job]:
+    """Hand the claim to the engine; if the client leaves first, give back what it got."""
+    pending = hub.engine.claim(worker, limit, queues, types, wait)
+    answer: asyncio.Future[list[Job]] = asyncio.wrap_future(pending.future)
+    if wait <= 0:
+        return await answer
+    gone: asyncio.Future[None] = asyncio.ensure_future(_disconnected(request))
+    try:
+        waiting: list[asyncio.Future[Any]] = [answer, gone]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answer.done():
+        return answer.result()
+    hub.engine.withdraw(pending)
+    return []
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _job(hub: Hub, job_id: str) -> Job:
+    return await run_in_threadpool(hub.queue.get, job_id)
+
+
+def _live(job: Job, worker: str, lease_id: str | None) -> bool:
+    return (
+        job.status is JobStatus.CLAIMED
+        and job.locked_by == worker
+        and (lease_id is None or lease_id == compat.lease_id_of(job))
+    )
+
+
+def _not_yours(job: Job, worker: str) -> ApiError:
+    holder = f", claimed by {job.locked_by!r}" if job.status is JobStatus.CLAIMED else ""
+    return ApiError(
+        409, f"job {job.id} is not a live claim of {worker!r} (it is {job.status}{holder})"
+    )
+
+
+@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatOut, responses=ERRORS)
+async def heartbeat(
+    request: Request, job_id: JobId, body: HeartbeatIn, principal: Agent
+) -> dict[str, Any]:
+    """Extend the lease; `cancel_requested: true` tells the agent to stop the job."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    now = hub.now()
+    hub.registry.seen(body.worker_id, now)
+    job = await _job(hub, job_id)
+    if _live(job, body.worker_id, body.lease_id):
+        started = getattr(job, "started_at", None) or job.claimed_at
+        if job.timeout_ms is not None and started is not None and now - started > job.timeout_ms:
+            await asyncio.wrap_future(hub.engine.record(hub.timeout_outcome(job, now)))
+            return {"lease_expires_at": None, "cancel_requested": True}
+        cancel = await asyncio.wrap_future(hub.engine.extend(compat.lease_of(job)))
+        if cancel is not None:
+            if body.progress is not None:
+                hub.registry.progress[job.id] = body.progress
+            return {"lease_expires_at": iso(now + hub.lease_ms), "cancel_requested": cancel}
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if attempt is not None and (
+        attempt.get("error") == MAX_RUNTIME_EXCEEDED or attempt.get("outcome") == "cancelled"
+    ):
+        return {"lease_expires_at": None, "cancel_requested": True}
+    raise _not_yours(job, body.worker_id)
+
+
+@router.post("/jobs/{job_id}/result", response_model=JobOut, responses=ERRORS)
+async def result(
+    request: Request,
+    job_id: JobId,
+    body: ResultIn,
+    principal: Agent,
+    x_idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JSONResponse:
+    """Record the job's result; a repeated report answers 200 with the job as recorded."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    hub.registry.seen(body.worker_id, hub.now())
+    size = len(compact_json(body.result))
+    limit = hub.queue.config.core.max_result_bytes
+    if size > limit:
+        raise ApiError(
+            413, f"result is {size} bytes, over the {limit}-byte limit (max_result_bytes)"
+        )
+    job = await _job(hub, job_id)
+    if _live(job, body.worker_id, body.lease_id):
+        outcome = Completed(lease=compat.lease_of(job), result=body.result)
+        recorded = await asyncio.wrap_future(hub.engine.record(outcome))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if (
+        job.status is JobStatus.COMPLETED
+        and attempt is not None
+        and attempt.get("outcome") == "completed"
+    ):
+        return JSONResponse(job_json(job))  # a repeat: already recorded
+    raise _not_yours(job, body.worker_id)
+
+
+@router.post("/jobs/{job_id}/fail", response_model=JobOut, responses=ERRORS)
+async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) -> JSONResponse:
+    """Report a failed attempt; the retry policy decides: `scheduled` with backoff, or `failed`."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    now = hub.now()
+    hub.registry.seen(body.worker_id, now)
+    job = await _job(hub, job_id)
+    if _live(job, body.worker_id, body.lease_id):
+        lease = compat.lease_of(job)
+        decision = None
+        if body.retryable:
+            decision = hub.queue.decide_retry(job, RuntimeError(body.reason))
+        if decision is None or decision.delay is None:
+            outcome = compat.failed(lease, body.reason)
+        else:
+            outcome = compat.retrying(lease, body.reason, int(decision.delay * 1000), now)
+        recorded = await asyncio.wrap_future(hub.engine.record(outcome))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if (
+        attempt is not None
+        and attempt.get("outcome") in ("failed", "retrying")
+        and attempt.get("error") == body.reason
+    ):
+        return JSONResponse(job_json(job))  # a repeat: already recorded
+    raise _not_yours(job, body.worker_id)
+
+
+__all__ = ["JobNotFound", "router"]
