@@ -15,7 +15,7 @@ import random
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
@@ -77,7 +77,8 @@ class Claim:
     """A job this agent claimed, from the claim until the hub has its outcome."""
 
     run: Running
-    lease_id: str
+    key: str  # the outbox key: `job_id:lease_id` (`job_id:attempt` from a hub without lease ids)
+    lease_id: str | None
     settled: bool = False  # an outcome is recorded in the outbox (or the lease is gone)
 
 
@@ -122,8 +123,10 @@ class Agent:
         self.source = ArtifactSource(ArtifactCache(cache_dir), client)
         self.intervals = Intervals(heartbeat_interval=10.0, lease=60.0, poll_wait=25.0)
         self._cond = threading.Condition()
-        self._claims: dict[str, Claim] = {}  # by lease_id
+        self._claims: dict[str, Claim] = {}  # by key
         self._outbox_ready = threading.Event()
+        self._inflight: set[str] = set()  # outbox keys being delivered by the settling thread
+        self._hub_away = False  # the reporter's last delivery failed: leave delivery to it
         self._heartbeat_requested = False
         self._stopping = False
         self._stop_deadline: float | None = None  # monotonic; None while draining
@@ -295,8 +298,12 @@ class Agent:
     # -- claiming ------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        busy = sum(1 for claim in self._claims.values() if not claim.settled)
-        return max(0, self.concurrency - busy)
+        """Slots not taken by a claim whose outcome the hub does not have yet.
+
+        Counting undelivered outcomes too keeps an agent that cannot report
+        (hub slow or away) from claiming jobs whose leases would lapse.
+        """
+        return max(0, self.concurrency - len(self._claims))
 
     def _claimer_main(self) -> None:
         backoff = Backoff(self.max_backoff)
@@ -331,6 +338,8 @@ class Agent:
             if outage:
                 outage = False
                 log.info("the hub is reachable again")
+                with self._cond:
+                    self._hub_away = False
                 self._outbox_ready.set()
                 self._reregister()
             for data in claimed.jobs:
@@ -358,8 +367,9 @@ class Agent:
 
     def _start(self, data: dict[str, Any]) -> None:
         job = job_from_json(data)
-        lease_id = str(data.get("lease_id") or "")
-        lease = make_lease(job, lease_id=lease_id, worker=self.worker_id)
+        lease_id = str(data["lease_id"]) if data.get("lease_id") else None
+        key = f"{job.id}:{lease_id or job.attempts}"  # unique even if a hub's lease ids are not
+        lease = make_lease(job, lease_id=key, worker=self.worker_id)
         self.stats["claimed"] += 1
         try:
             job_type = self.queue.job_type(job.type)
@@ -378,9 +388,10 @@ class Agent:
             request_heartbeat=self._request_heartbeat,
         )
         ctx.artifact_source = self.source
-        claim = Claim(run=Running(job=job, ctx=ctx, lease=lease, deadline=None), lease_id=lease_id)
+        running = Running(job=job, ctx=ctx, lease=lease, deadline=None)
+        claim = Claim(run=running, key=key, lease_id=lease_id)
         with self._cond:
-            self._claims[lease_id] = claim
+            self._claims[key] = claim
             stopping = self._stopping
         if stopping:  # claimed while the stop began: give it straight back
             self._settle(claim, Released(lease=lease))
@@ -429,26 +440,50 @@ class Agent:
         if outcome is None:
             return True
         kind, body = report_of(outcome, worker_id=self.worker_id, lease_id=claim.lease_id)
+        row = Pending(
+            lease_id=claim.key,
+            job_id=claim.run.job.id,
+            worker_id=self.worker_id,
+            kind=kind,
+            body=body,
+            recorded_at=now_ms(),
+            tries=0,
+        )
         try:
             self.outbox.add(
-                lease_id=claim.lease_id,
-                job_id=claim.run.job.id,
-                worker_id=self.worker_id,
+                lease_id=row.lease_id,
+                job_id=row.job_id,
+                worker_id=row.worker_id,
                 kind=kind,
                 body=body,
             )
         except Exception:
             log.exception(
-                "cannot write the outbox %s; outcome of job %s lost",
-                self.outbox.path,
-                claim.run.job.id,
+                "cannot write the outbox %s; outcome of job %s lost", self.outbox.path, row.job_id
             )
-            with self._cond:
-                self._claims.pop(claim.lease_id, None)
-                self._cond.notify_all()
+            self._forget(row.lease_id)
             return True
+        # Deliver right away from this thread (outcomes of several jobs go out in parallel);
+        # the reporter thread retries whatever this could not deliver.
+        with self._cond:
+            direct = not self._fatal and not self._hub_away
+            if direct:
+                self._inflight.add(row.lease_id)
+        if direct:
+            try:
+                delivered = self._deliver(row)
+            finally:
+                with self._cond:
+                    self._inflight.discard(row.lease_id)
+            if delivered:
+                return True
         self._outbox_ready.set()
         return True
+
+    def _forget(self, key: str) -> None:
+        with self._cond:
+            self._claims.pop(key, None)
+            self._cond.notify_all()
 
     def _release_rest(self) -> None:
         """Shutdown's deadline passed: stop what still runs and give those jobs back."""
@@ -457,10 +492,11 @@ class Agent:
             open_claims = [claim for claim in self._claims.values() if not claim.settled]
         for claim in open_claims:
             claim.run.ctx.request_stop("shutdown")
-            if self._settle(claim, Released(lease=claim.run.lease)):
-                log.warning(
-                    "job %s still running at the shutdown deadline; released", claim.run.job.id
-                )
+            threading.Thread(target=self._release_one, args=(claim,), daemon=True).start()
+
+    def _release_one(self, claim: Claim) -> None:
+        if self._settle(claim, Released(lease=claim.run.lease)):
+            log.warning("job %s still running at the shutdown deadline; released", claim.run.job.id)
 
     def _reporter_main(self) -> None:
         backoff = Backoff(self.max_backoff)
@@ -468,51 +504,59 @@ class Agent:
             self._outbox_ready.wait(timeout=30.0)
             self._outbox_ready.clear()
             while not self._closed and not self._fatal:
-                rows = self.outbox.pending(self.worker_id)
+                with self._cond:
+                    busy = set(self._inflight)
+                rows = [
+                    row for row in self.outbox.pending(self.worker_id) if row.lease_id not in busy
+                ]
                 if not rows:
                     break
-                if not self._deliver(rows, backoff):
-                    # woken early by a new outcome or by the claimer seeing the hub again
-                    self._outbox_ready.wait(backoff.next())
-                    self._outbox_ready.clear()
-
-    def _deliver(self, rows: list[Pending], backoff: Backoff) -> bool:
-        """Send rows in order; False when the hub is unavailable (back off, keep the rest)."""
-        for row in rows:
-            try:
-                self.client.report(row.kind, row.job_id, row.body)
-            except HubUnavailable as exc:
-                self.outbox.tried(row.lease_id)
-                if backoff.failures < 3:
-                    log.warning("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
-                return False
-            except HubAuthError as exc:
-                self._set_fatal(exc)
-                return False
-            except StaleReport as exc:
-                self.stats["stale"] += 1
-                log.warning("stale %s of job %s dropped: %s", row.kind, row.job_id, exc)
-            except HubRejected as exc:
-                if row.kind == "result":
-                    log.error(
-                        "the hub rejected the result of job %s (%s); failing it", row.job_id, exc
+                if all(self._deliver(row) for row in rows):
+                    backoff.reset()
+                    with self._cond:
+                        self._hub_away = False
+                    continue
+                with self._cond:
+                    self._hub_away = True
+                delay = backoff.next()
+                if backoff.failures <= 3:
+                    log.warning(
+                        "%d outcome(s) not delivered yet; retrying in %.1fs", len(rows), delay
                     )
-                    body = {
-                        "worker_id": row.body.get("worker_id", self.worker_id),
-                        "lease_id": row.lease_id,
-                        "reason": f"the hub rejected the result: {exc}",
-                        "retryable": False,
-                    }
-                    self.outbox.replace(row.lease_id, kind="fail", body=body)
-                    return True
-                log.error("the hub rejected %s of job %s (%s); dropped", row.kind, row.job_id, exc)
-            else:
-                self.stats["delivered"] += 1
-            backoff.reset()
-            self.outbox.delete(row.lease_id)
-            with self._cond:
-                self._claims.pop(row.lease_id, None)
-                self._cond.notify_all()
+                # woken early by a new outcome or by the claimer seeing the hub again
+                self._outbox_ready.wait(delay)
+                self._outbox_ready.clear()
+
+    def _deliver(self, row: Pending) -> bool:
+        """Send one outbox row; False when the hub is unavailable (the row stays)."""
+        try:
+            self.client.report(row.kind, row.job_id, row.body, key=row.lease_id)
+        except HubUnavailable as exc:
+            self.outbox.tried(row.lease_id)
+            log.info("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
+            return False
+        except HubAuthError as exc:
+            self._set_fatal(exc)
+            return False
+        except StaleReport as exc:
+            self.stats["stale"] += 1
+            log.warning("stale %s of job %s dropped: %s", row.kind, row.job_id, exc)
+        except HubRejected as exc:
+            if row.kind == "result":
+                log.error("the hub rejected the result of job %s (%s); failing it", row.job_id, exc)
+                body = {
+                    "worker_id": row.body.get("worker_id", self.worker_id),
+                    "lease_id": row.body.get("lease_id"),
+                    "reason": f"the hub rejected the result: {exc}",
+                    "retryable": False,
+                }
+                self.outbox.replace(row.lease_id, kind="fail", body=body)
+                return self._deliver(replace(row, kind="fail", body=body))
+            log.error("the hub rejected %s of job %s (%s); dropped", row.kind, row.job_id, exc)
+        else:
+            self.stats["delivered"] += 1
+        self.outbox.delete(row.lease_id)
+        self._forget(row.lease_id)
         return True
 
     # -- heartbeats and timeouts ----------------------------------------------------------
@@ -591,7 +635,7 @@ class Agent:
         if self._settle(claim, None):
             log.error("lost the lease of job %s (%s); stopping it", run.job.id, why)
         with self._cond:
-            self._claims.pop(claim.lease_id, None)
+            self._claims.pop(claim.key, None)
             self._cond.notify_all()
 
     # -- signals -------------------------------------------------------------------------

@@ -169,24 +169,27 @@ class HubClient:
         jobs = data if isinstance(data, list) else data.get("jobs", [data])
         return Claimed(jobs=list(jobs), drain=_drain(response, {}))
 
-    def heartbeat(self, job_id: str, *, worker_id: str, lease_id: str) -> dict[str, Any]:
+    def heartbeat(self, job_id: str, *, worker_id: str, lease_id: str | None) -> dict[str, Any]:
         """`POST /api/jobs/{id}/heartbeat` -> `{lease_expires_at, cancel_requested, drain?}`."""
+        body = {"worker_id": worker_id}
+        if lease_id is not None:
+            body["lease_id"] = lease_id
         response = self._post(
             f"/api/jobs/{job_id}/heartbeat",
-            {"worker_id": worker_id, "lease_id": lease_id},
+            body,
             what=f"heartbeat of job {job_id}",
         )
         data: dict[str, Any] = response.json() if response.content else {}
         data["drain"] = _drain(response, data)
         return data
 
-    def report(self, kind: str, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        """`POST /api/jobs/{id}/{result|fail|release}`; a repeat with the same lease_id is a 200."""
+    def report(self, kind: str, job_id: str, body: dict[str, Any], *, key: str) -> dict[str, Any]:
+        """`POST /api/jobs/{id}/{result|fail|release}`; a repeat (same lease_id or key) is a 200."""
         response = self._post(
             f"/api/jobs/{job_id}/{kind}",
             body,
             what=f"{kind} of job {job_id}",
-            headers={"X-Idempotency-Key": str(body.get("lease_id", ""))},
+            headers={"X-Idempotency-Key": key},
         )
         data: dict[str, Any] = response.json() if response.content else {}
         return data

@@ -109,9 +109,13 @@ def retry_delay(outcome: Retrying, now: int) -> float:
     return round(delay_ms / 1000, 3)
 
 
-def report_of(outcome: Outcome, *, worker_id: str, lease_id: str) -> tuple[str, dict[str, Any]]:
+def report_of(
+    outcome: Outcome, *, worker_id: str, lease_id: str | None
+) -> tuple[str, dict[str, Any]]:
     """The hub route (`result|fail|release`) and body that report `outcome`."""
-    base: dict[str, Any] = {"worker_id": worker_id, "lease_id": lease_id}
+    base: dict[str, Any] = {"worker_id": worker_id}
+    if lease_id is not None:
+        base["lease_id"] = lease_id
     now = now_ms()
     match outcome:
         case Completed(result=result, children=children):

@@ -22,6 +22,13 @@ import httpx
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # connections this proxy reset on purpose fail later in the handler
+
+
 class FaultProxy:
     def __init__(
         self,
@@ -48,6 +55,7 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._clients: list[httpx.Client] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,14 +73,17 @@ class FaultProxy:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
 
     def _pick(self) -> tuple[str | None, float]:
         with self._lock:
@@ -91,6 +102,8 @@ class FaultProxy:
         if client is None:
             client = httpx.Client(timeout=60.0)
             self._local.client = client
+            with self._lock:
+                self._clients.append(client)
         return client
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:

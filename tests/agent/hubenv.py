@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 from testenv import HELPERS, subprocess_env, wait_for
@@ -46,8 +47,8 @@ class Hub:
     def __init__(self, tmp: Path, *, lease: str = "5s", extra: tuple[str, ...] = ()) -> None:
         self.tmp = tmp
         self.db = str(tmp / "hub.db")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # the first start picks a free port; a restart reuses it
+        self.url = ""
         self.lease = lease
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,8 +59,24 @@ class Hub:
         )
 
     def start(self) -> None:
-        log = open(self.tmp / "hub.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
+        log_path = self.tmp / "hub.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log:
+            self.proc = self._spawn_hub(log)
+        if not self.port:
+            self.port = int(wait_for(lambda: self._announced_port(log_path, offset), timeout=30))
+            self.url = f"http://127.0.0.1:{self.port}"
+        wait_for(self._healthy, timeout=30)
+
+    def _announced_port(self, log_path: Path, offset: int) -> int | None:
+        assert self.proc is not None and self.proc.poll() is None, self.log()
+        with open(log_path, "rb") as handle:
+            handle.seek(offset)
+            match = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", handle.read())
+        return int(match.group(1)) if match else None
+
+    def _spawn_hub(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 *JOBCORE,
                 "--db",
@@ -77,7 +94,6 @@ class Hub:
             stdout=log,
             stderr=log,
         )
-        wait_for(self._healthy, timeout=30)
 
     def _healthy(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, self.log()
@@ -169,8 +185,8 @@ class Agent:
         self.proc: subprocess.Popen[bytes] = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        log = open(self.log_path, "ab")  # noqa: SIM115
-        return subprocess.Popen(self.args, env=self.env, stdout=log, stderr=log)
+        with open(self.log_path, "ab") as log:
+            return subprocess.Popen(self.args, env=self.env, stdout=log, stderr=log)
 
     def restart(self) -> None:
         self.proc = self._spawn()
