@@ -187,6 +187,7 @@ class Agent:
         try:
             if not self._register_until_ok():
                 return self._finish()
+            self._outbox_ready.set()  # deliver what an earlier run left in the outbox
             for target, name in (
                 (self._reporter_main, "agent-reporter"),
                 (self._supervisor_main, "agent-supervisor"),
@@ -519,9 +520,12 @@ class Agent:
                 with self._cond:
                     self._hub_away = True
                 delay = backoff.next()
-                if backoff.failures <= 3:
+                if backoff.failures <= 3 or backoff.failures % 10 == 0:
                     log.warning(
-                        "%d outcome(s) not delivered yet; retrying in %.1fs", len(rows), delay
+                        "%d outcome(s) not delivered yet (the hub is unreachable or failing); "
+                        "retrying in %.1fs",
+                        len(rows),
+                        delay,
                     )
                 # woken early by a new outcome or by the claimer seeing the hub again
                 self._outbox_ready.wait(delay)
@@ -533,7 +537,7 @@ class Agent:
             self.client.report(row.kind, row.job_id, row.body, key=row.lease_id)
         except HubUnavailable as exc:
             self.outbox.tried(row.lease_id)
-            log.info("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
+            log.debug("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
             return False
         except HubAuthError as exc:
             self._set_fatal(exc)

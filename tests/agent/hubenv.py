@@ -181,7 +181,7 @@ class Agent:
             str(self.cache_dir),
             *extra,
         ]
-        self.env = env(**(env_extra or {}))
+        self.env = env(**{"JOBCORE_AGENT_MAX_BACKOFF": "1s", **(env_extra or {})})
         self.proc: subprocess.Popen[bytes] = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
