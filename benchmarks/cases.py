@@ -315,11 +315,8 @@ def claim_cost(tmp: Path, finished: int, not_due: int, claims: int = 2000) -> fl
     with storage.transaction():
         for _ in range(claims):
             start = time.perf_counter()
-            _, [job] = storage.commit_batch(
-                [], worker="w", claim_limit=1, now=now_ms(), lease_ms=60_000
-            )
+            _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
             spent += time.perf_counter() - start
-            lease = Lease(job_id=job.id, worker="w", attempt=job.attempts, job=job)
-            storage.record([Completed(lease=lease, result=None)], now=now_ms())
+            storage.record([Completed(Lease.of(job), None)])
     storage.close()
     return spent / claims * 1e6

@@ -26,6 +26,7 @@ from jobcore.models import (
     compact_json,
 )
 from jobcore.queue import Queue
+from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 
 log = logging.getLogger("jobcore.worker")
 
@@ -147,6 +148,5 @@ class AttemptRunner:
             error += f" (retry hook failed: {describe_error(hook_error)})"
         if decision.delay is None:
             return Failed(lease=run.lease, error=error)
-        return Retrying(
-            lease=run.lease, error=error, run_at=self.clock() + int(decision.delay * 1000)
-        )
+        delay_ms = clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
+        return Retrying(lease=run.lease, error=error, delay_ms=delay_ms)

@@ -32,7 +32,51 @@ class IllegalTransition(JobcoreError):
 
 
 class StorageError(JobcoreError):
-    """The database cannot be opened or used."""
+    """The job store cannot be opened or used. Backends raise only subclasses of this.
+
+    Subclasses say whether waiting helps: `TransientStorageError` (back off and
+    try again) or `PermanentStorageError` (an operator must act).
+    """
+
+
+class TransientStorageError(StorageError):
+    """Trying again later may succeed (the worker backs off and retries)."""
+
+
+class StorageBusy(TransientStorageError):
+    """Another connection held the write lock (or a row lock) for longer than the wait allows."""
+
+
+class StorageConnectionLost(TransientStorageError):
+    """The connection to the store broke (server restart, network)."""
+
+
+class StorageIOError(TransientStorageError):
+    """The store reported an I/O error that may pass (file system or disk trouble)."""
+
+
+class PermanentStorageError(StorageError):
+    """Trying again will not help until someone changes something."""
+
+
+class NotADatabase(PermanentStorageError):
+    """The file or URL is not a jobcore store (not a database, or corrupt)."""
+
+
+class StorageReadOnly(PermanentStorageError):
+    """The store can be read but not written (permissions, read-only file system)."""
+
+
+class StorageFull(PermanentStorageError):
+    """The disk (or quota) is full."""
+
+
+class SchemaTooNew(PermanentStorageError):
+    """The store was migrated by a newer jobcore than this one."""
+
+
+class StorageUnavailable(PermanentStorageError):
+    """The store cannot be reached or opened (missing folder, no such file, bad location)."""
 
 
 class PermanentError(JobcoreError):

@@ -34,7 +34,11 @@ TIME_FIELDS = (
     "claimed_at",
     "completed_at",
     "updated_at",
+    "started_at",
 )
+
+HISTORY_OUTCOMES = ("completed", "retrying", "failed", "reclaimed", "released", "cancelled")
+"""What an attempt-history entry's `outcome` can say (plus `running` in `attempts_detail`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +70,26 @@ class Job:
     claimed_at: int | None
     completed_at: int | None
     updated_at: int
+    lease_id: str | None = None
+    started_at: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def attempts_detail(self) -> list[dict[str, Any]]:
+        """Every claim's entry of `history`, plus a `running` entry for a live claim."""
+        detail = list(self.history)
+        if self.status is JobStatus.CLAIMED:
+            detail.append(
+                {
+                    "attempt": self.attempts,
+                    "lease_id": self.lease_id,
+                    "worker": self.locked_by,
+                    "started_at": self.started_at,
+                    "ended_at": None,
+                    "outcome": "running",
+                    "error": None,
+                }
+            )
+        return detail
 
     def to_json(self) -> dict[str, Any]:
         """The DESIGN §8 JSON shape: ISO-8601 times, `timeout` in seconds."""
@@ -90,15 +114,29 @@ class Job:
             "result": self.result,
             "parent_id": self.parent_id,
             "meta": self.meta,
+            "lease_id": self.lease_id,
+            "history": [_iso_entry(entry) for entry in self.history],
         }
         for name in TIME_FIELDS:
             out[name] = iso(getattr(self, name))
         return out
 
 
+def _iso_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    out = dict(entry)
+    for name in ("started_at", "ended_at"):
+        if isinstance(out.get(name), int):
+            out[name] = iso(out[name])
+    return out
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """A validated job ready to insert; built by `Queue` from enqueue arguments."""
+    """A validated job ready to insert; built by `Queue` from enqueue arguments.
+
+    `run_at` is absolute (ms UTC) when given; when None the store sets it to
+    its own now + `delay_ms` at insert (time comes from the store).
+    """
 
     id: str
     type: str
@@ -106,59 +144,111 @@ class NewJob:
     payload: dict[str, Any]
     priority: int
     max_attempts: int
-    run_at: int
+    run_at: int | None
     timeout_ms: int | None
     idempotency_key: str | None
     parent_id: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    delay_ms: int = 0
     payload_json: str | None = field(default=None, compare=False, repr=False)  # payload, encoded
 
+    def run_at_for(self, now: int) -> int:
+        """When this job becomes due, given the store's now at insert."""
+        return self.run_at if self.run_at is not None else now + self.delay_ms
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+
+@dataclass(frozen=True, slots=True)
 class Lease:
-    """What fences an owner's transition: the job, its claimer and the attempt number.
+    """What fences an owner's transition: the job and the opaque token of its claim.
 
-    `job` is the row as claimed; a backend may use it to return the updated job
-    without reading the row back.
+    `lease_id` is new for every claim, so a report from an expired claim can
+    never touch a later one. `worker` is who holds it (for logs and history).
+    `job` is the row as claimed; a backend may use it to return the updated
+    job without reading the row back.
     """
 
     job_id: str
+    lease_id: str
     worker: str
-    attempt: int
     job: Job | None = field(default=None, compare=False, repr=False)
 
+    @classmethod
+    def of(cls, job: Job) -> Lease:
+        """The lease of a job as its claim returned it."""
+        if job.lease_id is None or job.locked_by is None:
+            raise ValueError(f"job {job.id} carries no lease (status {job.status})")
+        return cls(job.id, job.lease_id, job.locked_by, job)
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+
+@dataclass(frozen=True, slots=True)
 class Completed:
+    """The handler returned `result`; `children` are inserted in the same transaction."""
+
     lease: Lease
     result: Any
     children: tuple[NewJob, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Retrying:
+    """The attempt failed and may run again `delay_ms` after the store's now.
+
+    The caller clamps `delay_ms` to [0, max_retry_delay]; backends clamp again
+    to a hard bound so no value can make a time the store cannot hold.
+    """
+
     lease: Lease
     error: str
-    run_at: int
+    delay_ms: int = 0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Failed:
+    """The attempt failed for good."""
+
     lease: Lease
     error: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Released:
-    """Graceful shutdown gave the job back unfinished; the attempt is returned."""
+    """The job goes back unfinished; the attempt is given back (shutdown, not started in time)."""
 
     lease: Lease
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Cancelled:
+    """The claim ends `cancelled` (cancel was requested and the handler stopped)."""
+
     lease: Lease
     error: str = "cancelled"
 
 
 Outcome = Completed | Retrying | Failed | Released | Cancelled
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of the store's event log: a job transition or a worker event.
+
+    `kind` is e.g. `job:completed` or `worker:lost`; `data` carries details
+    (for job events: type, queue, status, attempt and, where one applies, error).
+    """
+
+    seq: int
+    at: int
+    kind: str
+    job_id: str | None = None
+    worker_id: str | None = None
+    data: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "at": iso(self.at),
+            "kind": self.kind,
+            "job_id": self.job_id,
+            "worker_id": self.worker_id,
+            "data": self.data,
+        }

@@ -26,7 +26,10 @@ from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
 from jobcore.storage.base import Inserted, Stats, Storage, Swept
-from jobcore.timeutil import now_ms
+
+MAX_DELAY_SECONDS = 100 * 365 * 86400.0
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+"""The largest `delay` enqueue accepts (a bound, so no delay makes a time the store cannot hold)."""
 
 log = logging.getLogger("jobcore.queue")
 
@@ -51,7 +54,9 @@ class Queue:
     """A job queue on one database: the application's and the worker's entry point.
 
     `db` is a path or URL (default: the `db` setting). `create=False` refuses to
-    create a missing database, for commands that only read.
+    create a missing database, for commands that only read. `storage` uses that
+    backend instead of asking the `jobcore_storage_backend` hook (e.g. a
+    backend built with a test clock).
     """
 
     def __init__(
@@ -61,12 +66,13 @@ class Queue:
         config: Config | None = None,
         pm: JobcorePluginManager | None = None,
         create: bool = True,
+        storage: Storage | None = None,
     ) -> None:
         self.config = config if config is not None else Config.load()
         self.pm = pm if pm is not None else make_plugin_manager()
         self.url = db if db is not None else self.config.core.db
         self._create = create
-        self._storage: Storage | None = None
+        self._storage: Storage | None = storage
         self.pm.hook.jobcore_configure.call_historic(kwargs={"config": self.config})
         self.registry = self._collect_job_types()
         self._has_meta_hooks = bool(self.pm.hook.jobcore_enqueue_meta.get_hookimpls())
@@ -155,7 +161,6 @@ class Queue:
         idempotency_key: str | None = None,
         parent_id: str | None = None,
         meta: dict[str, Any] | None = None,
-        now: int | None = None,
     ) -> NewJob:
         """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
         job_type = self.job_type(type)
@@ -174,14 +179,18 @@ class Queue:
         settings = self.config.type_settings(type)
         if delay is not None and run_at is not None:
             raise InvalidPayload("give either delay or run_at, not both")
-        if delay is not None and delay < 0:
-            raise InvalidPayload(f"delay must be >= 0, not {delay}")
+        if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
+            raise InvalidPayload(
+                f"delay must be between 0 and {MAX_DELAY_SECONDS:g} seconds, not {delay}"
+            )
+        if run_at is not None and not 0 <= run_at <= MAX_TIME_MS:
+            raise InvalidPayload(
+                f"run_at must be a time in ms since 1970 up to year 9999, not {run_at}"
+            )
         if max_attempts is not None and max_attempts < 1:
             raise InvalidPayload(f"max_attempts must be >= 1, not {max_attempts}")
         if timeout is not None and timeout <= 0:
             raise InvalidPayload(f"timeout must be > 0, not {timeout}")
-        now = now_ms() if now is None else now
-        when = run_at if run_at is not None else now + int((delay or 0) * 1000)
         effective_timeout = _first(
             timeout, settings.timeout, job_type.timeout, self.config.core.timeout
         )
@@ -200,7 +209,8 @@ class Queue:
                 job_type.max_attempts,
                 self.config.core.max_attempts,
             ),
-            run_at=when,
+            run_at=run_at,
+            delay_ms=int((delay or 0) * 1000),
             timeout_ms=None if effective_timeout is None else int(effective_timeout * 1000),
             idempotency_key=key,
             parent_id=parent_id,
@@ -213,12 +223,29 @@ class Queue:
                     job.meta.update(extra)
         return job
 
-    def enqueue(self, type: str, payload: dict[str, Any] | None = None, **options: Any) -> Inserted:
-        """Validate and durably write one job; returns it with `created` False for a duplicate."""
-        return self.insert([self.build(type, payload, **options)])[0]
+    def enqueue(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        conn: Any = None,
+        **options: Any,
+    ) -> Inserted:
+        """Validate and durably write one job; returns it with `created` False for a duplicate.
+
+        `conn`: the application's own connection to the same store, inside a
+        transaction it opened (SQLite: an `apsw.Connection`); the job commits
+        or rolls back with it (outbox).
+        """
+        return self.insert([self.build(type, payload, **options)], conn=conn)[0]
 
     def enqueue_many(
-        self, type: str, payloads: Iterable[dict[str, Any]], **options: Any
+        self,
+        type: str,
+        payloads: Iterable[dict[str, Any]],
+        *,
+        conn: Any = None,
+        **options: Any,
     ) -> list[Inserted]:
         """Validate every payload first, then write them all in one transaction."""
         jobs = []
@@ -227,14 +254,14 @@ class Queue:
                 jobs.append(self.build(type, payload, **options))
             except (InvalidPayload, PayloadTooLarge) as exc:
                 raise exc.__class__(f"item {index}: {exc}") from None
-        return self.insert(jobs)
+        return self.insert(jobs, conn=conn)
 
-    def insert(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+    def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
         """Write already-validated jobs in one transaction; hooks fire after commit."""
         if not jobs:
             return []
-        inserted = self.storage.insert(jobs, now_ms())
-        self.storage.after_commit(partial(self._after_insert, inserted))
+        inserted = self.storage.insert(jobs, conn=conn)
+        self.storage.after_commit(partial(self._after_insert, inserted), conn=conn)
         return inserted
 
     def _after_insert(self, inserted: Sequence[Inserted]) -> None:
@@ -267,14 +294,14 @@ class Queue:
         return self.storage.list_jobs(statuses=statuses, types=types, queues=queues, limit=limit)
 
     def stats(self) -> Stats:
-        return self.storage.stats(now=now_ms())
+        return self.storage.stats()
 
     # -- operator transitions ------------------------------------------------------
 
     def retry(self, job_ids: Sequence[str]) -> list[Job]:
         """failed/cancelled -> pending, attempts reset, history kept. All or nothing."""
         with self.storage.transaction():
-            results = self.storage.retry(job_ids, now=now_ms())
+            results = self.storage.retry(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
                 if job is None:
                     current = self.get(job_id)
@@ -293,7 +320,7 @@ class Queue:
     def cancel(self, job_ids: Sequence[str]) -> list[Job]:
         """scheduled/pending -> cancelled; claimed -> cancel requested. All or nothing."""
         with self.storage.transaction():
-            results = self.storage.cancel(job_ids, now=now_ms())
+            results = self.storage.cancel(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
                 if job is None:
                     current = self.get(job_id)
@@ -306,12 +333,15 @@ class Queue:
                 notify(self.pm, "jobcore_job_cancelled", job=job)
         return jobs
 
-    def sweep(self) -> list[Swept]:
-        """Reclaim, fail or cancel jobs whose lease expired; fires the matching hooks."""
-        swept = self.storage.sweep(now=now_ms())
+    def sweep(self, *, force: bool = False) -> list[Swept]:
+        """Reclaim, release, fail or cancel jobs whose lease expired; fires the matching hooks.
+
+        Returns [] while another process holds the store's sweep lock, unless `force`.
+        """
+        swept = self.storage.sweep(force=force)
         for item in swept:
             self.announce_swept(item)
-        if any(item.action == "reclaimed" for item in swept):
+        if any(item.action in ("reclaimed", "released") for item in swept):
             wakeup.notify(self.wake_key)
         return swept
 
@@ -320,6 +350,8 @@ class Queue:
         error = job.last_error or "lease expired"
         if item.action == "reclaimed":
             notify(self.pm, "jobcore_job_reclaimed", job=job, error=error)
+        elif item.action == "released":
+            log.info("job %s never started before its lease expired: back to pending", job.id)
         elif item.action == "failed":
             notify(self.pm, "jobcore_job_failed", job=job, error=error)
         else:
@@ -327,7 +359,7 @@ class Queue:
 
     def prune(self, older_than: float) -> int:
         """Delete jobs that finished more than `older_than` seconds ago."""
-        return self.storage.prune(before=now_ms() - int(older_than * 1000))
+        return self.storage.prune(before=self.storage.now() - int(older_than * 1000))
 
     def reconcile(self, types: Sequence[str] = ()) -> Iterator[tuple[Job, list[str]]]:
         """Yield each completed job with the discrepancies plugins report for it."""

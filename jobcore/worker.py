@@ -3,7 +3,7 @@
 Each loop iteration records the outcomes the executors reported and claims
 new jobs for the free slots in a single transaction (group commit), then
 waits until an outcome arrives, an in-process enqueue wakes it, another
-process commits (`Storage.changed`), or a timer (poll, heartbeat, sweep,
+process commits (`Storage.wait_for_change`), or a timer (poll, heartbeat, sweep,
 timeout, next scheduled job) is due.
 """
 
@@ -278,7 +278,9 @@ class Worker:
                 free = self._free_slots(stopping)
                 # Another connection committed: maybe new work, maybe a cancel request.
                 changed, self._external_change = self._external_change, False
-                changed = changed or ((free > 0 or bool(self._running)) and storage.changed())
+                changed = changed or (
+                    (free > 0 or bool(self._running)) and storage.wait_for_change(0)
+                )
                 if changed and self._running:
                     self._check_cancels()
                 # Scheduled jobs can only have become due by the clock or by others' writes.
@@ -303,7 +305,7 @@ class Worker:
                     self._heartbeat()
                     next_heartbeat = mono + lease_s / 4
                 if mono >= next_sweep:
-                    for item in storage.sweep(now=self.clock()):
+                    for item in storage.sweep(hold_ms=int(lease_s * 500)):
                         self._batch.append(partial(self.queue.announce_swept, item))
                     next_sweep = mono + lease_s / 2
                 db_backoff = 0.0
@@ -356,7 +358,7 @@ class Worker:
         """Sleep until a deadline, an in-process event, or another connection's commit.
 
         Other connections' commits are looked for every `wake_check_interval`
-        in this tight inner loop (one `Storage.changed()` call each), so an idle
+        in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
         until = min(min(d for d in deadlines if d is not None), self._next_timeout())
@@ -366,7 +368,7 @@ class Worker:
         if free > 0 and self._maybe_more:
             return  # the last claim was full: there is probably more to claim right away
         watch = free > 0 or bool(self._running)
-        changed = self.queue.storage.changed
+        changed = partial(self.queue.storage.wait_for_change, 0)
         cond = self._cond
         while True:
             with cond:
@@ -393,13 +395,11 @@ class Worker:
 
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
         """Record pending outcomes and claim up to `claim_limit` jobs in one transaction."""
-        now = self.clock()
         batch = self._unrecorded
         recorded, claimed = self.queue.storage.commit_batch(
             [outcome for _, outcome in batch],
             worker=self.worker_id,
             claim_limit=min(claim_limit, self.claim_batch),
-            now=now,
             lease_ms=int(self.lease * 1000),
             queues=self.queues,
             types=self.types,
@@ -424,9 +424,9 @@ class Worker:
         job = answer.job
         if job is None:
             log.warning(
-                "stale report for job %s attempt %d ignored: its lease was lost",
+                "stale report for job %s (lease %s) ignored: its lease was lost",
                 run.job.id,
-                run.lease.attempt,
+                run.lease.lease_id,
             )
             return
         for child in answer.children:
@@ -453,7 +453,7 @@ class Worker:
 
     def _start(self, job: Job) -> None:
         self._claimed_total += 1
-        lease = Lease(job_id=job.id, worker=self.worker_id, attempt=job.attempts, job=job)
+        lease = Lease.of(job)
         job_type = self.queue.job_type(job.type)
         ctx = JobContext(
             job=job,
@@ -531,14 +531,14 @@ class Worker:
         if not runs:
             return
         owned = self.queue.storage.extend_leases(
-            [run.lease for run in runs], now=self.clock(), lease_ms=int(self.lease * 1000)
+            [run.lease for run in runs], lease_ms=int(self.lease * 1000)
         )
         for run in runs:
             if run.job.id not in owned:
                 log.error(
-                    "lost the lease of job %s (attempt %d); stopping it",
+                    "lost the lease of job %s (lease %s); stopping it",
                     run.job.id,
-                    run.lease.attempt,
+                    run.lease.lease_id,
                 )
                 run.ctx.request_stop("lease lost")
                 self._abandon(run)

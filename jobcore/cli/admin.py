@@ -90,7 +90,7 @@ def stats(state: CliState, as_json: bool) -> None:
 @pass_state
 def sweep(state: CliState, as_json: bool) -> None:
     """Reclaim jobs whose lease expired (their worker died) now."""
-    swept = state.queue(create=False).sweep()
+    swept = state.queue(create=False).sweep(force=True)
     if as_json:
         emit_json([{"action": item.action, "job": item.job.to_json()} for item in swept])
         return

@@ -1,8 +1,7 @@
 """The storage interface every backend implements; SQL dialect stays inside backends.
 
-State-machine rules (what may follow what, retry arithmetic) live in the
-core; a backend only executes guarded single-statement transitions and
-reports which ones took effect.
+The state machine lives in `jobcore.transitions`; a backend executes the
+guarded statements it derives from that table and reports which took effect.
 """
 
 from __future__ import annotations
@@ -10,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from jobcore.models import Job, Lease, NewJob, Outcome
+from jobcore.models import Event, Job, Lease, NewJob, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,21 +22,36 @@ class Inserted:
     created: bool
 
 
+RecordState = Literal["recorded", "already", "stale"]
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """The answer to one outcome: the updated job, or None when the report was stale."""
+    """The answer to one outcome.
+
+    `state` is `recorded` (this call applied it; `job` is the row after it),
+    `already` (the same outcome of the same `lease_id` was recorded before;
+    `job` is the row as stored now) or `stale` (the lease is not current and
+    never ended this way; `job` is None, nothing changed).
+    """
 
     outcome: Outcome
     job: Job | None
+    state: RecordState = "recorded"
     children: tuple[Inserted, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Swept:
-    """A job whose lease expired, and what the sweep made of it."""
+    """A job whose lease expired, and what the sweep made of it.
+
+    `action`: `reclaimed` (back to pending, attempt kept, error entry),
+    `released` (never started: back to pending, attempt given back),
+    `failed` (attempts exhausted) or `cancelled` (cancel was requested).
+    """
 
     job: Job
-    action: str  # "reclaimed" | "failed" | "cancelled"
+    action: str
 
 
 @dataclass(slots=True)
@@ -53,10 +67,23 @@ class Stats:
 
 @runtime_checkable
 class Storage(Protocol):
-    """A job store. Every method is safe to call from any thread."""
+    """A job store. Every method is safe to call from any thread.
+
+    Time comes from the store (`now()`); no method takes the caller's clock.
+    Every error a backend raises is a `jobcore.errors.StorageError` subclass
+    (or `IllegalTransition` for an operator asking for an impossible change).
+    Every job transition appends one `Event` in the same transaction
+    (promotion of due scheduled jobs excepted).
+    """
+
+    def now(self) -> int:
+        """The store's clock: integer ms UTC (SQLite: this machine; PostgreSQL: the server)."""
 
     def migrate(self) -> None:
-        """Create or upgrade the schema; a newer schema than this code knows is an error."""
+        """Create or upgrade the schema; takes the write lock only when there is work.
+
+        A schema newer than this code knows raises `SchemaTooNew`.
+        """
 
     def close(self) -> None: ...
 
@@ -66,23 +93,39 @@ class Storage(Protocol):
         Jobs inserted inside it commit or roll back with the application's writes.
         """
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Run `callback` once the current transaction commits (now, if none is open)."""
+    def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        """Run `callback` once the current transaction commits (now, if none is open).
 
-    def insert(self, jobs: Sequence[NewJob], now: int) -> list[Inserted]:
-        """Insert jobs in one transaction, deduplicating unfinished idempotency keys."""
+        With `conn` (an application connection given to `insert`): once that
+        connection's transaction commits, where the backend can tell; else now.
+        """
+
+    def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        """Insert jobs in one transaction, deduplicating unfinished idempotency keys.
+
+        With `conn` (the application's own driver connection to the same store,
+        inside a transaction it opened) the rows are written on that connection
+        and commit or roll back with it; `after_commit` callbacks then run when
+        that connection commits, where the backend can tell.
+        """
 
     def claim(
         self,
         *,
         worker: str,
         limit: int,
-        now: int,
         lease_ms: int,
         queues: Sequence[str] = (),
         types: Sequence[str] = (),
+        start: int | None = None,
     ) -> list[Job]:
-        """Promote due scheduled jobs, then claim up to `limit` pending ones atomically."""
+        """Promote due scheduled jobs (bounded), then claim up to `limit` pending ones atomically.
+
+        Each claimed job gets a new random `lease_id`. The first `start` of them
+        (default: all) are marked started at claim time; the rest are prefetched
+        and marked later (`commit_batch(started=...)`, `mark_started`).
+        Filtering by queue or type does not scan other queues' rows.
+        """
 
     def commit_batch(
         self,
@@ -90,13 +133,14 @@ class Storage(Protocol):
         *,
         worker: str,
         claim_limit: int,
-        now: int,
         lease_ms: int,
         queues: Sequence[str] = (),
         types: Sequence[str] = (),
         promote: bool = True,
+        started: Sequence[Lease] = (),
+        start: int | None = None,
     ) -> tuple[list[Recorded], list[Job]]:
-        """Group commit: record `outcomes`, then claim up to `claim_limit`, in one transaction.
+        """Group commit, one transaction: mark `started`, record `outcomes`, then claim.
 
         `promote=False` skips promoting due scheduled jobs (the caller knows none are due).
         """
@@ -104,17 +148,32 @@ class Storage(Protocol):
     def next_due(self) -> int | None:
         """The earliest `run_at` among scheduled jobs, or None."""
 
-    def extend_leases(self, leases: Sequence[Lease], *, now: int, lease_ms: int) -> dict[str, bool]:
-        """Extend the leases still owned; returns `{job_id: cancel_requested}` for those."""
+    def extend_leases(self, leases: Sequence[Lease], *, lease_ms: int) -> dict[str, bool]:
+        """Extend the leases still held; returns `{job_id: cancel_requested}` for those."""
+
+    def mark_started(self, leases: Sequence[Lease]) -> set[str]:
+        """Record that these claimed jobs' handlers began; returns the ids whose lease still held."""
 
     def cancel_requested(self, worker: str) -> set[str]:
         """Ids of jobs claimed by `worker` whose cancellation was requested."""
 
-    def record(self, outcomes: Sequence[Outcome], *, now: int) -> list[Recorded]:
-        """Apply owner transitions fenced by lease, in one transaction."""
+    def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
+        """Apply owner transitions fenced by `lease_id`, in one transaction."""
 
-    def sweep(self, *, now: int) -> list[Swept]:
-        """Reclaim, fail or cancel claimed jobs whose lease expired before `now`."""
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+        """Reclaim, release, fail or cancel claimed jobs whose lease expired; prune old events.
+
+        One sweeper per store at a time: the sweep takes the store-level lock
+        `sweep` for `hold_ms` (a worker passes its sweep interval; default: the
+        backend's) and returns [] while another holder has it, unless `force`
+        (an operator's `jobcore sweep`). The same holder may sweep again at once.
+        """
+
+    def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
+        """Take or renew the store-level lock `name` for `ttl_ms`; False if another holds it."""
+
+    def release_lock(self, name: str, holder: str) -> None:
+        """Give the lock `name` up, if `holder` holds it."""
 
     def get(self, job_id: str) -> Job | None: ...
 
@@ -131,10 +190,10 @@ class Storage(Protocol):
 
     def failed_ids(self, types: Sequence[str] = ()) -> list[str]: ...
 
-    def retry(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
+    def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
         """failed/cancelled -> pending with attempts reset; None where the job was not eligible."""
 
-    def cancel(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
+    def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
         """scheduled/pending -> cancelled; claimed -> cancel requested; None if not eligible."""
 
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
@@ -148,7 +207,27 @@ class Storage(Protocol):
     def count_by_status(self) -> dict[str, int]:
         """How many jobs are in each status (absent statuses are left out)."""
 
-    def stats(self, *, now: int) -> Stats: ...
+    def stats(self) -> Stats: ...
 
-    def changed(self) -> bool:
-        """True if another connection committed since the last call on this thread."""
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block up to `timeout` seconds; True as soon as another connection committed.
+
+        "Since the last call on this thread" (or since this thread's first use);
+        `timeout=0` checks once without waiting.
+        """
+
+    def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
+        """Events with `seq` greater than `seq`, oldest first, at most `limit`."""
+
+    def last_event_seq(self) -> int:
+        """The newest event's `seq` (0 when there is none)."""
+
+    def add_event(
+        self,
+        kind: str,
+        *,
+        job_id: str | None = None,
+        worker_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> int:
+        """Append an event (e.g. `worker:registered`) in its own transaction; returns its seq."""

@@ -56,6 +56,52 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX jobs_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
         """,
     ),
+    (
+        "v2: lease ids, started marker, attempt history, events, locks, per-queue claim indexes",
+        """
+        ALTER TABLE jobs ADD COLUMN lease_id TEXT;
+        ALTER TABLE jobs ADD COLUMN started_at INTEGER;
+        ALTER TABLE jobs ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
+        -- set by every transition statement that appends an event (fires jobs_event)
+        ALTER TABLE jobs ADD COLUMN last_event TEXT;
+        -- claims made by v1 had no marker: treat them as started (the v1 sweep rules)
+        UPDATE jobs SET lease_id = lower(hex(randomblob(16))), started_at = claimed_at
+         WHERE status = 'claimed';
+        -- the event log: one row per job transition, appended by the triggers below in
+        -- the transition's own transaction (details are read from the job); pruning
+        -- always keeps the newest row, so a seq is never handed out twice
+        CREATE TABLE events (
+            seq       INTEGER PRIMARY KEY,
+            at        INTEGER NOT NULL,
+            kind      TEXT NOT NULL,
+            job_id    TEXT,
+            worker_id TEXT,
+            data      TEXT
+        );
+        CREATE TABLE locks (
+            name       TEXT PRIMARY KEY,
+            holder     TEXT NOT NULL,
+            expires_at INTEGER NOT NULL
+        );
+        -- claims filtered by queue or by type read only their own rows
+        CREATE INDEX jobs_claim_queue ON jobs (queue, priority DESC, run_at, id, type)
+            WHERE status = 'pending';
+        CREATE INDEX jobs_claim_type ON jobs (type, priority DESC, run_at, id, queue)
+            WHERE status = 'pending';
+        CREATE TRIGGER jobs_event_insert AFTER INSERT ON jobs
+        BEGIN
+            INSERT INTO events (at, kind, job_id) VALUES (NEW.created_at, 'job:enqueued', NEW.id);
+        END;
+        CREATE TRIGGER jobs_event AFTER UPDATE OF last_event ON jobs
+        WHEN NEW.last_event IS NOT NULL
+        BEGIN
+            INSERT INTO events (at, kind, job_id, worker_id)
+            VALUES (NEW.updated_at, NEW.last_event, NEW.id,
+                    CASE WHEN NEW.status = 'claimed' THEN NEW.locked_by
+                         WHEN OLD.status = 'claimed' THEN OLD.locked_by END);
+        END;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

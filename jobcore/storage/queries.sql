@@ -1,4 +1,5 @@
 -- Named queries of the SQLite backend. Each block starts with `-- name: NAME`.
+-- Job transitions are not here: sqlite_statements.py generates them from jobcore/transitions.py.
 -- Finished rows keep `locked_by`: the worker that ran the last attempt.
 -- `{filters}` is replaced by the backend with generated `AND col IN (?, ...)` clauses.
 
@@ -13,97 +14,12 @@ INSERT INTO jobs (id, type, queue, payload, status, priority, attempts, max_atte
                   parent_id, meta, created_at, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, 0, '[]', ?11, ?12, ?13, ?13);
 
--- name: promote_due
-UPDATE jobs INDEXED BY jobs_scheduled SET status = 'pending', updated_at = :now
- WHERE status = 'scheduled' AND run_at <= :now;
-
 -- name: next_due
 SELECT min(run_at) FROM jobs INDEXED BY jobs_scheduled WHERE status = 'scheduled';
-
--- name: claim
-UPDATE jobs
-   SET status = 'claimed', attempts = attempts + 1, locked_by = :worker, locked_at = :now,
-       claimed_at = :now, heartbeat_at = :now, lease_expires_at = :now + :lease_ms,
-       updated_at = :now
- WHERE status = 'pending'
-   AND id IN (SELECT id FROM jobs INDEXED BY jobs_claim WHERE status = 'pending' {filters}
-               ORDER BY priority DESC, run_at, id LIMIT :limit)
-RETURNING *;
-
--- name: extend_lease
-UPDATE jobs SET lease_expires_at = :now + :lease_ms, heartbeat_at = :now, updated_at = :now
- WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
-RETURNING cancel_requested;
 
 -- name: cancel_requested
 SELECT id FROM jobs INDEXED BY jobs_leases
  WHERE status = 'claimed' AND cancel_requested = 1 AND locked_by = :worker;
-
--- name: complete
-UPDATE jobs
-   SET status = 'completed', result = :result, completed_at = :now, updated_at = :now,
-       locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
-RETURNING *;
-
--- name: retry_later
-UPDATE jobs
-   SET status = CASE WHEN :run_at <= :now THEN 'pending' ELSE 'scheduled' END,
-       run_at = :run_at, last_error = :error, updated_at = :now,
-       errors = json_insert(errors, '$[#]', json_object(
-           'attempt', attempts, 'error', :error, 'worker', locked_by, 'at', :now)),
-       locked_by = NULL, locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
-RETURNING *;
-
--- name: fail
-UPDATE jobs
-   SET status = 'failed', last_error = :error, completed_at = :now, updated_at = :now,
-       errors = json_insert(errors, '$[#]', json_object(
-           'attempt', attempts, 'error', :error, 'worker', locked_by, 'at', :now)),
-       locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
-RETURNING *;
-
--- name: release
-UPDATE jobs
-   SET status = 'pending', attempts = attempts - 1, updated_at = :now,
-       locked_by = NULL, locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
-RETURNING *;
-
--- name: cancel_owned
-UPDATE jobs
-   SET status = 'cancelled', last_error = :error, completed_at = :now, updated_at = :now,
-       locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
-RETURNING *;
-
--- name: sweep_cancel
-UPDATE jobs INDEXED BY jobs_leases
-   SET status = 'cancelled', last_error = 'cancelled (lease expired)', completed_at = :now,
-       updated_at = :now,
-       locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE status = 'claimed' AND lease_expires_at < :now AND cancel_requested = 1
-RETURNING *;
-
--- name: sweep_fail
-UPDATE jobs INDEXED BY jobs_leases
-   SET status = 'failed', last_error = :error, completed_at = :now, updated_at = :now,
-       errors = json_insert(errors, '$[#]', json_object(
-           'attempt', attempts, 'error', :error, 'worker', locked_by, 'at', :now)),
-       locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE status = 'claimed' AND lease_expires_at < :now AND attempts >= max_attempts
-RETURNING *;
-
--- name: sweep_reclaim
-UPDATE jobs INDEXED BY jobs_leases
-   SET status = 'pending', last_error = :error, updated_at = :now,
-       errors = json_insert(errors, '$[#]', json_object(
-           'attempt', attempts, 'error', :error, 'worker', locked_by, 'at', :now)),
-       locked_by = NULL, locked_at = NULL, lease_expires_at = NULL, heartbeat_at = NULL
- WHERE status = 'claimed' AND lease_expires_at < :now AND attempts < max_attempts
-RETURNING *;
 
 -- name: get_job
 SELECT * FROM jobs WHERE id = :id;
@@ -111,25 +27,8 @@ SELECT * FROM jobs WHERE id = :id;
 -- name: list_jobs
 SELECT * FROM jobs WHERE 1 = 1 {filters} ORDER BY id DESC LIMIT :limit;
 
--- name: operator_retry
-UPDATE jobs
-   SET status = 'pending', attempts = 0, run_at = :now, cancel_requested = 0,
-       completed_at = NULL, result = NULL, updated_at = :now
- WHERE id = :id AND status IN ('failed', 'cancelled')
-RETURNING *;
-
 -- name: failed_ids
 SELECT id FROM jobs WHERE status = 'failed' {filters} ORDER BY id;
-
--- name: cancel_waiting
-UPDATE jobs SET status = 'cancelled', completed_at = :now, updated_at = :now
- WHERE id = :id AND status IN ('scheduled', 'pending')
-RETURNING *;
-
--- name: request_cancel
-UPDATE jobs SET cancel_requested = 1, updated_at = :now
- WHERE id = :id AND status = 'claimed'
-RETURNING *;
 
 -- name: prune
 DELETE FROM jobs
@@ -154,8 +53,9 @@ SELECT * FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed' AND lease_exp
 
 -- name: stats_durations
 WITH d AS (
-  SELECT type, completed_at - claimed_at AS ms,
-         row_number() OVER (PARTITION BY type ORDER BY completed_at - claimed_at) AS rn,
+  SELECT type, completed_at - coalesce(started_at, claimed_at) AS ms,
+         row_number() OVER (PARTITION BY type
+                            ORDER BY completed_at - coalesce(started_at, claimed_at)) AS rn,
          count(*) OVER (PARTITION BY type) AS n
     FROM jobs WHERE status = 'completed' AND completed_at >= :since AND claimed_at IS NOT NULL
 )
@@ -172,3 +72,27 @@ SELECT (SELECT count(*) FROM jobs WHERE created_at >= :since),
 -- name: stats_duplicates
 SELECT type, idempotency_key, count(*) FROM jobs WHERE idempotency_key IS NOT NULL
  GROUP BY type, idempotency_key HAVING count(*) > 1 ORDER BY count(*) DESC LIMIT 50;
+
+-- name: events_after
+-- job events carry no data of their own: type and queue (which never change) come from the
+-- job while it exists
+SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue
+  FROM events e LEFT JOIN jobs j ON j.id = e.job_id
+ WHERE e.seq > :seq ORDER BY e.seq LIMIT :limit;
+
+-- name: last_event_seq
+SELECT coalesce(max(seq), 0) FROM events;
+
+-- name: add_event
+INSERT INTO events (at, kind, job_id, worker_id, data)
+VALUES (:at, :kind, :job_id, :worker_id, :data)
+RETURNING seq;
+
+-- name: prune_events
+-- events are appended in time order: delete those before the first recent one (reading
+-- only the old rows), at most 100000 per sweep so one sweep never holds the lock long,
+-- and never the newest (so seq keeps growing)
+DELETE FROM events
+ WHERE seq < coalesce((SELECT seq FROM events WHERE at >= :before ORDER BY seq LIMIT 1),
+                      (SELECT max(seq) FROM events))
+   AND seq < (SELECT min(seq) FROM events) + 100000;

@@ -1,43 +1,67 @@
-"""The built-in storage backend: SQLite through APSW, one connection per thread."""
+"""The built-in storage backend: SQLite through APSW, one connection per thread.
+
+Every write is an explicit `BEGIN IMMEDIATE`; reads run beside a writer (WAL).
+Transition statements are generated from `jobcore.transitions`
+(`sqlite_statements`); other queries live in `queries.sql`. No APSW
+exception leaves this module: `storage_error` turns each into a
+`StorageError` subclass naming the problem and the fix.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import apsw
 
-from jobcore.errors import IllegalTransition, StorageError
-from jobcore.models import (
-    Cancelled,
-    Completed,
-    Failed,
-    Job,
-    Lease,
-    NewJob,
-    Outcome,
-    Released,
-    Retrying,
-    compact_json,
+from jobcore import transitions as T
+from jobcore.errors import (
+    IllegalTransition,
+    SchemaTooNew,
+    StorageError,
+    StorageUnavailable,
 )
-from jobcore.storage.base import Inserted, Recorded, Stats, Swept
+from jobcore.models import Completed, Failed, Job, Lease, NewJob, Outcome, compact_json
+from jobcore.storage import sqlite_statements as S
+from jobcore.storage.base import Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import after_transition, insert_values, new_row, row_to_job, rows_of
-from jobcore.storage.sql import load_queries
+from jobcore.storage.rows import insert_values, new_row, replace_job, row_to_job, rows_of
+from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
+from jobcore.storage.sqlite_outbox import AppConnections
+from jobcore.storage.sqlite_reads import Q, SQLiteReads, in_filter
+from jobcore.storage.sqlite_statements import (
+    CANCEL_WAITING_SQL,
+    EXTEND_SQL,
+    MARK_STARTED_SQL,
+    OPERATOR_RETRY_SQL,
+    OWNER_SQL,
+    PROMOTE_SQL,
+    REQUEST_CANCEL_SQL,
+    SWEEP_SQL,
+)
+from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.storage")
 
-Q = load_queries("jobcore.storage", "queries.sql")
-
-LEASE_EXPIRED = "lease expired"
+LEASE_EXPIRED = T.LEASE_EXPIRED
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
+
+
+_ACQUIRE_LOCK = """
+INSERT INTO locks (name, holder, expires_at) VALUES (:name, :holder, :now + :ttl)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+ WHERE locks.holder = excluded.holder OR locks.expires_at <= :now OR :force
+RETURNING holder
+"""
 
 
 def sqlite_path(url: str) -> str | None:
@@ -50,16 +74,6 @@ def sqlite_path(url: str) -> str | None:
     return url
 
 
-def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
-    if not values:
-        return ""
-    names = []
-    for index, value in enumerate(values):
-        params[f"{prefix}{index}"] = value
-        names.append(f":{prefix}{index}")
-    return f" AND {column} IN ({', '.join(names)})"
-
-
 @dataclass
 class _ThreadState:
     conn: apsw.Connection
@@ -68,8 +82,12 @@ class _ThreadState:
     data_version: int | None = None
 
 
-class SQLiteStorage:
-    """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE."""
+class SQLiteStorage(SQLiteReads):
+    """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE.
+
+    `clock` (ms UTC) replaces this machine's clock, for tests. `event_retention`
+    and `sweep_hold` are in seconds.
+    """
 
     def __init__(
         self,
@@ -78,10 +96,13 @@ class SQLiteStorage:
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
         create: bool = True,
+        clock: Callable[[], int] | None = None,
+        event_retention: float = 3600.0,
+        sweep_hold: float = 30.0,
     ) -> None:
         self.path = str(path)
         if self.path in ("", ":memory:") or self.path.startswith("file::memory:"):
-            raise StorageError(
+            raise StorageUnavailable(
                 "an in-memory database cannot be shared by worker threads; give a file path"
             )
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
@@ -89,12 +110,21 @@ class SQLiteStorage:
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = int(busy_timeout * 1000)
         self._create = create
+        self._clock = clock or now_ms
+        self.event_retention_ms = int(event_retention * 1000)
+        self.sweep_hold_ms = int(sweep_hold * 1000)
+        self.holder = f"{os.getpid()}:{secrets.token_hex(8)}"  # this instance, for locks
         self._local = threading.local()
         self._all: list[apsw.Connection] = []
         self._all_lock = threading.Lock()
         self._migrated = False
         self._wake_key: str | None = None
-        self._check_location()
+        self._app = AppConnections(self.path)  # the application's own (outbox) connections
+        check_location(self.path, create=self._create)
+
+    def now(self) -> int:
+        """The store's clock (this machine's, or the injected one), ms UTC."""
+        return self._clock()
 
     @property
     def wake_key(self) -> str:
@@ -105,52 +135,20 @@ class SQLiteStorage:
 
     # -- connections ---------------------------------------------------------------
 
-    def _check_location(self) -> None:
-        target = Path(self.path)
-        folder = target.parent if str(target.parent) else Path(".")
-        if not folder.is_dir():
-            raise StorageError(
-                f"cannot open database {self.path}: folder {folder} does not exist; "
-                "create it or choose another --db"
-            )
-        if target.exists():
-            if not target.is_file():
-                raise StorageError(f"cannot open database {self.path}: it is not a file")
-            with open(target, "rb") as handle:
-                header = handle.read(16)
-            if header and header != b"SQLite format 3\x00":
-                raise StorageError(
-                    f"{self.path} is not a SQLite database; choose another --db or move it away"
-                )
-        elif not self._create:
-            raise StorageError(
-                f"database {self.path} does not exist; enqueue a job or run a worker to create "
-                "it, or point --db / JOBCORE_DB at an existing one"
-            )
-        if not os.access(folder, os.W_OK | os.X_OK) or (
-            target.exists() and not os.access(target, os.W_OK)
-        ):
-            raise StorageError(
-                f"cannot open database {self.path}: folder {folder} is not writable "
-                "(SQLite needs to create journal files beside the database)"
-            )
-
     def _open(self) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
             conn = apsw.Connection(self.path, flags=flags)
             conn.set_busy_timeout(self.busy_timeout_ms)
-            mode = rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]
-            if str(mode).lower() != "wal":
-                raise StorageError(f"cannot put {self.path} in WAL mode (got {mode!r})")
+            mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
+            if mode != "wal":  # switching needs the write lock: only when not in WAL yet
+                mode = str(rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]).lower()
+            if mode != "wal":
+                raise StorageUnavailable(f"cannot put {self.path} in WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
-        except apsw.NotADBError:
-            raise StorageError(
-                f"{self.path} is not a SQLite database; choose another --db or move it away"
-            ) from None
-        except (apsw.CantOpenError, apsw.ReadOnlyError, apsw.IOError) as exc:
-            raise StorageError(f"cannot open database {self.path}: {exc}") from None
+        except apsw.Error as exc:
+            raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
         with self._all_lock:
             self._all.append(conn)
         return conn
@@ -158,17 +156,28 @@ class SQLiteStorage:
     def _state(self) -> _ThreadState:
         state: _ThreadState | None = getattr(self._local, "state", None)
         if state is None:
-            state = _ThreadState(conn=self._open())
+            conn = self._open()
+            state = _ThreadState(conn=conn)
             self._local.state = state
             if not self._migrated:
                 self.migrate()
+            state.data_version = self._data_version(conn)
         return state
 
     def _conn(self) -> apsw.Connection:
         return self._state().conn
 
+    @staticmethod
+    def _data_version(conn: apsw.Connection) -> int:
+        return int(rows_of(conn, "PRAGMA data_version")[0][0])
+
     def close(self) -> None:
-        """Close every connection this storage opened (all threads)."""
+        """Release held locks and close every connection this storage opened (all threads)."""
+        if getattr(self._local, "state", None) is not None:
+            try:
+                self.release_lock("sweep", self.holder)
+            except StorageError as exc:  # pragma: no cover - best effort
+                log.warning("releasing the sweep lock of %s: %s", self.path, exc)
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:
@@ -178,24 +187,42 @@ class SQLiteStorage:
                 log.warning("closing %s: %s", self.path, exc)
         self._local = threading.local()
 
+    def _schema_version(self, conn: apsw.Connection) -> int:
+        return int(rows_of(conn, "PRAGMA user_version")[0][0])
+
+    @boundary
     def migrate(self) -> None:
+        """Bring the schema up to date; reads only, unless there is migration work to do."""
         conn = self._state().conn
+        if self._check_version(self._schema_version(conn)):
+            self._migrated = True
+            return
         with self._write():
-            version = rows_of(conn, "PRAGMA user_version")[0][0]
-            if version > SCHEMA_VERSION:
-                raise StorageError(
-                    f"database {self.path} has schema version {version}, newer than this "
-                    f"jobcore knows ({SCHEMA_VERSION}); upgrade jobcore"
-                )
-            for number in range(version + 1, SCHEMA_VERSION + 1):
-                name, script = MIGRATIONS[number - 1]
-                log.info("migrating %s to schema %d: %s", self.path, number, name)
-                conn.execute(script)
-            if version != SCHEMA_VERSION:
+            version = self._schema_version(conn)  # again, under the write lock
+            if not self._check_version(version):
+                for number in range(version + 1, SCHEMA_VERSION + 1):
+                    name, script = MIGRATIONS[number - 1]
+                    log.info("migrating %s to schema %d: %s", self.path, number, name)
+                    conn.execute(script)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._migrated = True
 
+    def _check_version(self, version: int) -> bool:
+        """True when the schema is current; raises SchemaTooNew for a newer one."""
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"database {self.path} has schema version {version}, newer than this "
+                f"jobcore knows ({SCHEMA_VERSION}); upgrade jobcore"
+            )
+        return version == SCHEMA_VERSION
+
     # -- transactions ---------------------------------------------------------------
+
+    def _exec(self, conn: apsw.Connection, sql: str) -> None:
+        try:
+            conn.execute(sql)
+        except apsw.Error as exc:
+            raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
 
     @contextmanager
     def _write(self) -> Iterator[apsw.Connection]:
@@ -203,7 +230,7 @@ class SQLiteStorage:
         conn = state.conn
         depth = state.depth
         mark = len(state.callbacks)
-        conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT jobcore_{depth}")
+        self._exec(conn, "BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT jobcore_{depth}")
         state.depth += 1
         try:
             yield conn
@@ -212,20 +239,20 @@ class SQLiteStorage:
             del state.callbacks[mark:]
             if depth == 0:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    self._exec(conn, "ROLLBACK")
             elif conn.in_transaction:
-                conn.execute(f"ROLLBACK TO jobcore_{depth}; RELEASE jobcore_{depth}")
+                self._exec(conn, f"ROLLBACK TO jobcore_{depth}; RELEASE jobcore_{depth}")
             raise
         state.depth = depth
         if depth:
-            conn.execute(f"RELEASE jobcore_{depth}")
+            self._exec(conn, f"RELEASE jobcore_{depth}")
             return
         try:
-            conn.execute("COMMIT")
+            self._exec(conn, "COMMIT")
         except BaseException:
             state.callbacks.clear()
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                self._exec(conn, "ROLLBACK")
             raise
         callbacks, state.callbacks = state.callbacks, []
         for callback in callbacks:
@@ -239,7 +266,11 @@ class SQLiteStorage:
         with self._write() as conn:
             yield conn
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
+    def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        if conn is not None:
+            if not self._app.defer(conn, callback):
+                callback()
+            return
         state = self._state()
         if state.depth:
             state.callbacks.append(callback)
@@ -258,30 +289,44 @@ class SQLiteStorage:
         conn.execute(_INSERT, insert_values(job, now))
         return Inserted(new_row(job, now), created=True)
 
-    def insert(self, jobs: Sequence[NewJob], now: int) -> list[Inserted]:
-        with self._write() as conn:
-            if any(job.idempotency_key is not None for job in jobs):
-                return [self._insert_one(conn, job, now) for job in jobs]
-            if len(jobs) == 1:
-                conn.execute(_INSERT, insert_values(jobs[0], now))
-            else:
-                conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
+    def _insert_all(
+        self, conn: apsw.Connection, jobs: Sequence[NewJob], now: int
+    ) -> list[Inserted]:
+        if any(job.idempotency_key is not None for job in jobs):
+            return [self._insert_one(conn, job, now) for job in jobs]
+        if len(jobs) == 1:
+            conn.execute(_INSERT, insert_values(jobs[0], now))
+        else:
+            conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
         return [Inserted(new_row(job, now), created=True) for job in jobs]
+
+    @boundary
+    def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        if conn is not None:  # the application's own connection, in its open transaction
+            self._app.adopt(conn)
+            if self._schema_version(conn) != SCHEMA_VERSION:
+                self.migrate()  # on our own connection: needs the write lock only this once
+            return self._insert_all(conn, jobs, self.now())
+        with self._write() as own:
+            return self._insert_all(own, jobs, self.now())
 
     # -- the worker's path ---------------------------------------------------------
 
+    @boundary
     def claim(
         self,
         *,
         worker: str,
         limit: int,
-        now: int,
         lease_ms: int,
         queues: Sequence[str] = (),
         types: Sequence[str] = (),
+        start: int | None = None,
     ) -> list[Job]:
         with self._write() as conn:
-            return self._claim(conn, worker, limit, now, lease_ms, queues, types, promote=True)
+            return self._claim(
+                conn, worker, limit, self.now(), lease_ms, queues, types, start, promote=True
+            )
 
     def _claim(
         self,
@@ -292,61 +337,67 @@ class SQLiteStorage:
         lease_ms: int,
         queues: Sequence[str],
         types: Sequence[str],
+        start: int | None,
         *,
         promote: bool,
     ) -> list[Job]:
+        if limit <= 0:
+            return []
+        start = limit if start is None else max(0, start)
         params: dict[str, Any] = {
             "worker": worker,
             "limit": limit,
             "now": now,
             "lease_ms": lease_ms,
+            "started_at": now if start >= limit else None,
         }
-        filters = _in("queue", queues, "q", params) + _in("type", types, "t", params)
         if promote:
-            conn.execute(Q["promote_due"], {"now": now})
-        rows = rows_of(conn, Q["claim"].replace("{filters}", filters), params)
+            conn.execute(PROMOTE_SQL, {"now": now})
+        rows = rows_of(conn, S.claim(queues, types, params), params)
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        if 0 < start < limit and jobs:
+            first = jobs[:start]
+            self._mark_started(conn, [Lease.of(job) for job in first], now)
+            jobs[:start] = [replace_job(job, started_at=now) for job in first]
         return jobs
 
+    @boundary
     def commit_batch(
         self,
         outcomes: Sequence[Outcome],
         *,
         worker: str,
         claim_limit: int,
-        now: int,
         lease_ms: int,
         queues: Sequence[str] = (),
         types: Sequence[str] = (),
         promote: bool = True,
+        started: Sequence[Lease] = (),
+        start: int | None = None,
     ) -> tuple[list[Recorded], list[Job]]:
         with self._write() as conn:
+            now = self.now()
+            if started:
+                self._mark_started(conn, started, now)
             recorded = self._record(conn, outcomes, now)
-            claimed = (
-                self._claim(
-                    conn, worker, claim_limit, now, lease_ms, queues, types, promote=promote
-                )
-                if claim_limit > 0
-                else []
+            claimed = self._claim(
+                conn, worker, claim_limit, now, lease_ms, queues, types, start, promote=promote
             )
         return recorded, claimed
 
-    def next_due(self) -> int | None:
-        value = rows_of(self._conn(), Q["next_due"])[0][0]
-        return None if value is None else int(value)
-
-    def extend_leases(self, leases: Sequence[Lease], *, now: int, lease_ms: int) -> dict[str, bool]:
+    @boundary
+    def extend_leases(self, leases: Sequence[Lease], *, lease_ms: int) -> dict[str, bool]:
         owned: dict[str, bool] = {}
         with self._write() as conn:
+            now = self.now()
             for lease in leases:
                 rows = rows_of(
                     conn,
-                    Q["extend_lease"],
+                    EXTEND_SQL,
                     {
                         "id": lease.job_id,
-                        "worker": lease.worker,
-                        "attempt": lease.attempt,
+                        "lease_id": lease.lease_id,
                         "now": now,
                         "lease_ms": lease_ms,
                     },
@@ -355,45 +406,72 @@ class SQLiteStorage:
                     owned[lease.job_id] = bool(rows[0][0])
         return owned
 
-    def cancel_requested(self, worker: str) -> set[str]:
-        rows = rows_of(self._conn(), Q["cancel_requested"], {"worker": worker})
-        return {row[0] for row in rows}
+    def _mark_started(self, conn: apsw.Connection, leases: Sequence[Lease], now: int) -> set[str]:
+        marked: set[str] = set()
+        for lease in leases:
+            params = {"id": lease.job_id, "lease_id": lease.lease_id, "now": now}
+            if rows_of(conn, MARK_STARTED_SQL, params):
+                marked.add(lease.job_id)
+        return marked
+
+    @boundary
+    def mark_started(self, leases: Sequence[Lease]) -> set[str]:
+        with self._write() as conn:
+            return self._mark_started(conn, leases, self.now())
 
     def _apply(self, conn: apsw.Connection, outcome: Outcome, now: int) -> Recorded:
         lease = outcome.lease
-        fence = {"id": lease.job_id, "worker": lease.worker, "attempt": lease.attempt, "now": now}
-        # With the claimed row at hand the statement needs no RETURNING: the new row is
-        # derived in Python (`_after`), saving a read-back and JSON decoding per job.
-        returning = lease.job is None
-        match outcome:
-            case Completed(result=result):
-                fence["result"] = compact_json(result)
-                name = "complete"
-            case Retrying(error=error, run_at=run_at):
-                fence.update(error=error, run_at=run_at)
-                name = "retry_later"
-            case Failed(error=error):
-                fence["error"] = error
-                name = "fail"
-            case Released():
-                name = "release"
-            case Cancelled(error=error):
-                fence["error"] = error
-                name = "cancel_owned"
-        sql = Q[name] if returning else Q[name].rsplit("RETURNING", 1)[0]
-        rows = rows_of(conn, sql, fence)
-        if returning:
-            job = row_to_job(rows[0]) if rows else None
-        else:
-            job = after_transition(lease.job, outcome, now) if conn.changes() == 1 else None  # type: ignore[arg-type]
-        if job is None or not isinstance(outcome, Completed):
-            return Recorded(outcome, job)
-        inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
-        return Recorded(outcome, job, inserted)
+        params: dict[str, Any] = {
+            "id": lease.job_id,
+            "lease_id": lease.lease_id,
+            "now": now,
+            "error": None,
+            "delay_ms": T.outcome_delay_ms(outcome),
+            "result": compact_json(outcome.result) if isinstance(outcome, Completed) else None,
+        }
+        # With the claimed row at hand the statement returns only what may have changed
+        # since the claim; the new row is derived from the table (`transitions.apply`).
+        claimed = lease.job
+        for transition in T.owner_transitions(outcome):
+            whole, changed = OWNER_SQL[transition.name]
+            params["error"] = clean_text(T.error_text(transition, outcome))
+            if claimed is None:
+                rows = rows_of(conn, whole, params)
+                if not rows:
+                    continue
+                job = row_to_job(rows[0])
+            else:
+                rows = rows_of(conn, changed, params)
+                if not rows:
+                    continue
+                before = replace_job(
+                    claimed, started_at=rows[0][0], cancel_requested=bool(rows[0][1])
+                )
+                stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
+                job = T.apply(before, transition, now=now, outcome=stored)
+            if isinstance(outcome, Completed) and outcome.children:
+                inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
+                return Recorded(outcome, job, "recorded", inserted)
+            return Recorded(outcome, job, "recorded")
+        return self._not_applied(conn, outcome)
 
-    def record(self, outcomes: Sequence[Outcome], *, now: int) -> list[Recorded]:
+    def _not_applied(self, conn: apsw.Connection, outcome: Outcome) -> Recorded:
+        """`already` when this lease already ended with this outcome, else `stale`."""
+        rows = rows_of(conn, Q["get_job"], {"id": outcome.lease.job_id})
+        if rows:
+            job = row_to_job(rows[0])
+            wanted = T.recorded_as(outcome)
+            for entry in reversed(job.history):
+                if entry.get("lease_id") == outcome.lease.lease_id:
+                    if entry.get("outcome") in wanted:
+                        return Recorded(outcome, job, "already")
+                    break
+        return Recorded(outcome, None, "stale")
+
+    @boundary
+    def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         with self._write() as conn:
-            return self._record(conn, outcomes, now)
+            return self._record(conn, outcomes, self.now())
 
     def _record(
         self, conn: apsw.Connection, outcomes: Sequence[Outcome], now: int
@@ -409,63 +487,118 @@ class SQLiteStorage:
             try:
                 with guard:
                     recorded.append(self._apply(conn, outcome, now))
-            except (apsw.ConstraintError, apsw.SQLError, TypeError, ValueError) as exc:
+            except (
+                apsw.ConstraintError,
+                apsw.SQLError,
+                apsw.TooBigError,
+                apsw.RangeError,
+                apsw.MismatchError,
+                TypeError,
+                ValueError,
+                OverflowError,
+                RecursionError,
+            ) as exc:
                 # One unrecordable outcome must not block the batch: fail that job.
                 log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
-                fallback = Failed(lease=outcome.lease, error=f"could not record outcome: {exc}")
+                fallback = Failed(outcome.lease, f"could not record outcome: {exc}")
                 recorded.append(self._apply(conn, fallback, now))
         return recorded
 
-    def sweep(self, *, now: int) -> list[Swept]:
+    @boundary
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+        conn = self._conn()
+        now = self.now()
+        if not force:  # read first: a sweep held elsewhere costs no write lock
+            held = rows_of(conn, "SELECT holder, expires_at FROM locks WHERE name = 'sweep'")
+            if held and held[0][0] != self.holder and held[0][1] > now:
+                return []
         swept: list[Swept] = []
         with self._write() as conn:
-            for name, action in (
-                ("sweep_cancel", "cancelled"),
-                ("sweep_fail", "failed"),
-                ("sweep_reclaim", "reclaimed"),
-            ):
-                for row in rows_of(conn, Q[name], {"now": now, "error": LEASE_EXPIRED}):
+            now = self.now()
+            hold = self.sweep_hold_ms if hold_ms is None else hold_ms
+            if not self._acquire(conn, "sweep", self.holder, hold, now, force):
+                return []
+            for sql, error, action in SWEEP_SQL:
+                for row in rows_of(conn, sql, {"now": now, "error": error}):
                     swept.append(Swept(row_to_job(row), action))
+            self._prune_events(conn, now)
         return swept
+
+    def _prune_events(self, conn: apsw.Connection, now: int) -> None:
+        conn.execute(Q["prune_events"], {"before": now - self.event_retention_ms})
+
+    def _acquire(
+        self, conn: apsw.Connection, name: str, holder: str, ttl: int, now: int, force: bool
+    ) -> bool:
+        params = {"name": name, "holder": holder, "now": now, "ttl": ttl, "force": int(force)}
+        return bool(rows_of(conn, _ACQUIRE_LOCK, params))
+
+    @boundary
+    def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
+        with self._write() as conn:
+            return self._acquire(conn, name, holder, ttl_ms, self.now(), False)
+
+    @boundary
+    def release_lock(self, name: str, holder: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM locks WHERE name = :name AND holder = :holder",
+                {"name": name, "holder": holder},
+            )
+
+    # -- events --------------------------------------------------------------------
+
+    @boundary
+    def add_event(
+        self,
+        kind: str,
+        *,
+        job_id: str | None = None,
+        worker_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> int:
+        if not isinstance(kind, str) or not kind:
+            raise StorageError(f"event kind must be a non-empty string, not {kind!r}")
+        encoded = None if data is None else compact_json(data)
+        with self._write() as conn:
+            rows = rows_of(
+                conn,
+                Q["add_event"],
+                {
+                    "at": self.now(),
+                    "kind": kind,
+                    "job_id": job_id,
+                    "worker_id": worker_id,
+                    "data": encoded,
+                },
+            )
+        return int(rows[0][0])
+
+    @boundary
+    def wait_for_change(self, timeout: float) -> bool:
+        state = self._state()
+        conn = state.conn
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            version = self._data_version(conn)
+            if version != state.data_version:
+                state.data_version = version
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(0.002, remaining))
 
     # -- operators ------------------------------------------------------------------
 
-    def get(self, job_id: str) -> Job | None:
-        rows = rows_of(self._conn(), Q["get_job"], {"id": job_id})
-        return row_to_job(rows[0]) if rows else None
-
-    def list_jobs(
-        self,
-        *,
-        statuses: Sequence[str] = (),
-        types: Sequence[str] = (),
-        queues: Sequence[str] = (),
-        finished_after: int | None = None,
-        limit: int = 100,
-    ) -> list[Job]:
-        params: dict[str, Any] = {"limit": limit}
-        filters = (
-            _in("status", statuses, "s", params)
-            + _in("type", types, "t", params)
-            + _in("queue", queues, "q", params)
-        )
-        if finished_after is not None:
-            params["finished_after"] = finished_after
-            filters += " AND completed_at >= :finished_after"
-        rows = rows_of(self._conn(), Q["list_jobs"].replace("{filters}", filters), params)
-        return [row_to_job(row) for row in rows]
-
-    def failed_ids(self, types: Sequence[str] = ()) -> list[str]:
-        params: dict[str, Any] = {}
-        sql = Q["failed_ids"].replace("{filters}", _in("type", types, "t", params))
-        return [row[0] for row in rows_of(self._conn(), sql, params)]
-
-    def retry(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
+    @boundary
+    def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
         results: list[Job | None] = []
         with self._write() as conn:
+            now = self.now()
             for job_id in job_ids:
                 try:
-                    rows = rows_of(conn, Q["operator_retry"], {"id": job_id, "now": now})
+                    rows = rows_of(conn, OPERATOR_RETRY_SQL, {"id": job_id, "now": now})
                 except apsw.ConstraintError:
                     job = self.get(job_id)
                     key = job.idempotency_key if job else "?"
@@ -476,65 +609,30 @@ class SQLiteStorage:
                 results.append(row_to_job(rows[0]) if rows else None)
         return results
 
-    def cancel(self, job_ids: Sequence[str], *, now: int) -> list[Job | None]:
+    @boundary
+    def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
         results: list[Job | None] = []
         with self._write() as conn:
+            now = self.now()
             for job_id in job_ids:
                 params = {"id": job_id, "now": now}
-                rows = rows_of(conn, Q["cancel_waiting"], params)
+                rows = rows_of(conn, CANCEL_WAITING_SQL, params)
                 if not rows:
-                    rows = rows_of(conn, Q["request_cancel"], params)
+                    rows = rows_of(conn, REQUEST_CANCEL_SQL, params)
                 results.append(row_to_job(rows[0]) if rows else None)
         return results
 
+    @boundary
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
         params: dict[str, Any] = {"before": before}
-        filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
+        filters = in_filter("status", statuses, "s", params) + in_filter("type", types, "t", params)
         with self._write() as conn:
             conn.execute(Q["prune"].replace("{filters}", filters), params)
             return int(conn.changes())
 
-    def scan(
-        self, *, statuses: Sequence[str] = (), types: Sequence[str] = (), batch: int = 500
-    ) -> Iterator[Job]:
-        after = ""
-        while True:
-            params: dict[str, Any] = {"after": after, "limit": batch}
-            filters = _in("status", statuses, "s", params) + _in("type", types, "t", params)
-            rows = rows_of(self._conn(), Q["scan_jobs"].replace("{filters}", filters), params)
-            jobs = [row_to_job(row) for row in rows]
-            yield from jobs
-            if len(jobs) < batch:
-                return
-            after = jobs[-1].id
 
-    def count_by_status(self) -> dict[str, int]:
-        return {status: n for status, n in rows_of(self._conn(), Q["count_by_status"])}
-
-    def stats(self, *, now: int) -> Stats:
-        conn = self._conn()
-        stats = Stats()
-        for type_name, status, count in rows_of(conn, Q["stats_counts"]):
-            stats.counts[status] = stats.counts.get(status, 0) + count
-            stats.by_type.setdefault(type_name, {})[status] = count
-        stats.failures = [
-            {"type": t, "error": error, "count": n}
-            for t, error, n in rows_of(conn, Q["stats_failures"])
-        ]
-        stats.stuck = [row_to_job(row) for row in rows_of(conn, Q["stats_stuck"], {"now": now})]
-        day_ago, since = now - 86_400_000, now - 3_600_000
-        for type_name, count, p50, p95 in rows_of(conn, Q["stats_durations"], {"since": day_ago}):
-            stats.durations[type_name] = {"count": count, "p50_ms": p50, "p95_ms": p95}
-        enqueued, completed, failed = rows_of(conn, Q["stats_last_hour"], {"since": since})[0]
-        stats.last_hour = {"enqueued": enqueued, "completed": completed, "failed": failed}
-        stats.duplicates = [
-            {"type": t, "idempotency_key": key, "count": n}
-            for t, key, n in rows_of(conn, Q["stats_duplicates"])
-        ]
-        return stats
-
-    def changed(self) -> bool:
-        state = self._state()
-        version = rows_of(state.conn, "PRAGMA data_version")[0][0]
-        previous, state.data_version = state.data_version, version
-        return previous is not None and version != previous
+def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:
+    """The outcome as stored: its error text cleaned the way the statement bound it."""
+    if error is None or getattr(outcome, "error", None) == error:
+        return outcome
+    return dataclasses.replace(outcome, error=error)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 * `HookRecorder` -- a plugin that records every lifecycle notification.
 * `StorageContract` -- the conformance suite; subclass it and provide a
-  `storage` fixture returning a fresh, empty backend.
+  `storage_factory(clock=None)` fixture (see `jobcore.testing.contract`).
 * `make_queue`, `drain` -- build a Queue with exactly the plugins named, and
   run a worker until nothing runnable remains.
 """

@@ -55,20 +55,26 @@ def principal_of(request: Request) -> Principal | None:
 
 def require(scope: Scope) -> Callable[[Request], Awaitable[Principal]]:
     """Dependency: the caller's principal, which must hold `scope`."""
+    return require_any(scope)
+
+
+def require_any(*scopes: Scope) -> Callable[[Request], Awaitable[Principal]]:
+    """Dependency: the caller's principal, which must hold one of `scopes`."""
 
     async def dependency(request: Request) -> Principal:
         principal = principal_of(request)
         if principal is None:
             raise ApiError(401, "this route needs a token: Authorization: Bearer TOKEN", _CHALLENGE)
-        if not principal.allows(scope):
+        if not any(principal.allows(scope) for scope in scopes):
+            needed = " or ".join(repr(scope) for scope in scopes)
             raise ApiError(
                 403,
-                f"token {principal.name!r} has scope {principal.scope!r}; this route needs {scope!r}",
+                f"token {principal.name!r} has scope {principal.scope!r}; this route needs {needed}",
             )
         request.state.principal = principal
         return principal
 
-    dependency.__name__ = f"require_{scope}"
+    dependency.__name__ = "require_" + "_or_".join(scopes)
     return dependency
 
 

@@ -14,7 +14,9 @@ from jobcore_http.models import EnqueueIn
 MAX_TIME_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 
 
-def build_job(queue: Queue, body: EnqueueIn, header_key: str | None = None) -> NewJob:
+def build_job(
+    queue: Queue, body: EnqueueIn, header_key: str | None = None, *, parent_id: str | None = None
+) -> NewJob:
     if body.payload is not None and body.params is not None:
         raise ApiError(400, "give payload or params (its alias), not both")
     payload: dict[str, Any] = dict(body.payload if body.payload is not None else body.params or {})
@@ -56,4 +58,5 @@ def build_job(queue: Queue, body: EnqueueIn, header_key: str | None = None) -> N
         max_attempts=body.max_attempts,
         timeout=timeout,
         idempotency_key=key,
+        parent_id=parent_id,
     )

@@ -79,6 +79,7 @@ class Hub:
         self.stopping.set()
         self.engine.no_more_waiting()
         self.stop_signal.fire()
+        self.feed.signal.fire()  # event streams wake up, see `stopping` and end
 
     def close(self) -> None:
         self.begin_shutdown()
@@ -107,6 +108,21 @@ class Hub:
             return None
         agent = record.agent_id or (record.name if record.scope == "agent" else None)
         return Principal(name=record.name, scope=record.scope, agent_id=agent)  # type: ignore[arg-type]
+
+    def token_lookup(self, digest: str) -> tuple[str, str] | None:
+        """(name, scope) of the active token with this SHA-256 hex digest (the dashboard's)."""
+        record = self.store.token_by_hash(digest)
+        if record is None or not same_hash(record.hash, digest):
+            return None
+        return record.name, record.scope
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The workers registry as `GET /api/workers` lists it."""
+        claimed: dict[str, list[str]] = {}
+        for job in self.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000):
+            if job.locked_by:
+                claimed.setdefault(job.locked_by, []).append(job.id)
+        return self.registry.listing(self.now(), claimed)
 
     # -- maintenance ------------------------------------------------------------------
 

@@ -108,6 +108,9 @@ class ResultIn(Strict):
     lease_id: Name | None = None
     result: Any = None
     result_hash: Annotated[Text, Field(max_length=200)] | None = None
+    children: Annotated[list[EnqueueIn], Field(max_length=10_000)] | None = Field(
+        default=None, description="jobs to enqueue with the completion (parent_id = this job)"
+    )
 
 
 class FailIn(Strict):
@@ -115,6 +118,14 @@ class FailIn(Strict):
     lease_id: Name | None = None
     reason: LongText = "failed"
     retryable: bool = True
+    retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = Field(
+        default=None, description="seconds until the next attempt (instead of the hub's policy)"
+    )
+
+
+class ReleaseIn(Strict):
+    worker_id: Name
+    lease_id: Name | None = None
 
 
 class QueueAddIn(Strict):
@@ -198,6 +209,7 @@ class JobOut(BaseModel):
     updated_at: str | None
     lease_id: str | None = None
     started_at: str | None = None
+    history: list[AttemptOut] = Field(default=[], description="every ended attempt")
     params: dict[str, Any]
     worker_id: str | None
     max_runtime_ms: int | None
@@ -259,6 +271,7 @@ class WorkerOut(BaseModel):
     last_seen: str | None
     state: Literal["active", "idle", "lost"]
     current_jobs: list[str]
+    draining: bool
 
 
 class WorkersOut(BaseModel):
@@ -268,6 +281,7 @@ class WorkersOut(BaseModel):
 class HeartbeatOut(BaseModel):
     lease_expires_at: str | None
     cancel_requested: bool
+    drain: bool = Field(default=False, description="stop claiming, finish running jobs, exit")
 
 
 class QueueAddOut(BaseModel):

@@ -48,10 +48,11 @@ class HttpSettings(BaseModel):
     max_body: Size = 1024 * 1024
     insecure_no_auth: bool = False
     max_wait: Annotated[float, Field(ge=0, le=30)] = 30.0  # longest claim long-poll, seconds
-    poll_wait: Annotated[float, Field(ge=0, le=30)] = 5.0  # told to agents at register
+    poll_wait: Annotated[float, Field(ge=0, le=30)] = 25.0  # told to agents at register
     max_claims_per_agent: Annotated[int, Field(ge=1, le=1000)] = 4  # concurrent long-polls
     max_jobs_per_claim: Annotated[int, Field(ge=1, le=1000)] = 100
     timeout_check_interval: PositiveSeconds = 1.0  # how often remote claims' runtime is checked
     sse_retry: PositiveSeconds = 2.0  # the `retry:` hint of event streams
     sse_keepalive: PositiveSeconds = 15.0  # comment lines on idle streams
     shutdown_timeout: PositiveSeconds = 30.0  # wait for in-flight requests at SIGTERM
+    artifacts_dir: str | None = None  # default: beside the database (`<db>.artifacts`)

@@ -64,6 +64,7 @@ class WorkerRecord:
     registered_at: int = 0
     last_seen: int = 0
     lost_at: int | None = None
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,9 @@ class HubStore(Protocol):
     def touch_workers(self, seen: dict[str, int]) -> list[str]:
         """Record last-seen times (creating unknown workers); returns ids that were lost."""
 
+    def set_drain(self, worker_id: str, drain: bool) -> bool:
+        """Ask a worker to drain (or not); False if the worker is unknown."""
+
     def mark_lost(self, before: int, now: int) -> list[str]:
         """Mark workers silent since before `before` lost; returns those newly marked."""
 
@@ -148,7 +152,8 @@ _MIGRATIONS: tuple[tuple[str, str], ...] = (
             types         TEXT NOT NULL DEFAULT '[]',
             registered_at INTEGER NOT NULL,
             last_seen     INTEGER NOT NULL,
-            lost_at       INTEGER
+            lost_at       INTEGER,
+            drain         INTEGER NOT NULL DEFAULT 0
         );
         """,
     ),
@@ -300,7 +305,7 @@ class SQLiteHubStore:
                     name = excluded.name, cores = excluded.cores, ram_gb = excluded.ram_gb,
                     tags = excluded.tags, types = excluded.types,
                     registered_at = excluded.registered_at, last_seen = excluded.last_seen,
-                    lost_at = NULL
+                    lost_at = NULL, drain = 0
                 """,
                 {
                     "id": record.worker_id,
@@ -339,6 +344,13 @@ class SQLiteHubStore:
                 )
         return back
 
+    def set_drain(self, worker_id: str, drain: bool) -> bool:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE hub_workers SET drain = ? WHERE worker_id = ?", (int(drain), worker_id)
+            )
+            return bool(conn.changes())
+
     def mark_lost(self, before: int, now: int) -> list[str]:
         with self._write() as conn:
             rows = conn.execute(
@@ -350,8 +362,8 @@ class SQLiteHubStore:
 
     def list_workers(self) -> list[WorkerRecord]:
         rows = self._rows(
-            "SELECT worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, lost_at "
-            "FROM hub_workers ORDER BY worker_id"
+            "SELECT worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, "
+            "lost_at, drain FROM hub_workers ORDER BY worker_id"
         )
         return [
             WorkerRecord(
@@ -364,6 +376,7 @@ class SQLiteHubStore:
                 registered_at=row[6],
                 last_seen=row[7],
                 lost_at=row[8],
+                drain=bool(row[9]),
             )
             for row in rows
         ]

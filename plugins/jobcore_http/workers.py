@@ -34,10 +34,21 @@ class Registry:
         self._lock = threading.Lock()
         self._dirty: dict[str, int] = {}
         self._known: set[str] = set()
+        self.draining: set[str] = set()
         self.progress: dict[str, Any] = {}  # job id -> the agent's last reported progress
 
     def load(self) -> None:
-        self._known = {record.worker_id for record in self.store.list_workers()}
+        records = self.store.list_workers()
+        self._known = {record.worker_id for record in records}
+        self.draining = {record.worker_id for record in records if record.drain}
+
+    def drain(self, worker_id: str) -> bool:
+        """Ask `worker_id` to stop claiming and exit once its jobs are done; False if unknown."""
+        self.flush()
+        if not self.store.set_drain(worker_id, True):
+            return False
+        self.draining.add(worker_id)
+        return True
 
     def known(self, worker_id: str) -> bool:
         return worker_id in self._known
@@ -55,6 +66,7 @@ class Registry:
         with self._lock:
             self._known.add(record.worker_id)
             self._dirty.pop(record.worker_id, None)
+            self.draining.discard(record.worker_id)
         data = worker_data(record)
         data["new"] = created
         add_event(self.storage, "worker:registered", record.worker_id, data)
@@ -88,6 +100,7 @@ class Registry:
                     "last_seen": iso(last_seen),
                     "state": state,
                     "current_jobs": current,
+                    "draining": record.drain,
                 }
             )
         return out

@@ -44,6 +44,9 @@ JOB_FIELDS = {
     "claimed_at",
     "completed_at",
     "updated_at",
+    "lease_id",
+    "started_at",
+    "history",
 }
 
 
@@ -344,8 +347,8 @@ def test_json_lifecycle_logs_on_stderr(run: Run) -> None:
 
 def test_sweep_reclaims_expired_leases(run: Run, db: Path) -> None:
     job_id = run("enqueue", "noop").stdout.strip()
-    storage = SQLiteStorage(db)
-    storage.claim(worker="dead-worker", limit=1, now=now_ms() - 120_000, lease_ms=60_000)
+    storage = SQLiteStorage(db, clock=lambda: now_ms() - 120_000)  # a claim made long ago
+    storage.claim(worker="dead-worker", limit=1, lease_ms=60_000)
     storage.close()
     stats = json.loads(run("stats", "--json").stdout)
     assert [job["id"] for job in stats["stuck"]] == [job_id]

@@ -187,7 +187,9 @@ def test_hook_jobcore_job_failed(jobcore_queue: Queue, jobcore_recorder: HookRec
 
 def test_hook_jobcore_job_reclaimed(jobcore_queue: Queue, jobcore_recorder: HookRecorder) -> None:
     job = jobcore_queue.enqueue("noop", {}).job
-    jobcore_queue.storage.claim(worker="gone", limit=1, now=0, lease_ms=1)
+    past = SQLiteStorage(jobcore_queue.url, clock=lambda: 0)  # a claim made long ago
+    past.claim(worker="gone", limit=1, lease_ms=1)
+    past.close()
     jobcore_queue.sweep()
     [call] = jobcore_recorder.of("job_reclaimed")
     assert (

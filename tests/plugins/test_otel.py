@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from testenv import LocalHTTPServer, subprocess_env
 
 from jobcore import Queue
+from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing import drain
 
 MakeQueue = Callable[..., Queue]
@@ -174,7 +175,9 @@ def test_enqueue_inside_an_application_span(queue: Queue, telemetry: Telemetry) 
 
 def test_reclaim_and_cancel_events(queue: Queue, telemetry: Telemetry) -> None:
     queue.enqueue("noop", {})
-    queue.storage.claim(worker="dead", limit=1, now=0, lease_ms=1)
+    past = SQLiteStorage(queue.url, clock=lambda: 0)  # a claim made long ago
+    past.claim(worker="dead", limit=1, lease_ms=1)
+    past.close()
     queue.sweep()
     waiting = queue.enqueue("noop", {}, delay=60).job
     queue.cancel([waiting.id])

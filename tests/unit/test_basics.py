@@ -55,4 +55,4 @@ def test_query_parser() -> None:
     with pytest.raises(ValueError, match="empty"):
         parse_queries("-- name: a\n\n-- name: b\nSELECT 1")
     queries = load_queries("jobcore.storage", "queries.sql")
-    assert {"claim", "complete", "sweep_reclaim", "insert_job"} <= set(queries)
+    assert {"insert_job", "get_job", "events_after", "prune_events"} <= set(queries)

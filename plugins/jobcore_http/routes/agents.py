@@ -9,12 +9,13 @@ from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from jobcore.errors import JobNotFound
-from jobcore.models import Completed, Job, JobStatus, compact_json
+from jobcore.errors import JobcoreError
+from jobcore.models import Completed, Job, JobStatus, Released, compact_json
 from jobcore.timeutil import iso
 from jobcore_http import compat
 from jobcore_http.auth import acting_as, hub_of, require
-from jobcore_http.errors import ApiError
+from jobcore_http.enqueue import build_job
+from jobcore_http.errors import ApiError, status_of
 from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
 from jobcore_http.models import (
     ClaimIn,
@@ -25,6 +26,7 @@ from jobcore_http.models import (
     JobOut,
     RegisterIn,
     RegisterOut,
+    ReleaseIn,
     ResultIn,
     WorkersOut,
 )
@@ -38,6 +40,7 @@ JobId = Annotated[str, Path(min_length=1, max_length=200)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422, 429)
 }
+MAX_RETRY_DELAY = 7 * 86400.0  # seconds: an agent's retry_in is clamped to this
 Agent = Annotated[Principal, Depends(require("agent"))]
 
 
@@ -67,12 +70,7 @@ async def register(request: Request, body: RegisterIn, principal: Agent) -> dict
 )
 def workers(request: Request) -> dict[str, Any]:
     """Every agent: capabilities, last seen, `active|idle|lost`, the jobs it holds."""
-    hub = hub_of(request)
-    claimed: dict[str, list[str]] = {}
-    for job in hub.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000):
-        if job.locked_by:
-            claimed.setdefault(job.locked_by, []).append(job.id)
-    return {"workers": hub.registry.listing(hub.now(), claimed)}
+    return {"workers": hub_of(request).workers()}
 
 
 @router.post(
@@ -84,6 +82,9 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
     """Claim up to `max_jobs` jobs, waiting up to `wait` seconds for one to be claimable."""
     acting_as(principal, body.worker_id)
     hub = hub_of(request)
+    if body.worker_id in hub.registry.draining:
+        hub.registry.seen(body.worker_id, hub.now())
+        return Response(status_code=204, headers={"X-Jobcore-Drain": "1"})
     wait = min(body.wait, hub.settings.max_wait)
     limit = min(body.max_jobs or 1, hub.settings.max_jobs_per_claim)
     waiting = hub.longpolls.get(body.worker_id, 0)
@@ -169,6 +170,7 @@ async def heartbeat(
     """Extend the lease; `cancel_requested: true` tells the agent to stop the job."""
     acting_as(principal, body.worker_id)
     hub = hub_of(request)
+    drain = body.worker_id in hub.registry.draining
     now = hub.now()
     hub.registry.seen(body.worker_id, now)
     job = await _job(hub, job_id)
@@ -176,18 +178,22 @@ async def heartbeat(
         started = getattr(job, "started_at", None) or job.claimed_at
         if job.timeout_ms is not None and started is not None and now - started > job.timeout_ms:
             await asyncio.wrap_future(hub.engine.record(hub.timeout_outcome(job, now)))
-            return {"lease_expires_at": None, "cancel_requested": True}
+            return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
         cancel = await asyncio.wrap_future(hub.engine.extend(compat.lease_of(job)))
         if cancel is not None:
             if body.progress is not None:
                 hub.registry.progress[job.id] = body.progress
-            return {"lease_expires_at": iso(now + hub.lease_ms), "cancel_requested": cancel}
+            return {
+                "lease_expires_at": iso(now + hub.lease_ms),
+                "cancel_requested": cancel,
+                "drain": drain,
+            }
         job = await _job(hub, job_id)
     attempt = last_attempt(job, body.worker_id, body.lease_id)
     if attempt is not None and (
         attempt.get("error") == MAX_RUNTIME_EXCEEDED or attempt.get("outcome") == "cancelled"
     ):
-        return {"lease_expires_at": None, "cancel_requested": True}
+        return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
     raise _not_yours(job, body.worker_id)
 
 
@@ -211,7 +217,16 @@ async def result(
         )
     job = await _job(hub, job_id)
     if _live(job, body.worker_id, body.lease_id):
-        outcome = Completed(lease=compat.lease_of(job), result=body.result)
+        children = []
+        for index, child in enumerate(body.children or ()):
+            try:
+                children.append(build_job(hub.queue, child, parent_id=job.id))
+            except (ApiError, JobcoreError) as exc:
+                status = exc.status if isinstance(exc, ApiError) else status_of(exc)
+                raise ApiError(status, f"children.{index}: {exc}") from None
+        outcome = Completed(
+            lease=compat.lease_of(job), result=body.result, children=tuple(children)
+        )
         recorded = await asyncio.wrap_future(hub.engine.record(outcome))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))
@@ -236,13 +251,15 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
     job = await _job(hub, job_id)
     if _live(job, body.worker_id, body.lease_id):
         lease = compat.lease_of(job)
-        decision = None
-        if body.retryable:
-            decision = hub.queue.decide_retry(job, RuntimeError(body.reason))
-        if decision is None or decision.delay is None:
+        delay: float | None = None
+        if body.retryable and body.retry_in is not None:
+            delay = min(body.retry_in, MAX_RETRY_DELAY) if job.attempts < job.max_attempts else None
+        elif body.retryable:
+            delay = hub.queue.decide_retry(job, RuntimeError(body.reason)).delay
+        if delay is None:
             outcome = compat.failed(lease, body.reason)
         else:
-            outcome = compat.retrying(lease, body.reason, int(decision.delay * 1000), now)
+            outcome = compat.retrying(lease, body.reason, int(delay * 1000), now)
         recorded = await asyncio.wrap_future(hub.engine.record(outcome))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))
@@ -257,4 +274,38 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
     raise _not_yours(job, body.worker_id)
 
 
-__all__ = ["JobNotFound", "router"]
+@router.post("/jobs/{job_id}/release", response_model=JobOut, responses=ERRORS)
+async def release(
+    request: Request, job_id: JobId, body: ReleaseIn, principal: Agent
+) -> JSONResponse:
+    """Give a claimed job back unfinished (the attempt is not counted), e.g. at shutdown."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    hub.registry.seen(body.worker_id, hub.now())
+    job = await _job(hub, job_id)
+    if _live(job, body.worker_id, body.lease_id):
+        recorded = await asyncio.wrap_future(
+            hub.engine.record(Released(lease=compat.lease_of(job)))
+        )
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if attempt is not None and attempt.get("outcome") == "released":
+        return JSONResponse(job_json(job))  # a repeat: already recorded
+    raise _not_yours(job, body.worker_id)
+
+
+@router.post(
+    "/workers/{worker_id}/drain",
+    status_code=204,
+    responses=ERRORS,
+    dependencies=[Depends(require("admin"))],
+)
+def drain(
+    request: Request, worker_id: Annotated[str, Path(min_length=1, max_length=200)]
+) -> Response:
+    """Ask an agent to stop claiming, finish its running jobs and exit (register clears it)."""
+    if not hub_of(request).registry.drain(worker_id):
+        raise ApiError(404, f"no registered worker {worker_id!r}")
+    return Response(status_code=204)

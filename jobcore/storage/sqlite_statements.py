@@ -1,0 +1,264 @@
+"""SQLite statements generated from the state-machine table (`jobcore.transitions`).
+
+Nothing here decides a rule: each `Transition` field maps to one SET or WHERE
+fragment, so the SQL cannot drift from `transitions.apply`. Named parameters:
+`:now`, `:id`, `:lease_id`, `:error`, `:delay_ms`, `:result`, `:worker`,
+`:lease_ms`, `:started_at`, `:limit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jobcore.transitions import (
+    CANCEL_WAITING,
+    CLAIM,
+    EXTEND,
+    MARK_STARTED,
+    OPERATOR_RETRY,
+    OWNER,
+    PROMOTE,
+    REQUEST_CANCEL,
+    RETRY_TARGET,
+    SWEEP,
+    Attempts,
+    Cancel,
+    Lock,
+    RunAt,
+    Started,
+    Transition,
+)
+
+NEW_LEASE_ID = "lower(hex(randomblob(16)))"
+"""A new opaque token per claimed row (32 hex digits, like secrets.token_hex(16))."""
+
+PROMOTE_BATCH = 1000
+"""At most this many due scheduled jobs are promoted per claim (the rest by the next ones)."""
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def set_clause(t: Transition) -> str:
+    """The SET list of `t` (right-hand sides read the row as it was, as SQL defines)."""
+    error = ":error" if t.error is not None else "NULL"
+    sets: list[str] = []
+    if t.to_status == RETRY_TARGET:
+        sets.append("status = CASE WHEN :delay_ms > 0 THEN 'scheduled' ELSE 'pending' END")
+    else:
+        sets.append(f"status = {_quote(str(t.to_status))}")
+    sets += {
+        Attempts.KEEP: [],
+        Attempts.INCREMENT: ["attempts = attempts + 1"],
+        Attempts.GIVE_BACK: ["attempts = attempts - 1"],
+        Attempts.RESET: ["attempts = 0"],
+    }[t.attempts]
+    sets += {
+        RunAt.KEEP: [],
+        RunAt.NOW: ["run_at = :now"],
+        RunAt.AFTER_DELAY: ["run_at = :now + :delay_ms"],
+    }[t.run_at]
+    sets += {
+        Lock.KEEP: [],
+        Lock.CLAIM: [
+            "locked_by = :worker",
+            "locked_at = :now",
+            "claimed_at = :now",
+            "heartbeat_at = :now",
+            "lease_expires_at = :now + :lease_ms",
+            f"lease_id = {NEW_LEASE_ID}",
+        ],
+        Lock.EXTEND: ["heartbeat_at = :now", "lease_expires_at = :now + :lease_ms"],
+        Lock.END_KEEP_WORKER: [
+            "locked_at = NULL",
+            "lease_expires_at = NULL",
+            "heartbeat_at = NULL",
+        ],
+        Lock.END_CLEAR_WORKER: [
+            "locked_by = NULL",
+            "locked_at = NULL",
+            "lease_expires_at = NULL",
+            "heartbeat_at = NULL",
+        ],
+    }[t.lock]
+    sets += {
+        Started.KEEP: [],
+        Started.NOW: ["started_at = coalesce(started_at, :now)"],
+        Started.CLEAR: ["started_at = NULL"],
+        Started.CLAIM: ["started_at = :started_at"],
+    }[t.started]
+    sets += {
+        Cancel.KEEP: [],
+        Cancel.REQUEST: ["cancel_requested = 1"],
+        Cancel.CLEAR: ["cancel_requested = 0"],
+    }[t.cancel]
+    if t.error_entry:
+        sets.append(
+            "errors = json_insert(errors, '$[#]', json_object("
+            f"'attempt', attempts, 'error', {error}, 'worker', locked_by, 'at', :now))"
+        )
+    if t.last_error:
+        sets.append(f"last_error = {error}")
+    if t.history is not None:
+        sets.append(
+            "history = json_insert(history, '$[#]', json_object("
+            "'attempt', attempts, 'lease_id', lease_id, 'worker', locked_by, "
+            "'started_at', started_at, 'ended_at', :now, "
+            f"'outcome', {_quote(t.history)}, 'error', {error}))"
+        )
+    if t.finishes:
+        sets.append("completed_at = :now")
+    if t.stores_result:
+        sets.append("result = :result")
+    if t.reopens:
+        sets += ["completed_at = NULL", "result = NULL"]
+    if t.event is not None:
+        sets.append(f"last_event = {_quote(t.event)}")  # fires the jobs_event trigger
+    sets.append("updated_at = :now")
+    return ",\n       ".join(sets)
+
+
+def where_clause(t: Transition, *, by_id: bool) -> str:
+    """The guard of `t`: its from-statuses and conditions (plus `id = :id` when `by_id`)."""
+    if len(t.from_status) == 1:
+        parts = [f"status = {_quote(str(t.from_status[0]))}"]
+    else:
+        parts = [f"status IN ({', '.join(_quote(str(s)) for s in t.from_status)})"]
+    if by_id:
+        parts.append("id = :id")
+    g = t.guard
+    if g.fenced:
+        parts.append("lease_id = :lease_id")
+    if g.lease_expired:
+        parts.append("lease_expires_at < :now")
+    if g.due:
+        parts.append("run_at <= :now")
+    if g.started is not None:
+        parts.append("started_at IS NOT NULL" if g.started else "started_at IS NULL")
+    if g.attempts_left is not None:
+        parts.append("attempts < max_attempts" if g.attempts_left else "attempts >= max_attempts")
+    if g.cancel_requested is not None:
+        parts.append(f"cancel_requested = {int(g.cancel_requested)}")
+    return "\n   AND ".join(parts)
+
+
+def by_id(t: Transition, returning: str = "*") -> str:
+    """`t` applied to one row, chosen by `:id` (and fenced by `:lease_id` for owners)."""
+    return (
+        f"UPDATE jobs\n   SET {set_clause(t)}\n WHERE {where_clause(t, by_id=True)}\n"
+        f"RETURNING {returning}"
+    )
+
+
+def set_based(t: Transition, index: str) -> str:
+    """`t` applied to every row its guard selects (the sweep), through `index`."""
+    return (
+        f"UPDATE jobs INDEXED BY {index}\n   SET {set_clause(t)}\n"
+        f" WHERE {where_clause(t, by_id=False)}\nRETURNING *"
+    )
+
+
+def promote(t: Transition) -> str:
+    """Promotion of due scheduled rows, at most `PROMOTE_BATCH` per statement, earliest first."""
+    return (
+        f"UPDATE jobs SET {set_clause(t)}\n WHERE id IN (SELECT id FROM jobs INDEXED BY "
+        f"jobs_scheduled WHERE {where_clause(t, by_id=False)} ORDER BY run_at "
+        f"LIMIT {PROMOTE_BATCH})"
+    )
+
+
+_ORDER = "ORDER BY priority DESC, run_at, id"
+
+
+def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
+    if not values:
+        return ""
+    names = []
+    for index, value in enumerate(values):
+        params[f"{prefix}{index}"] = value
+        names.append(f":{prefix}{index}")
+    if len(names) == 1:
+        return f" AND {column} = {names[0]}"
+    return f" AND {column} IN ({', '.join(names)})"
+
+
+def claim_candidates(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> str:
+    """Ids of the next pending jobs in claim order, reading only the filtered queues' rows.
+
+    A queue filter reads the queue-leading index once per queue; a type filter
+    (without queues) the type-leading index once per type; each branch stops
+    after `:limit` rows, so pending rows of other queues/types are never read.
+    """
+    pending = "status = 'pending'"
+    if not queues and not types:
+        return f"SELECT id FROM jobs INDEXED BY jobs_claim WHERE {pending} {_ORDER} LIMIT :limit"
+    if queues:
+        index, column, values, other, other_values, prefix = (
+            "jobs_claim_queue",
+            "queue",
+            list(dict.fromkeys(queues)),
+            "type",
+            types,
+            "q",
+        )
+    else:
+        index, column, values, other, other_values, prefix = (
+            "jobs_claim_type",
+            "type",
+            list(dict.fromkeys(types)),
+            "queue",
+            queues,
+            "t",
+        )
+    extra = _in(other, other_values, "o", params)
+    branches = []
+    for number, value in enumerate(values):
+        params[f"{prefix}{number}"] = value
+        branches.append(
+            f"SELECT id, priority, run_at FROM jobs INDEXED BY {index} "
+            f"WHERE {pending} AND {column} = :{prefix}{number}{extra} {_ORDER} LIMIT :limit"
+        )
+    if len(branches) == 1:
+        return branches[0].replace("SELECT id, priority, run_at", "SELECT id", 1)
+    union = " UNION ALL ".join(f"SELECT * FROM ({branch})" for branch in branches)
+    return f"SELECT id FROM ({union}) {_ORDER} LIMIT :limit"
+
+
+def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> str:
+    """The claim statement for these filters (fills `params` with the filter values)."""
+    candidates = claim_candidates(queues, types, params)
+    return (
+        f"UPDATE jobs\n   SET {set_clause(CLAIM)}\n WHERE status = 'pending' AND id IN "
+        f"({candidates})\nRETURNING *"
+    )
+
+
+def _owner_statements() -> dict[str, tuple[str, str]]:
+    """Per owner transition: (statement returning the whole row, one returning what it needs).
+
+    The second returns what may have changed since the claim: the started
+    marker as it was (RETURNING shows the new row, so a transition that clears
+    it reads it back from the history entry it appended) and `cancel_requested`.
+    """
+    out = {}
+    for group in OWNER.values():
+        for t in group:
+            if t.started is Started.KEEP:
+                started = "started_at"
+            else:
+                assert t.history is not None, t.name
+                started = "json_extract(history, '$[#-1].started_at')"
+            out[t.name] = (by_id(t, "*"), by_id(t, f"{started}, cancel_requested"))
+    return out
+
+
+OWNER_SQL = _owner_statements()
+SWEEP_SQL = [(set_based(t, "jobs_leases"), t.error, action) for t, action in SWEEP]
+PROMOTE_SQL = promote(PROMOTE)
+EXTEND_SQL = by_id(EXTEND, "cancel_requested")
+MARK_STARTED_SQL = by_id(MARK_STARTED, "id")
+OPERATOR_RETRY_SQL = by_id(OPERATOR_RETRY)
+CANCEL_WAITING_SQL = by_id(CANCEL_WAITING)
+REQUEST_CANCEL_SQL = by_id(REQUEST_CANCEL)

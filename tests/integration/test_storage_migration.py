@@ -1,0 +1,136 @@
+"""Schema migrations: a v1 database is upgraded in place; only real work takes the write lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+
+from jobcore.errors import SchemaTooNew, StorageBusy
+from jobcore.models import Completed, JobStatus, Lease
+from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
+from jobcore.storage.sqlite import SQLiteStorage
+from jobcore.testing.contract import LEASE, T0, FakeClock
+
+V1_COLUMNS = (
+    "id, type, queue, payload, status, priority, attempts, max_attempts, run_at, locked_by, "
+    "locked_at, lease_expires_at, heartbeat_at, errors, created_at, claimed_at, updated_at"
+)
+
+
+def make_v1(path: Path) -> None:
+    """A database as jobcore 0.1 left it: schema 1, jobs in every state."""
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(MIGRATIONS[0][1])
+    conn.execute("PRAGMA user_version=1")
+    rows: list[tuple[Any, ...]] = [
+        ("p1", "noop", "default", "{}", "pending", 0, 0, 3, T0, None, None, None, None, "[]"),
+        ("c1", "noop", "default", "{}", "claimed", 0, 1, 3, T0, "old", T0, T0 + LEASE, T0, "[]"),
+        (
+            "f1",
+            "noop",
+            "default",
+            "{}",
+            "failed",
+            0,
+            3,
+            3,
+            T0,
+            "old",
+            None,
+            None,
+            None,
+            '[{"attempt": 3, "error": "boom", "worker": "old", "at": 1}]',
+        ),
+    ]
+    conn.executemany(
+        f"INSERT INTO jobs ({V1_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?, {T0}, {T0}, {T0})",
+        rows,
+    )
+    conn.close()
+
+
+def schema(path: Path) -> list[tuple[str, str]]:
+    conn = apsw.Connection(str(path))
+    try:
+        return sorted(
+            (name, " ".join(sql.split()))
+            for name, sql in conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'"
+            )
+        )
+    finally:
+        conn.close()
+
+
+def test_a_v1_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    old = tmp_path / "v1.db"
+    make_v1(old)
+    clock = FakeClock(T0 + LEASE + 1)
+    storage = SQLiteStorage(old, clock=clock)
+    storage.migrate()
+    assert storage.get("p1") is not None
+    claimed = storage.get("c1")
+    assert claimed is not None
+    assert claimed.lease_id and claimed.started_at == T0 and claimed.history == []
+    failed = storage.get("f1")
+    assert failed is not None and failed.errors[0]["error"] == "boom" and failed.history == []
+    # the v1 claim is treated as started: its expired lease is reclaimed with an error entry
+    [swept] = storage.sweep(force=True)
+    assert (swept.job.id, swept.action) == ("c1", "reclaimed")
+    jobs = storage.claim(worker="new", limit=5, lease_ms=LEASE)
+    assert {job.id for job in jobs} == {"p1", "c1"}
+    [rec] = storage.record([Completed(Lease.of(jobs[0]), "ok")])
+    assert rec.job is not None and rec.job.status is JobStatus.COMPLETED
+    assert [e.kind for e in storage.events_after(0) if e.job_id == jobs[0].id][-1] == (
+        "job:completed"
+    )
+    storage.close()
+    fresh = tmp_path / "fresh.db"
+    SQLiteStorage(fresh).migrate()
+    assert schema(old) == schema(fresh)
+    conn = apsw.Connection(str(old))
+    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION
+    conn.close()
+
+
+def test_migration_takes_the_write_lock_only_when_there_is_work(tmp_path: Path) -> None:
+    current, old = tmp_path / "current.db", tmp_path / "old.db"
+    SQLiteStorage(current).migrate()
+    make_v1(old)
+    for path in (current, old):
+        writer = apsw.Connection(str(path))
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            storage = SQLiteStorage(path, busy_timeout=0.05)
+            if path == current:
+                storage.migrate()  # nothing to do: a read
+                assert storage.count_by_status() == {}
+            else:
+                with pytest.raises(StorageBusy, match="busy"):
+                    storage.migrate()
+            storage.close()
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+    upgraded = SQLiteStorage(old)  # once the writer is gone the upgrade goes through
+    assert upgraded.count_by_status() == {"pending": 1, "claimed": 1, "failed": 1}
+    upgraded.close()
+
+
+def test_a_newer_schema_is_refused_without_writing(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    SQLiteStorage(path).migrate()
+    conn = apsw.Connection(str(path))
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.close()
+    storage = SQLiteStorage(path)
+    with pytest.raises(SchemaTooNew, match="upgrade jobcore"):
+        storage.migrate()
+    storage.close()
+    conn = apsw.Connection(str(path))
+    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION + 1
+    conn.close()
