@@ -91,8 +91,11 @@ def child_json(child: NewJob, now: int) -> dict[str, Any]:
         "timeout": None if child.timeout_ms is None else child.timeout_ms / 1000,
         "idempotency_key": child.idempotency_key,
     }
-    if child.run_at > now:
-        body["delay"] = (child.run_at - now) / 1000
+    delay_ms = getattr(child, "delay_ms", 0)
+    if child.run_at is not None:
+        delay_ms = child.run_at - now
+    if delay_ms > 0:
+        body["delay"] = delay_ms / 1000
     return {key: value for key, value in body.items() if value is not None}
 
 

@@ -245,3 +245,19 @@ def test_bad_options_fail_before_anything_runs(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines() == ["Error: --hub 'ftp://x' is not an http(s) URL"]
     assert not (tmp_path / "c").exists()
     assert sys.executable
+
+
+def test_the_hub_tells_an_agent_to_drain(hub: Hub, agents: list[Agent], tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    running = hub.enqueue(
+        "stamp", {"log": str(tmp_path / "log"), "sleep": 2, "started": str(started)}
+    )
+    agent = Agent(hub, "a1")
+    agents.append(agent)
+    wait_until(started.exists)
+    assert hub.admin.post("/api/workers/a1/drain").status_code in (200, 202, 204)
+    later = hub.enqueue("stamp", {"log": str(tmp_path / "log")})
+    assert agent.wait(60) == 0  # finished its job, claimed nothing more, exited
+    assert hub.job(running["id"])["status"] == "completed"
+    assert hub.job(later["id"])["status"] == "pending"
+    assert "drain" in agent.log()
