@@ -1,39 +1,49 @@
-"""One attempt of a job: run the handler through the hooks and decide the outcome."""
+"""One attempt of a job: run the handler through the hooks and decide the outcome.
+
+Nothing here raises: whatever goes wrong while preparing, running or judging
+an attempt (an exception whose `str()` raises, a validator raising `KeyError`,
+`RetryAfter(inf)`) becomes an outcome of that job alone.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
-from jobcore.context import JobContext
-from jobcore.errors import Interrupted, JobcoreError
+from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError
+from jobcore.inflight import Attempt
 from jobcore.models import (
     Cancelled,
     Completed,
     Failed,
     Job,
-    Lease,
     Outcome,
     Released,
     Retrying,
     compact_json,
 )
 from jobcore.queue import Queue
-from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
+from jobcore.transitions import clamp_delay_ms
 
 log = logging.getLogger("jobcore.worker")
 
+MAX_ERROR_CHARS = 4000  # an error message longer than this is stored cut
+
 
 def describe_error(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    """`Type: message`, even when the exception's `str()` raises; long messages are cut."""
+    name = type(error).__name__
+    try:
+        text = str(error)
+    except Exception as inner:  # a hostile __str__ must not take the caller down
+        text = f"(message unreadable: its __str__ raised {type(inner).__name__})"
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + f"… ({len(text)} characters)"
+    return f"{name}: {text}" if text else name
 
 
 _PLUMBING = (
@@ -46,49 +56,55 @@ _PLUMBING = (
 
 def handler_traceback(exc: BaseException) -> str:
     """The traceback of a handler's exception without pluggy's and the worker's frames."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith(_PLUMBING[0])
-        and not frame.filename.endswith(_PLUMBING[1:])
-    ]
-    lines = traceback.format_list(frames) + traceback.format_exception_only(exc)
-    return "Traceback (handler frames):\n" + "".join(lines).rstrip()
-
-
-@dataclass(eq=False)
-class Running:
-    """A job this worker claimed: waiting for an executor (prefetched) or executing."""
-
-    job: Job
-    ctx: JobContext
-    lease: Lease
-    deadline: float | None  # monotonic seconds, from the job's timeout, once it began
-    began: bool = False  # an executor took it (set under the worker's lock)
-    started: float = 0.0
-    duration_ms: float = 0.0
-    abandoned: bool = False  # timed out, lost or released: its late outcome is dropped
+    try:
+        frames = [
+            frame
+            for frame in traceback.extract_tb(exc.__traceback__)
+            if not frame.filename.startswith(_PLUMBING[0])
+            and not frame.filename.endswith(_PLUMBING[1:])
+        ]
+        lines = [*traceback.format_list(frames), describe_error(exc) + "\n"]
+        return "Traceback (handler frames):\n" + "".join(lines).rstrip()
+    except Exception:
+        return "(traceback unavailable)"
 
 
 class AttemptRunner:
     """Executes attempts on executor threads; pure with respect to the database."""
 
-    def __init__(self, queue: Queue, *, clock: Callable[[], int], max_result_bytes: int) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        max_result_bytes: int,
+        max_retry_delay: float,
+    ) -> None:
         self.queue = queue
         self.pm = queue.pm
-        self.clock = clock
         self.max_result_bytes = max_result_bytes
+        self.max_retry_delay_ms = int(max_retry_delay * 1000)
         # With only the built-in implementation registered, call handlers directly:
         # the hook machinery costs a few microseconds per job and would change nothing.
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
         self._direct = [impl.plugin_name for impl in impls] == ["jobcore.builtin.execute"]
 
-    def execute(self, run: Running) -> Outcome:
-        """Run one attempt on this thread and turn what happened into an outcome."""
-        job, ctx = run.job, run.ctx
-        run.started = time.perf_counter()
-        if job.timeout_ms is not None:  # the timeout counts from the handler's start
-            run.deadline = time.monotonic() + job.timeout_ms / 1000
+    def execute(self, attempt: Attempt) -> Outcome:
+        """Run one attempt on this thread and turn what happened into an outcome; never raises."""
+        try:
+            return self._execute(attempt)
+        except BaseException as exc:  # the last guard: an executor thread must never die
+            log.error("job %s: judging its attempt failed: %s", attempt.job.id, describe_error(exc))
+            return Failed(
+                lease=attempt.lease,
+                error=f"jobcore could not judge the attempt: {describe_error(exc)}",
+            )
+
+    def _execute(self, attempt: Attempt) -> Outcome:
+        job, ctx = attempt.job, attempt.ctx
+        try:
+            ctx.payload = self.queue.validate_payload(ctx.job_type, job.payload)
+        except BaseException as exc:  # stored payload no longer matches, or the model broke
+            return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
         try:
             if self._direct:
                 result = ctx.job_type.handler(ctx.payload, ctx)
@@ -96,19 +112,19 @@ class AttemptRunner:
                 result = self.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
             result = self.bounded_result(job, result)
         except BaseException as exc:  # a handler must never take the worker down
-            run.duration_ms = (time.perf_counter() - run.started) * 1000
-            return self.failure_outcome(run, exc)
-        run.duration_ms = (time.perf_counter() - run.started) * 1000
+            return self.failure_outcome(attempt, exc)
         if ctx.stop_reason == "cancel":
-            return Cancelled(lease=run.lease, error="cancelled while running")
-        return Completed(lease=run.lease, result=result, children=tuple(ctx.children))
+            return Cancelled(lease=attempt.lease, error="cancelled while running")
+        if ctx.stop_reason == "timeout":  # it returned, but only after its time was up
+            return self.timeout_outcome(attempt)
+        return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
 
     def bounded_result(self, job: Job, result: Any) -> Any:
         try:
             encoded = compact_json(result)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise JobcoreError(
-                f"handler returned a result that is not JSON-serialisable: {exc}"
+                f"handler returned a result that is not JSON-serialisable: {describe_error(exc)}"
             ) from None
         if len(encoded) > self.max_result_bytes:
             log.warning(
@@ -119,34 +135,52 @@ class AttemptRunner:
             return {"truncated": True, "size": len(encoded), "head": encoded[:1024]}
         return result
 
-    def failure_outcome(self, run: Running, exc: BaseException) -> Outcome:
-        ctx = run.ctx
+    def failure_outcome(self, attempt: Attempt, exc: BaseException) -> Outcome:
+        ctx = attempt.ctx
         error = describe_error(exc)
         if ctx.stop_reason == "cancel":
-            return Cancelled(lease=run.lease, error=f"cancelled: {error}")
+            return Cancelled(lease=attempt.lease, error=f"cancelled: {error}")
         if ctx.stop_reason == "shutdown" and isinstance(exc, Interrupted):
-            return Released(lease=run.lease)
+            return Released(lease=attempt.lease)
+        if ctx.stop_reason == "timeout":  # whatever it raised on the way out, it timed out
+            return self.timeout_outcome(attempt)
         if not isinstance(exc, JobcoreError):
             log.warning(
                 "job %s (%s) attempt %d raised %s\n%s",
-                run.job.id,
-                run.job.type,
-                run.job.attempts,
+                attempt.job.id,
+                attempt.job.type,
+                attempt.job.attempts,
                 error,
                 handler_traceback(exc),
             )
-        return self.retry_or_fail(run, exc, error)
+        return self.retry_or_fail(attempt, exc, error)
 
-    def retry_or_fail(self, run: Running, exc: BaseException, error: str) -> Outcome:
+    def timeout_outcome(self, attempt: Attempt) -> Outcome:
+        seconds = (attempt.job.timeout_ms or 0) / 1000
+        error = f"timed out after {seconds:g}s"
+        return self.retry_or_fail(attempt, JobTimeout(error), f"JobTimeout: {error}")
+
+    def retry_or_fail(self, attempt: Attempt, exc: BaseException, error: str) -> Outcome:
+        """Ask the retry policy (and plugins); never raises."""
+        job = attempt.job
         try:
-            decision = self.queue.decide_retry(run.job, exc)
+            decision = self.queue.decide_retry(job, exc)
+            delay = decision.delay
         except Exception as hook_error:
-            log.exception(
-                "retry decision failed for job %s; retrying with default backoff", run.job.id
+            log.error(
+                "retry decision failed for job %s (%s); using the default policy",
+                job.id,
+                describe_error(hook_error),
             )
-            decision = self.queue.policy_for(run.job.type).decide(run.job, exc)
             error += f" (retry hook failed: {describe_error(hook_error)})"
-        if decision.delay is None:
-            return Failed(lease=run.lease, error=error)
-        delay_ms = clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
-        return Retrying(lease=run.lease, error=error, delay_ms=delay_ms)
+            try:
+                delay = self.queue.policy_for(job.type).decide(job, exc).delay
+            except Exception:
+                delay = None if isinstance(exc, PermanentError) else 0.0
+        if delay is None:
+            return Failed(lease=attempt.lease, error=error)
+        try:
+            delay_ms = clamp_delay_ms(delay * 1000, self.max_retry_delay_ms)
+        except Exception:  # a plugin's decision that is not a number
+            delay_ms = 0
+        return Retrying(lease=attempt.lease, error=error, delay_ms=delay_ms)

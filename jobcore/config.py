@@ -49,6 +49,9 @@ class CoreSettings(BaseModel):
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 4
     prefetch: Annotated[int, Field(ge=0, le=10_000)] = 32
     prefetch_below: Seconds = 0.05
+    prefetch_wait: PositiveSeconds = 1.0  # a prefetched job waiting longer is given back
+    stop_grace: Seconds = 5.0  # how long a handler asked to stop keeps its job and slot
+    max_retry_delay: Seconds = 7 * 86400.0  # retry delays from outside are clamped to this
     claim_batch: Annotated[int, Field(ge=1)] = 100
     allow_unregistered_types: bool = False
     log_format: Literal["text", "json"] = "text"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from jobcore.timeutil import iso
@@ -128,6 +128,18 @@ def _iso_entry(entry: dict[str, Any]) -> dict[str, Any]:
         if isinstance(out.get(name), int):
             out[name] = iso(out[name])
     return out
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_set = object.__setattr__
+
+
+def replace_job(job: Job, **changes: Any) -> Job:
+    """`dataclasses.replace` for the frozen `Job`, about twice as fast (a hot path of the worker)."""
+    new = object.__new__(Job)
+    for name in _JOB_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(job, name))
+    return new
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

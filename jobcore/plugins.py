@@ -1,4 +1,13 @@
-"""Building a plugin manager: hook specs, built-ins, entry points, isolation, listing."""
+"""Building a plugin manager: hook specs, built-ins, entry points, isolation, listing.
+
+A plugin that cannot work here is never loaded half-way: it is unregistered and
+listed as `unavailable` with the reason (by `jobcore plugins`, not on every
+command). That covers a failed import (a missing extra), an implementation of a
+hook this jobcore does not know (a plugin written for a newer version), an
+argument its hook's spec lacks, and an exception from `jobcore_configure`.
+Notification and `jobcore_enqueue_meta` hooks that raise are logged with the
+plugin's name and skipped.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +15,20 @@ import importlib
 import importlib.util
 import logging
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
-from typing import Any
+from importlib.metadata import PackageNotFoundError, entry_points, version
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
 from jobcore import hookspecs
+from jobcore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobcore.config import Config
+    from jobcore.models import NewJob
 
 log = logging.getLogger("jobcore.plugins")
 
@@ -27,6 +42,29 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "jobcore.builtin.event_log",
 )
 
+# First-party job types, so an unknown type's error can name the plugin and its extra.
+FIRST_PARTY_JOB_TYPES: dict[str, str] = {
+    "create_file": "files",
+    "delete_file": "files",
+    "shell": "shell",
+    "claude_extraction": "claude",
+    "sync_aws": "aws",
+}
+FIRST_PARTY_EXTRAS: dict[str, str] = {"claude": "claude", "aws": "aws", "otel": "otel"}
+
+Status = Literal["loaded", "unavailable"]
+
+
+def jobcore_version() -> str | None:
+    try:
+        return version("jobcore")
+    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
+        return None
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
 
 @dataclass
 class PluginInfo:
@@ -34,7 +72,7 @@ class PluginInfo:
 
     name: str
     version: str | None
-    status: str  # "loaded" | "unavailable" | "blocked"
+    status: Status
     reason: str | None = None
     source: str = "entry point"
     job_types: list[str] = field(default_factory=list)
@@ -58,16 +96,72 @@ class JobcorePluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
+        self._config: Config | None = None
+
+    # -- registering -------------------------------------------------------------
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        """pluggy's `register`, refusing hooks this jobcore does not define.
+
+        Raises `pluggy.PluginValidationError` (and registers nothing) for an
+        unknown hook; replays `jobcore_configure` once the manager is configured.
+        """
+        registered = super().register(plugin, name)
+        if registered is None:
+            return None
+        unknown = sorted(
+            caller.name
+            for caller in self.get_hookcallers(plugin) or []
+            if not caller.has_spec()
+            and not all(impl.optionalhook for impl in caller.get_hookimpls())
+        )
+        if unknown:
+            self.unregister(plugin)
+            raise pluggy.PluginValidationError(
+                plugin,
+                f"implements hook(s) this jobcore does not define: {', '.join(unknown)} "
+                "(written for another jobcore version?)",
+            )
+        if self._config is not None:
+            for impl in self.hook.jobcore_configure.get_hookimpls():
+                if impl.plugin is plugin and not self._configure_one(impl, self._config):
+                    return None
+        return registered
 
     def register_plugin(
         self, plugin: Any, name: str, *, version: str | None = None, source: str = "module"
-    ) -> None:
-        self.register(plugin, name=name)
+    ) -> bool:
+        """Register `plugin` as `name`; on any problem record it unavailable and return False."""
+        if self.get_name(plugin) is not None:
+            log.debug("plugin %s is already registered as %s", name, self.get_name(plugin))
+            return False
+        try:
+            registered = self.register(plugin, name=name)
+        except Exception as exc:
+            if source == "builtin":
+                raise
+            if self.get_plugin(name) is plugin:
+                self.unregister(plugin)
+            reason = str(exc) if isinstance(exc, pluggy.PluginValidationError) else None
+            self.mark_unavailable(name, one_line(reason or f"{type(exc).__name__}: {exc}"), version)
+            return False
+        if registered is None:  # blocked, or its jobcore_configure failed
+            return False
         self.infos[name] = PluginInfo(name=name, version=version, status="loaded", source=source)
+        return True
 
     def mark_unavailable(self, name: str, reason: str, version: str | None = None) -> None:
+        """Record `name` as unavailable with `reason`, and stop calling its hooks."""
+        plugin = self.get_plugin(name)
+        if plugin is not None:
+            self.unregister(plugin)
+        known = self.infos.get(name)
         self.infos[name] = PluginInfo(
-            name=name, version=version, status="unavailable", reason=reason
+            name=name,
+            version=version if version is not None else (known.version if known else None),
+            status="unavailable",
+            reason=reason,
+            source=known.source if known else "entry point",
         )
 
     def hooks_of(self, name: str) -> list[str]:
@@ -75,6 +169,83 @@ class JobcorePluginManager(pluggy.PluginManager):
         if plugin is None:
             return []
         return sorted(caller.name for caller in self.get_hookcallers(plugin) or [])
+
+    # -- calling hooks with isolation -----------------------------------------------
+
+    def configure(self, config: Config) -> None:
+        """Call `jobcore_configure` on every plugin (and on plugins registered later).
+
+        A plugin whose configure raises is made unavailable with the reason;
+        a `ConfigError` (a bad setting of the user's) is raised as it is.
+        """
+        self._config = config
+        for impl in reversed(self.hook.jobcore_configure.get_hookimpls()):
+            self._configure_one(impl, config)
+
+    def _configure_one(self, impl: pluggy.HookImpl, config: Config) -> bool:
+        try:
+            impl.function(**{arg: config for arg in impl.argnames})
+        except ConfigError:
+            raise
+        except Exception as exc:
+            if impl.plugin_name.startswith("jobcore.builtin"):
+                raise
+            log.debug("plugin %s failed in jobcore_configure", impl.plugin_name, exc_info=True)
+            self.mark_unavailable(
+                impl.plugin_name, one_line(f"jobcore_configure raised {type(exc).__name__}: {exc}")
+            )
+            return False
+        return True
+
+    def enqueue_meta(self, job: NewJob) -> dict[str, Any]:
+        """The merged `jobcore_enqueue_meta` answers; a raising plugin is logged and skipped."""
+        meta: dict[str, Any] = {}
+        for impl in reversed(self.hook.jobcore_enqueue_meta.get_hookimpls()):
+            try:
+                extra = impl.function(**{arg: job for arg in impl.argnames})
+            except Exception:
+                log.exception(
+                    "plugin %s failed in jobcore_enqueue_meta; job enqueued without its meta",
+                    impl.plugin_name,
+                )
+                continue
+            if isinstance(extra, dict):
+                meta.update(extra)
+            elif extra is not None:
+                log.error(
+                    "plugin %s returned %s from jobcore_enqueue_meta, not a dict; ignored",
+                    impl.plugin_name,
+                    type(extra).__name__,
+                )
+        return meta
+
+    # -- explaining what is missing -------------------------------------------------
+
+    def unknown_job_type(self, type_name: str, registered: Iterable[str]) -> str:
+        """The message for a job type no loaded plugin registered, saying how to get it."""
+        provider = FIRST_PARTY_JOB_TYPES.get(type_name)
+        info = self.infos.get(provider) if provider else None
+        if provider is None or (info is not None and info.status == "loaded"):
+            known = ", ".join(sorted(registered)) or "none"
+            message = f"unknown job type {type_name!r} (registered: {known}); "
+            message += "install or enable the plugin that provides it"
+            unavailable = [i.name for i in self.infos.values() if i.status == "unavailable"]
+            if unavailable:
+                message += f"; unavailable: {', '.join(unavailable)} (see `jobcore plugins`)"
+            return message
+        message = f"unknown job type {type_name!r}: the {provider!r} plugin provides it"
+        extra = FIRST_PARTY_EXTRAS.get(provider)
+        install = (
+            f"pip install 'jobcore[{extra}]' (from a checkout: pip install -e '.[{extra}]')"
+            if extra
+            else "pip install jobcore (from a checkout: pip install -e .)"
+        )
+        if info is None:
+            return f"{message} and is not installed: {install}"
+        reason = re.split(r" \(install|; install", info.reason or "")[0]
+        if reason.startswith(("disabled by", "not in")):
+            return f"{message} and is {reason}"
+        return f"{message} and is unavailable here ({reason}); install it: {install}"
 
 
 def require(module: str, *, extra: str) -> None:
@@ -96,7 +267,11 @@ def _import_error_reason(exc: BaseException) -> str:
     reason = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ModuleNotFoundError) and exc.name and "install" not in str(exc):
         reason += f" (install the plugin's extra, e.g. pip install -e '.[all]', or pip install {exc.name.split('.')[0]})"
-    return reason
+    return one_line(reason)
+
+
+def _names(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
 def make_plugin_manager(
@@ -110,54 +285,79 @@ def make_plugin_manager(
     """A fresh plugin manager: built-ins, then entry points, then extra modules and objects.
 
     `only` limits entry points to those names (also `JOBCORE_LOAD_PLUGINS=a,b`);
-    `blocked` names plugins never to load (also `JOBCORE_DISABLE_PLUGINS=a,b`). `modules` are import paths registered
-    like `-p` in pytest (also `JOBCORE_PLUGINS=pkg.mod,...`). A plugin that fails
-    to import is recorded as unavailable with the reason; the rest still load.
+    `blocked` names plugins never to load (also `JOBCORE_DISABLE_PLUGINS=a,b`).
+    `modules` are import paths registered like `-p` in pytest (also
+    `JOBCORE_PLUGINS=pkg.mod,...`). A plugin that cannot load is recorded as
+    unavailable with the reason; the rest still load.
     """
     pm = JobcorePluginManager()
-    env_blocked = os.environ.get("JOBCORE_DISABLE_PLUGINS", "")
-    blocked = set(blocked) | {name.strip() for name in env_blocked.split(",") if name.strip()}
-    for name in blocked:
+    env_blocked = set(_names(os.environ.get("JOBCORE_DISABLE_PLUGINS", "")))
+    blocked = set(blocked) | env_blocked
+    for name in sorted(blocked):
         pm.set_blocked(name)
-        pm.infos[name] = PluginInfo(name=name, version=None, status="blocked", reason="disabled")
+        reason = (
+            "disabled by JOBCORE_DISABLE_PLUGINS (remove it from there to load it)"
+            if name in env_blocked
+            else "disabled by the application"
+        )
+        pm.infos[name] = PluginInfo(name=name, version=None, status="unavailable", reason=reason)
+    core_version = jobcore_version()
     for module_name in BUILTIN_PLUGINS:
-        pm.register_plugin(importlib.import_module(module_name), module_name, source="builtin")
+        pm.register_plugin(
+            importlib.import_module(module_name),
+            module_name,
+            version=core_version,
+            source="builtin",
+        )
 
     env_only = os.environ.get("JOBCORE_LOAD_PLUGINS")
     if only is None and env_only is not None:
-        only = [name.strip() for name in env_only.split(",") if name.strip()]
+        only = _names(env_only)
     wanted = None if only is None else set(only)
+    not_wanted = (
+        "not in JOBCORE_LOAD_PLUGINS" if env_only is not None else "not in the plugins to load"
+    )
     if load_entrypoints:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in blocked or (wanted is not None and ep.name not in wanted):
+            version = ep.dist.version if ep.dist is not None else None
+            if ep.name in blocked:
+                pm.infos[ep.name].version = version
+                continue
+            if wanted is not None and ep.name not in wanted:
+                pm.infos.setdefault(
+                    ep.name,
+                    PluginInfo(ep.name, version, "unavailable", reason=not_wanted),
+                )
                 continue
             if pm.has_plugin(ep.name):
                 continue
-            version = ep.dist.version if ep.dist is not None else None
             try:
                 plugin = ep.load()
-            except Exception as exc:
-                log.warning("plugin %s is unavailable: %s", ep.name, exc)
+            except (Exception, SystemExit) as exc:
+                log.debug("plugin %s is unavailable: %s", ep.name, exc)
                 pm.mark_unavailable(ep.name, _import_error_reason(exc), version)
                 continue
             pm.register_plugin(plugin, ep.name, version=version, source="entry point")
 
-    extra = list(modules) + [
-        name.strip() for name in os.environ.get("JOBCORE_PLUGINS", "").split(",") if name.strip()
-    ]
+    extra = [*modules, *_names(os.environ.get("JOBCORE_PLUGINS", ""))]
     for module_name in extra:
-        if module_name in blocked or pm.has_plugin(module_name):
+        if module_name in blocked or module_name in pm.infos:
             continue
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:
-            log.warning("plugin %s is unavailable: %s", module_name, exc)
+        except (Exception, SystemExit) as exc:
+            log.debug("plugin %s is unavailable: %s", module_name, exc)
             pm.mark_unavailable(module_name, _import_error_reason(exc))
             continue
-        pm.register_plugin(module, module_name, source="module")
+        module_version = getattr(module, "__version__", None)
+        pm.register_plugin(
+            module,
+            module_name,
+            version=module_version if isinstance(module_version, str) else None,
+            source="module",
+        )
     for name, plugin in plugins:
         pm.register_plugin(plugin, name, source="object")
-    pm.check_pending()
     if os.environ.get("JOBCORE_TRACE_HOOKS"):
         pm.trace.root.setwriter(lambda message: log.warning("hook: %s", message.rstrip()))
         pm.enable_tracing()

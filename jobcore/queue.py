@@ -73,7 +73,7 @@ class Queue:
         self.url = db if db is not None else self.config.core.db
         self._create = create
         self._storage: Storage | None = storage
-        self.pm.hook.jobcore_configure.call_historic(kwargs={"config": self.config})
+        self.pm.configure(self.config)
         self.registry = self._collect_job_types()
         self._has_meta_hooks = bool(self.pm.hook.jobcore_enqueue_meta.get_hookimpls())
 
@@ -86,7 +86,9 @@ class Queue:
             except Exception as exc:
                 if impl.plugin_name.startswith("jobcore.builtin"):
                     raise
-                log.exception("plugin %s failed to register its job types", impl.plugin_name)
+                log.debug(
+                    "plugin %s failed to register its job types", impl.plugin_name, exc_info=True
+                )
                 self.pm.mark_unavailable(impl.plugin_name, f"registering job types failed: {exc}")
         return registry
 
@@ -131,11 +133,7 @@ class Queue:
             return job_type
         if self.config.core.allow_unregistered_types:
             return JobType(name=name, payload_model=_AnyPayload, handler=_unregistered)
-        known = ", ".join(sorted(t.name for t in self.registry)) or "none"
-        raise UnknownJobType(
-            f"unknown job type {name!r} (registered: {known}); "
-            "install or enable the plugin that provides it"
-        )
+        raise UnknownJobType(self.pm.unknown_job_type(name, (t.name for t in self.registry)))
 
     def validate_payload(self, job_type: JobType, payload: Any) -> BaseModel:
         if not isinstance(payload, dict):
@@ -218,9 +216,7 @@ class Queue:
             payload_json=encoded,
         )
         if self._has_meta_hooks:
-            for extra in self.pm.hook.jobcore_enqueue_meta(job=job):
-                if extra:
-                    job.meta.update(extra)
+            job.meta.update(self.pm.enqueue_meta(job))
         return job
 
     def enqueue(

@@ -31,6 +31,7 @@ from jobcore.models import (
     Outcome,
     Released,
     Retrying,
+    replace_job,
 )
 
 DEFAULT_MAX_RETRY_DELAY_MS = 7 * 86_400_000
@@ -255,6 +256,20 @@ CANCEL_OWNED = Transition(
     event="job:cancelled",
 )
 
+FAIL_UNRECORDABLE = Transition(
+    "fail_unrecordable",
+    (_C,),
+    JobStatus.FAILED,
+    Guard(fenced=True),
+    lock=Lock.END_KEEP_WORKER,
+    error=OUTCOME_ERROR,
+    last_error=True,
+    finishes=True,
+    event="job:failed",
+)
+"""Last resort when even `fail` cannot be stored (e.g. a corrupt `errors` or `history` value):
+touches no JSON column, so one damaged row never blocks a batch."""
+
 # -- the sweep: expired leases (guards exclude each other) ----------------------------------
 
 SWEEP_CANCEL = Transition(
@@ -358,6 +373,7 @@ ALL: tuple[Transition, ...] = (
     RELEASE,
     RELEASE_CANCELLED,
     CANCEL_OWNED,
+    FAIL_UNRECORDABLE,
     SWEEP_CANCEL,
     SWEEP_RELEASE,
     SWEEP_FAIL,
@@ -449,20 +465,25 @@ def apply(
     lease_id: str | None = None,
     lease_ms: int = 0,
     started: bool = True,
+    current: dict[str, Any] | None = None,
 ) -> Job:
     """The row `transition` leaves behind, computed in Python (guard not checked).
 
     `outcome` gives the error, result and delay of an owner transition;
     `worker`, `lease_id`, `lease_ms` and `started` describe a claim or a lease extension.
+    `current` holds columns whose values in the row differ from `job`'s (e.g. the
+    started marker set after the claim), so no intermediate copy is made.
     """
-    from jobcore.storage.rows import replace_job  # rows imports this module
-
+    if current:
+        before = current.get("started_at", job.started_at)
+        changes: dict[str, Any] = dict(current)
+    else:
+        before = job.started_at
+        changes = {}
     error = error_text(transition, outcome)
     delay_ms = outcome_delay_ms(outcome) if outcome is not None else 0
-    changes: dict[str, Any] = {
-        "status": target_status(transition, delay_ms),
-        "updated_at": now,
-    }
+    changes["status"] = target_status(transition, delay_ms)
+    changes["updated_at"] = now
     if transition.attempts is Attempts.INCREMENT:
         changes["attempts"] = job.attempts + 1
     elif transition.attempts is Attempts.GIVE_BACK:
@@ -491,7 +512,7 @@ def apply(
             changes.update(locked_by=None, locked_at=None, lease_expires_at=None, heartbeat_at=None)
     match transition.started:
         case Started.NOW:
-            changes["started_at"] = job.started_at if job.started_at is not None else now
+            changes["started_at"] = before if before is not None else now
         case Started.CLEAR:
             changes["started_at"] = None
         case Started.CLAIM:
@@ -506,10 +527,9 @@ def apply(
     if transition.last_error:
         changes["last_error"] = error
     if transition.history is not None:
-        changes["history"] = [
-            *job.history,
-            history_entry(job, transition, now=now, error=error),
-        ]
+        entry = history_entry(job, transition, now=now, error=error)
+        entry["started_at"] = before
+        changes["history"] = [*job.history, entry]
     if transition.finishes:
         changes["completed_at"] = now
     if transition.stores_result and isinstance(outcome, Completed):

@@ -1,10 +1,13 @@
-"""The worker: one loop thread owns every database write; executor threads run handlers.
+"""The worker: one loop thread owns every attempt's life; executors run handlers.
 
-Each loop iteration records the outcomes the executors reported and claims
-new jobs for the free slots in a single transaction (group commit), then
-waits until an outcome arrives, an in-process enqueue wakes it, another
-process commits (`Storage.wait_for_change`), or a timer (poll, heartbeat, sweep,
-timeout, next scheduled job) is due.
+Each loop iteration takes what the executors reported, decides what the clock
+and requests ask for (timeouts, stop graces, shutdown, cancels, prefetched jobs
+that waited too long), then records every decided outcome and claims new jobs
+for the free slots in a single transaction (group commit), and waits until an
+executor reports, an in-process enqueue wakes it, another process commits, or
+a timer is due. A keeper thread on its own connection extends leases and
+sweeps, so neither waits behind the outcome writer. See `jobcore.inflight` for
+the phases of an attempt.
 """
 
 from __future__ import annotations
@@ -16,20 +19,22 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from types import FrameType
 from typing import Any
 
 from jobcore import wakeup
-from jobcore.attempt import AttemptRunner, Running, describe_error
+from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import InvalidPayload, JobcoreError, JobTimeout, StorageError
+from jobcore.errors import JobcoreError, StorageError, TransientStorageError
+from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.models import (
     Cancelled,
     Completed,
     Failed,
     Job,
+    JobStatus,
     Lease,
     Outcome,
     Released,
@@ -37,25 +42,37 @@ from jobcore.models import (
 )
 from jobcore.plugins import notify
 from jobcore.queue import Queue
+from jobcore.registry import JobType, Payload
 from jobcore.storage.base import Recorded
-from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.worker")
 
 MAX_DB_BACKOFF = 30.0
+UNRECORDABLE = "the store refused this outcome"
+MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
+def is_transient(exc: BaseException) -> bool:
+    """A database error that says nothing about the outcomes being written (busy, I/O)."""
+    return isinstance(exc, TransientStorageError)
+
+
+def _unstartable(payload: Any, ctx: Any) -> None:  # pragma: no cover - never called
+    raise JobcoreError(f"no handler for job type {ctx.job.type!r}")
+
+
 class Worker:
     """Claims and runs jobs from one `Queue` until stopped.
 
     `until_empty` exits once nothing runnable remains and nothing is in flight;
-    `max_jobs` exits after finishing that many attempts. Signal handlers
-    (SIGINT/SIGTERM: graceful shutdown, a second one shortens it) are installed
-    only when `install_signal_handlers` is true and this is the main thread.
+    `max_jobs` exits after that many attempts ended (run, timed out or lost).
+    Signal handlers (SIGINT/SIGTERM: graceful shutdown, a second one shortens
+    it) are installed only when `install_signal_handlers` is true and this is
+    the main thread.
     """
 
     def __init__(
@@ -73,17 +90,17 @@ class Worker:
         until_empty: bool = False,
         max_jobs: int | None = None,
         install_signal_handlers: bool = False,
-        clock: Callable[[], int] = now_ms,
     ) -> None:
         core = queue.config.core
         self.queue = queue
         self.pm = queue.pm
         self.worker_id = worker_id or default_worker_id()
         self.concurrency = concurrency or core.concurrency
-        # Claim up to `prefetch` jobs beyond the executors, but only while recent attempts
-        # are short: long jobs waiting in one worker would starve idle ones.
+        # Claim up to `prefetch` jobs beyond the executors, but only while attempts are
+        # short; a prefetched job waiting longer than `prefetch_wait` is given back.
         self.prefetch = core.prefetch if prefetch is None else prefetch
         self.prefetch_below_ms = core.prefetch_below * 1000
+        self.prefetch_wait = core.prefetch_wait
         self._recent_ms: float | None = None  # moving average of attempt durations
         self.queues = queues
         unknown = [name for name in types if name not in queue.registry]
@@ -97,22 +114,30 @@ class Worker:
         self.shutdown_timeout = (
             core.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
+        self.stop_grace = core.stop_grace
         self.until_empty = until_empty
         self.max_jobs = max_jobs
         self.install_signal_handlers = install_signal_handlers
-        self.clock = clock
         self.claim_batch = core.claim_batch
-        self.attempts = AttemptRunner(queue, clock=clock, max_result_bytes=core.max_result_bytes)
+        self.attempts = AttemptRunner(
+            queue,
+            max_result_bytes=core.max_result_bytes,
+            max_retry_delay=core.max_retry_delay,
+        )
 
         self._cond = threading.Condition()
-        self._reported: list[tuple[Running, Outcome]] = []  # from executors, under _cond
-        self._unrecorded: list[tuple[Running, Outcome]] = []  # loop-owned, awaiting commit
+        self.inflight = InFlight(self._cond)
+        self._unrecorded: list[Attempt] = []  # loop-owned: reported, awaiting commit
+        self._to_mark: list[Attempt] = []  # loop-owned: began since the last commit, unmarked
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
-        self._heartbeat_requested = False
-        self._running: dict[str, Running] = {}
-        self._ready: stdqueue.SimpleQueue[Running | None] = stdqueue.SimpleQueue()
+        self._keeper_news: list[tuple[Attempt, str]] = []  # ("lost" | "cancel"), under _cond
+        self._ready: stdqueue.SimpleQueue[Attempt | None] = stdqueue.SimpleQueue()
         self._executors: set[threading.Thread] = set()
+        self._keeper: threading.Thread | None = None
+        self._keeper_event = threading.Event()  # heartbeat requested, or stop
+        self._keeper_stop = False
+        self._swept_once = False  # the keeper's first sweep ran (or failed)
         self._notices: stdqueue.SimpleQueue[list[Callable[[], None]] | None] = (
             stdqueue.SimpleQueue()
         )
@@ -122,8 +147,10 @@ class Worker:
         self._stop_deadline: float | None = None
         self._maybe_more = True
         self._next_due: float | None = None  # monotonic time the earliest scheduled job is due
+        self._db_backoff = 0.0
+        self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
         self._claimed_total = 0
-        self.finished = 0  # attempts whose outcome was committed
+        self.finished = 0  # attempts that ended (recorded, or lost with their lease)
         self.exit_code = 0
         self.stats: dict[str, int] = {
             "completed": 0,
@@ -144,6 +171,7 @@ class Worker:
                 self._stop_deadline = now + (self.shutdown_timeout if graceful else 0.0)
             else:
                 self._stop_deadline = now  # a second request shortens the wait
+            self._woken = True
             self._cond.notify_all()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -162,9 +190,7 @@ class Worker:
             self._cond.notify_all()
 
     def _request_heartbeat(self) -> None:
-        with self._cond:
-            self._heartbeat_requested = True
-            self._cond.notify_all()
+        self._keeper_event.set()
 
     # -- executors ---------------------------------------------------------------
 
@@ -174,26 +200,102 @@ class Worker:
         thread.start()
 
     def _executor_main(self) -> None:
+        """Begin attempts and report their outcomes; never dies while the worker runs."""
         while True:
-            run = self._ready.get()
-            if run is None:
+            attempt = self._ready.get()
+            if attempt is None:
                 return
+            if not self.inflight.begin(attempt):
+                continue  # released or cancelled before it began
+            try:
+                if attempt.durable_start and not self._mark_durably(attempt):
+                    outcome: Outcome = Released(lease=attempt.lease)
+                else:
+                    outcome = self.attempts.execute(attempt)
+            except BaseException as exc:  # execute() never raises; this is the last guard
+                outcome = Failed(lease=attempt.lease, error=describe_error(exc))
+            if not self.inflight.report(attempt, outcome):
+                log.info(
+                    "job %s finished after it was given up (%s); outcome dropped",
+                    attempt.job.id,
+                    attempt.ctx.stop_reason,
+                )
+                if attempt.replaced:
+                    return  # a fresh executor took this slot
+
+    def _mark_durably(self, attempt: Attempt) -> bool:
+        """Commit the start marker before the handler runs; False: give the job back."""
+        try:
+            held = self.queue.storage.mark_started([attempt.lease])
+        except Exception as exc:
+            log.error(
+                "job %s: could not record its start (%s); giving it back",
+                attempt.job.id,
+                describe_error(exc),
+            )
+            return False
+        attempt.start_marked = attempt.job.id in held
+        return attempt.start_marked
+
+    # -- the keeper: leases and the sweep, on its own thread and connection --------
+
+    def _keeper_main(self) -> None:
+        lease_s = self.lease
+        next_heartbeat = time.monotonic() + lease_s / 4
+        next_sweep = time.monotonic()
+        backoff = 0.0
+        while not self._keeper_stop:
+            mono = time.monotonic()
+            try:
+                if self._keeper_event.is_set() or mono >= next_heartbeat:
+                    self._keeper_event.clear()
+                    self._extend_leases()
+                    next_heartbeat = mono + lease_s / 4
+                if mono >= next_sweep:
+                    self._sweep()
+                    next_sweep = mono + lease_s / 2
+                backoff = 0.0
+            except Exception as exc:
+                self._swept_once = True
+                backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
+                log.error(
+                    "database error extending leases or sweeping (%s); retrying in %.1fs",
+                    describe_error(exc),
+                    backoff,
+                )
+                next_heartbeat = min(next_heartbeat, mono + backoff)
+                next_sweep = max(next_sweep, mono + backoff)
+            if self._keeper_stop:
+                return
+            self._keeper_event.wait(max(0.0, min(next_heartbeat, next_sweep) - time.monotonic()))
+
+    def _extend_leases(self) -> None:
+        with self._cond:
+            held = [a for a in self.inflight if a.phase is not Phase.DONE and not a.lost]
+        if not held:
+            return
+        owned = self.queue.storage.extend_leases(
+            [attempt.lease for attempt in held], lease_ms=int(self.lease * 1000)
+        )
+        news = [
+            (attempt, "lost" if attempt.job.id not in owned else "cancel")
+            for attempt in held
+            if attempt.job.id not in owned or owned[attempt.job.id]
+        ]
+        if news:
             with self._cond:
-                if run.abandoned:  # released or lost before it began
-                    continue
-                run.began = True
-            outcome = self.attempts.execute(run)
-            with self._cond:
-                if run.abandoned:
-                    log.info(
-                        "job %s finished after it was given up (%s); outcome dropped",
-                        run.job.id,
-                        run.ctx.stop_reason,
-                    )
-                    self._executors.discard(threading.current_thread())
-                    return  # a replacement executor already took this slot
-                self._reported.append((run, outcome))
+                self._keeper_news.extend(news)
                 self._cond.notify_all()
+
+    def _sweep(self) -> None:
+        # Hold the store's sweep lock for one interval: if this worker dies, another
+        # worker takes the sweep over within that time.
+        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500))
+        if swept:
+            self._notices.put([partial(self.queue.announce_swept, item) for item in swept])
+        if not self._swept_once or any(item.action in ("reclaimed", "released") for item in swept):
+            self._swept_once = True  # until_empty: jobs of dead workers count as runnable
+            self.wake()
 
     # -- the loop ------------------------------------------------------------------
 
@@ -218,8 +320,16 @@ class Worker:
         )
         try:
             if self._ready_database():
+                self._keeper = threading.Thread(
+                    target=self._keeper_main, name="jobcore-keeper", daemon=True
+                )
+                self._keeper.start()
                 self._loop()
         finally:
+            self._keeper_stop = True
+            self._keeper_event.set()
+            if self._keeper is not None:
+                self._keeper.join(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
             wakeup.unsubscribe(key, self.wake)
             self._restore_signals(previous_handlers)
             for _ in list(self._executors):
@@ -256,103 +366,127 @@ class Worker:
 
     def _loop(self) -> None:
         storage = self.queue.storage
-        lease_s = self.lease
-        next_heartbeat = time.monotonic() + lease_s / 4
-        next_sweep = time.monotonic()
         next_poll = 0.0
-        db_backoff = 0.0
         while True:
             with self._cond:
-                self._unrecorded.extend(self._reported)
-                self._reported.clear()
+                inbox = self.inflight.take_inbox()
+                self._to_mark.extend(self.inflight.take_began())
+                news, self._keeper_news = self._keeper_news, []
                 woken, self._woken = self._woken, False
-                heartbeat_now, self._heartbeat_requested = self._heartbeat_requested, False
                 stopping, stop_deadline = self._stopping, self._stop_deadline
             mono = time.monotonic()
-            try:
-                self._check_timeouts(mono)
-                if stopping:
-                    self._release_waiting()
-                if stopping and stop_deadline is not None and mono >= stop_deadline:
-                    self._release_all()
-                free = self._free_slots(stopping)
-                # Another connection committed: maybe new work, maybe a cancel request.
-                changed, self._external_change = self._external_change, False
-                changed = changed or (
-                    (free > 0 or bool(self._running)) and storage.wait_for_change(0)
-                )
-                if changed and self._running:
-                    self._check_cancels()
-                # Scheduled jobs can only have become due by the clock or by others' writes.
-                full_poll = (
-                    woken
-                    or changed
-                    or mono >= next_poll
-                    or (self._next_due is not None and mono >= self._next_due)
-                )
-                want_claim = free > 0 and (full_poll or self._maybe_more or bool(self._unrecorded))
-                if self._unrecorded or want_claim:
-                    claimed = self._commit(free if want_claim else 0, promote=full_poll)
-                    if want_claim:
-                        self._maybe_more = claimed == min(free, self.claim_batch) and claimed > 0
-                    if want_claim and full_poll:
-                        next_poll = mono + self.poll_interval
-                        due = storage.next_due()
-                        self._next_due = (
-                            None if due is None else mono + max(0, due - self.clock()) / 1000
-                        )
-                if heartbeat_now or mono >= next_heartbeat:
-                    self._heartbeat()
-                    next_heartbeat = mono + lease_s / 4
-                if mono >= next_sweep:
-                    for item in storage.sweep(hold_ms=int(lease_s * 500)):
-                        self._batch.append(partial(self.queue.announce_swept, item))
-                    next_sweep = mono + lease_s / 2
-                db_backoff = 0.0
-            except Exception as exc:  # database trouble: back off, keep outcomes, recover
-                db_backoff = min(MAX_DB_BACKOFF, max(0.1, db_backoff * 2))
-                log.error(
-                    "database error (%s); retrying in %.1fs",
-                    describe_error(exc),
-                    db_backoff,
-                    exc_info=not isinstance(exc, StorageError) and db_backoff == 0.1,
-                )
-                if stopping and stop_deadline is not None and time.monotonic() >= stop_deadline:
-                    log.error(
-                        "stopping with %d outcome(s) unrecorded; their leases will expire "
-                        "and the jobs will run again",
-                        len(self._unrecorded),
+            for attempt in inbox:
+                if attempt.phase is Phase.REPORTED:
+                    self._unrecorded.append(attempt)
+                else:  # its lease was lost while it ran: nothing to record
+                    self._finish(attempt)
+            for attempt, what in news:
+                if what == "lost":
+                    self._lease_lost(attempt, mono)
+                else:
+                    self._cancel(attempt)
+            self._check_timeouts(mono)
+            self._check_graces(mono)
+            self._check_waiting(mono, stopping)
+            past_deadline = stopping and stop_deadline is not None and mono >= stop_deadline
+            if past_deadline:
+                self._stop_started(mono)
+            if mono >= self._db_retry_at:
+                try:
+                    free = self._free_slots(stopping)
+                    # Another connection committed: maybe new work, maybe a cancel request.
+                    changed, self._external_change = self._external_change, False
+                    changed = changed or (
+                        (free > 0 or len(self.inflight) > 0) and storage.wait_for_change(0)
                     )
-                    self.exit_code = 1
-                    return
-                self._flush_notices()
-                self._sleep(db_backoff)
-                continue
+                    if changed and len(self.inflight):
+                        for job_id in storage.cancel_requested(self.worker_id):
+                            asked = self.inflight.get(job_id)
+                            if asked is not None:
+                                self._cancel(asked)
+                    # Scheduled jobs can only have become due by the clock or by others' writes.
+                    full_poll = (
+                        woken
+                        or changed
+                        or mono >= next_poll
+                        or (self._next_due is not None and mono >= self._next_due)
+                    )
+                    want_claim = free > 0 and (
+                        full_poll or self._maybe_more or bool(self._unrecorded)
+                    )
+                    if self._unrecorded or want_claim or self._marks_due(mono):
+                        claimed = self._commit(free if want_claim else 0, promote=full_poll)
+                        if want_claim:
+                            self._maybe_more = (
+                                claimed == min(free, self.claim_batch) and claimed > 0
+                            )
+                        if want_claim and full_poll:
+                            next_poll = mono + self.poll_interval
+                            due = storage.next_due()
+                            self._next_due = (
+                                None if due is None else mono + max(0, due - storage.now()) / 1000
+                            )
+                    self._db_backoff = 0.0
+                except Exception as exc:  # database trouble: back off, keep outcomes, recover
+                    self._db_failed(exc)
+                    if past_deadline and not self.inflight.in_phase(
+                        Phase.CLAIMED, Phase.STARTED, Phase.STOPPING
+                    ):
+                        log.error(
+                            "stopping with %d outcome(s) unrecorded; their leases will expire "
+                            "and the jobs will run again",
+                            len(self._unrecorded),
+                        )
+                        self.exit_code = 1
+                        self._flush_notices()
+                        return
             self._flush_notices()
             if self._done(stopping):
                 return
-            self._wait(next_heartbeat, next_sweep, next_poll, self._next_due)
+            self._wait(next_poll, self._next_due)
+
+    def _marks_due(self, mono: float) -> bool:
+        """Starts of prefetched jobs ride along with commits, but wait no longer than this."""
+        return bool(self._to_mark) and mono - self._to_mark[0].began_at >= MARK_WITHIN
+
+    def _db_failed(self, exc: BaseException) -> None:
+        first = self._db_backoff == 0.0
+        self._db_backoff = min(MAX_DB_BACKOFF, max(0.1, self._db_backoff * 2))
+        self._db_retry_at = time.monotonic() + self._db_backoff
+        log.error(
+            "database error (%s); retrying in %.1fs",
+            describe_error(exc),
+            self._db_backoff,
+            exc_info=first and not isinstance(exc, StorageError) and not is_transient(exc),
+        )
 
     def _free_slots(self, stopping: bool) -> int:
         if stopping:
             return 0
-        short = self._recent_ms is not None and self._recent_ms < self.prefetch_below_ms
-        free = self.concurrency + (self.prefetch if short else 0) - len(self._running)
+        busy = len(self.inflight) - len(self._unrecorded)  # recorded now, their slots are free
+        free = self.concurrency + (self.prefetch if self._short() else 0) - busy
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self._claimed_total)
         return max(0, free)
 
+    def _short(self) -> bool:
+        """Attempts are short: recently, and none running now has run long."""
+        if self._recent_ms is None or self._recent_ms >= self.prefetch_below_ms:
+            return False
+        oldest = min((a.began_at for a in self.inflight.in_phase(Phase.STARTED)), default=None)
+        return oldest is None or (time.monotonic() - oldest) * 1000 < self.prefetch_below_ms
+
     def _done(self, stopping: bool) -> bool:
-        if self._running or self._unrecorded:
+        if len(self.inflight) or self._unrecorded:
             return False
         with self._cond:
-            if self._reported:
+            if self.inflight.has_news() or self._keeper_news:
                 return False
         if stopping:
             return True
         if self.max_jobs is not None and self.finished >= self.max_jobs:
             return True
-        return self.until_empty and not self._maybe_more
+        return self.until_empty and not self._maybe_more and self._swept_once
 
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
@@ -361,84 +495,286 @@ class Worker:
         in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
-        until = min(min(d for d in deadlines if d is not None), self._next_timeout())
+        until = min(
+            [d for d in deadlines if d is not None] + self._attempt_deadlines(),
+            default=float("inf"),
+        )
         if self._stopping and self._stop_deadline is not None:
             until = min(until, self._stop_deadline)
+        if self._db_backoff:
+            until = min(until, self._db_retry_at)
+        if self._to_mark:
+            until = min(until, self._to_mark[0].began_at + MARK_WITHIN)
         free = self._free_slots(self._stopping)
-        if free > 0 and self._maybe_more:
+        if free > 0 and self._maybe_more and not self._db_backoff:
             return  # the last claim was full: there is probably more to claim right away
-        watch = free > 0 or bool(self._running)
-        changed = partial(self.queue.storage.wait_for_change, 0)
+        watch = (free > 0 or len(self.inflight) > 0) and not self._db_backoff
         cond = self._cond
         while True:
             with cond:
-                if self._reported or self._woken or self._heartbeat_requested:
+                if self.inflight.has_news() or self._keeper_news or self._woken:
                     return
+                first = self.inflight.first_unmarked_start()
+                if first is not None:
+                    until = min(until, first + MARK_WITHIN)
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
                 if cond.wait(min(remaining, self.wake_check_interval) if watch else remaining):
-                    return  # notified: an outcome, a wake-up, a heartbeat or a stop request
-            if watch and changed():
-                self._external_change = True
-                return
+                    return  # notified: an outcome, a wake-up, a lease report or a stop request
+            if watch:
+                try:
+                    if self.queue.storage.wait_for_change(0):
+                        self._external_change = True
+                        return
+                except Exception as exc:  # the loop backs off; the wait must not die
+                    self._db_failed(exc)
+                    return
+
+    def _attempt_deadlines(self) -> list[float]:
+        times: list[float] = []
+        for attempt in self.inflight:
+            if attempt.phase is Phase.CLAIMED:
+                times.append(attempt.claimed_at + self.prefetch_wait)
+            elif attempt.phase is Phase.STARTED and attempt.deadline is not None:
+                times.append(attempt.deadline)
+            elif attempt.phase is Phase.STOPPING and attempt.stop_until is not None:
+                times.append(attempt.stop_until)
+        return times
 
     def _sleep(self, seconds: float) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: self._stopping and not self._running, timeout=seconds)
+            self._cond.wait_for(lambda: self._stopping, timeout=seconds)
 
-    def _next_timeout(self) -> float:
-        deadlines = [run.deadline for run in self._running.values() if run.deadline is not None]
-        return min(deadlines, default=float("inf"))
+    # -- deciding what happens to attempts (loop thread) ---------------------------
+
+    def _check_timeouts(self, mono: float) -> None:
+        for attempt in self.inflight.in_phase(Phase.STARTED):
+            if attempt.deadline is None or mono < attempt.deadline:
+                continue
+            fallback = self.attempts.timeout_outcome(attempt)
+            if self.inflight.stop(attempt, "timeout", fallback, mono + self.stop_grace):
+                attempt.duration_ms = (attempt.job.timeout_ms or 0) * 1.0
+                log.warning(
+                    "job %s (%s) timed out after %gs; its handler was asked to stop "
+                    "(it keeps its lease for up to %gs more)",
+                    attempt.job.id,
+                    attempt.job.type,
+                    (attempt.job.timeout_ms or 0) / 1000,
+                    self.stop_grace,
+                )
+
+    def _check_graces(self, mono: float) -> None:
+        """Handlers asked to stop that outlived their grace: record the fallback without them."""
+        for attempt in self.inflight.in_phase(Phase.STOPPING):
+            if attempt.stop_until is None or mono < attempt.stop_until:
+                continue
+            fallback = attempt.fallback
+            moved = self.inflight.try_move(
+                attempt, Phase.DONE if fallback is None else Phase.REPORTED, fallback
+            )
+            if not moved:
+                continue  # it reported just now: its own outcome wins
+            attempt.replaced = True
+            log.warning(
+                "job %s: its handler did not stop within %gs of being asked (%s); "
+                "leaving its thread behind",
+                attempt.job.id,
+                self.stop_grace,
+                attempt.ctx.stop_reason,
+            )
+            if not self._stopping:
+                self._spawn_executor()
+            if fallback is None:
+                self._finish(attempt)
+            else:
+                self._unrecorded.append(attempt)
+
+    def _check_waiting(self, mono: float, stopping: bool) -> None:
+        """Give back prefetched jobs that waited too long, or all of them when stopping."""
+        for attempt in self.inflight.in_phase(Phase.CLAIMED):
+            if not stopping and mono - attempt.claimed_at < self.prefetch_wait:
+                continue
+            if self.inflight.try_move(attempt, Phase.REPORTED, Released(lease=attempt.lease)):
+                if not stopping:
+                    log.info(
+                        "giving back job %s: it waited %.1fs for an executor",
+                        attempt.job.id,
+                        mono - attempt.claimed_at,
+                    )
+                self._unrecorded.append(attempt)
+
+    def _stop_started(self, mono: float) -> None:
+        """The shutdown deadline passed: ask running handlers to stop, release them once they did."""
+        for attempt in self.inflight.in_phase(Phase.STARTED):
+            self.inflight.stop(
+                attempt, "shutdown", Released(lease=attempt.lease), mono + self.stop_grace
+            )
+
+    def _cancel(self, attempt: Attempt) -> None:
+        """A cancel was requested: a job not yet started never starts; a running one is asked to stop."""
+        if attempt.phase is Phase.CLAIMED:
+            cancelled = Cancelled(lease=attempt.lease, error="cancelled before it started")
+            if self.inflight.try_move(attempt, Phase.REPORTED, cancelled):
+                log.info(
+                    "cancel requested for job %s before it started; it will not run", attempt.job.id
+                )
+                self._unrecorded.append(attempt)
+        elif attempt.phase in (Phase.STARTED, Phase.STOPPING) and attempt.ctx.stop_reason is None:
+            log.info("cancel requested for running job %s; asking it to stop", attempt.job.id)
+            attempt.ctx.request_stop("cancel")
+
+    def _lease_lost(self, attempt: Attempt, mono: float) -> None:
+        if attempt.phase is Phase.DONE or attempt.lost:
+            return  # recorded meanwhile: the extension found it finished
+        attempt.lost = True
+        log.error(
+            "lost the lease of job %s (lease %s); stopping it",
+            attempt.job.id,
+            attempt.lease.lease_id,
+        )
+        if attempt.phase is Phase.CLAIMED and self.inflight.try_move(attempt, Phase.DONE):
+            self._finish(attempt)
+        elif attempt.phase is Phase.STARTED:
+            self.inflight.stop(attempt, "lease lost", None, mono + self.stop_grace)
+        elif attempt.phase is Phase.STOPPING:
+            attempt.fallback = None
+            attempt.ctx.request_stop("lease lost")
+        # reported: its outcome will be answered as stale
 
     # -- database steps ------------------------------------------------------------
 
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
-        """Record pending outcomes and claim up to `claim_limit` jobs in one transaction."""
-        batch = self._unrecorded
-        recorded, claimed = self.queue.storage.commit_batch(
-            [outcome for _, outcome in batch],
-            worker=self.worker_id,
-            claim_limit=min(claim_limit, self.claim_batch),
-            lease_ms=int(self.lease * 1000),
-            queues=self.queues,
-            types=self.types,
-            promote=promote,
-        )
+        """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
+        batch = list(self._unrecorded)
+        marks = [attempt for attempt in self._to_mark if attempt.phase is not Phase.DONE]
+        start = self._idle_executors()
+        try:
+            recorded, claimed = self.queue.storage.commit_batch(
+                [self._outcome(attempt) for attempt in batch],
+                worker=self.worker_id,
+                claim_limit=min(claim_limit, self.claim_batch),
+                lease_ms=int(self.lease * 1000),
+                queues=self.queues,
+                types=self.types,
+                promote=promote,
+                started=[attempt.lease for attempt in marks],
+                start=start,
+            )
+        except Exception as exc:
+            if not batch or is_transient(exc):
+                raise
+            log.warning(
+                "group commit of %d outcome(s) failed (%s); recording them apart",
+                len(batch),
+                describe_error(exc),
+            )
+            self._record_apart(batch)
+            return 0
         self._unrecorded = []
-        for (run, _), answer in zip(batch, recorded, strict=True):
-            self._after_record(run, answer)
-        for job in claimed:
-            self._start(job)
+        self._to_mark = []
+        for attempt in marks:
+            attempt.start_marked = True
+        for attempt, answer in zip(batch, recorded, strict=True):
+            self._after_record(attempt, answer)
+        self._start_claimed(claimed, start)
         return len(claimed)
 
-    def _after_record(self, run: Running, answer: Recorded) -> None:
-        if self._running.get(run.job.id) is run:
-            del self._running[run.job.id]
-        self.finished += 1
-        if run.began and not run.abandoned:
+    def _idle_executors(self) -> int:
+        """Executors that will take a job claimed now at once: those jobs are marked started."""
+        busy = len(self.inflight.in_phase(Phase.STARTED, Phase.STOPPING, Phase.CLAIMED))
+        return max(0, self.concurrency - busy)
+
+    def _record_apart(self, batch: list[Attempt]) -> None:
+        """Split a refused batch until the outcome the store refuses is alone; fail that job.
+
+        Parts that commit are done. If even a plain failure of that job is refused,
+        the database is at fault, not the outcome: its outcome is put back and the
+        error propagates (the loop backs off and tries again).
+        """
+        parts = [batch]
+        refused: dict[str, Outcome] = {}  # job id -> the outcome replaced by a failure
+        while parts:
+            part = parts.pop(0)
+            try:
+                recorded, _ = self.queue.storage.commit_batch(
+                    [self._outcome(attempt) for attempt in part],
+                    worker=self.worker_id,
+                    claim_limit=0,
+                    lease_ms=int(self.lease * 1000),
+                    queues=self.queues,
+                    types=self.types,
+                    promote=False,
+                )
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                if len(part) > 1:
+                    middle = len(part) // 2
+                    parts[:0] = [part[:middle], part[middle:]]
+                    continue
+                [attempt] = part
+                if attempt.job.id in refused:
+                    attempt.outcome = refused[attempt.job.id]
+                    raise
+                outcome = refused[attempt.job.id] = self._outcome(attempt)
+                log.error(
+                    "job %s: the store refused its %s outcome (%s); recording it as failed",
+                    attempt.job.id,
+                    type(outcome).__name__.lower(),
+                    describe_error(exc),
+                )
+                attempt.outcome = Failed(
+                    lease=attempt.lease, error=f"{UNRECORDABLE}: {describe_error(exc)}"
+                )
+                parts.insert(0, part)
+                continue
+            for attempt, answer in zip(part, recorded, strict=True):
+                self._unrecorded.remove(attempt)
+                self._after_record(attempt, answer)
+
+    @staticmethod
+    def _outcome(attempt: Attempt) -> Outcome:
+        assert attempt.outcome is not None
+        return attempt.outcome
+
+    def _finish(self, attempt: Attempt) -> None:
+        """The attempt leaves the table; count it unless it never ran and was given back."""
+        self.inflight.remove(attempt)
+        if attempt.ran or not (attempt.outcome is None or isinstance(attempt.outcome, Released)):
+            self.finished += 1
+        else:
+            self._claimed_total -= 1  # a claim that did not run: it may be claimed again
+
+    def _after_record(self, attempt: Attempt, answer: Recorded) -> None:
+        self._finish(attempt)
+        if attempt.ran and not attempt.replaced and attempt.ctx.stop_reason is None:
             recent = self._recent_ms
             self._recent_ms = (
-                run.duration_ms if recent is None else 0.9 * recent + 0.1 * run.duration_ms
+                attempt.duration_ms if recent is None else 0.9 * recent + 0.1 * attempt.duration_ms
             )
         job = answer.job
         if job is None:
             log.warning(
                 "stale report for job %s (lease %s) ignored: its lease was lost",
-                run.job.id,
-                run.lease.lease_id,
+                attempt.job.id,
+                attempt.lease.lease_id,
             )
             return
         for child in answer.children:
             if child.created:
                 self._announce("jobcore_job_enqueued", job=child.job)
+        if job.status is JobStatus.CANCELLED:  # a cancel request wins over release and retry
+            self.stats["cancelled"] += 1
+            self._announce("jobcore_job_cancelled", job=job)
+            return
         match answer.outcome:
             case Completed():
                 self.stats["completed"] += 1
-                self._announce("jobcore_job_completed", job=job, duration_ms=run.duration_ms)
+                self._announce("jobcore_job_completed", job=job, duration_ms=attempt.duration_ms)
             case Retrying(error=error):
                 self.stats["retrying"] += 1
-                due = time.monotonic() + max(0, job.run_at - self.clock()) / 1000
+                due = time.monotonic() + max(0, job.run_at - self.queue.storage.now()) / 1000
                 self._next_due = due if self._next_due is None else min(self._next_due, due)
                 self._announce("jobcore_job_retrying", job=job, error=error)
             case Failed(error=error):
@@ -451,11 +787,32 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start(self, job: Job) -> None:
-        self._claimed_total += 1
-        lease = Lease.of(job)
-        job_type = self.queue.job_type(job.type)
-        ctx = JobContext(
+    def _start_claimed(self, claimed: Iterable[Job], start: int) -> None:
+        """Hand claimed jobs to the executors; the first `start` were marked started."""
+        mono = time.monotonic()
+        for index, job in enumerate(claimed):
+            self._claimed_total += 1
+            lease = Lease.of(job)
+            attempt = Attempt(
+                job=job,
+                lease=lease,
+                ctx=self._context(job),
+                claimed_at=mono,
+                start_marked=index < start,
+                # A prefetched job claimed before may be one that killed its worker: its
+                # start is made durable before it runs, so that death costs an attempt.
+                durable_start=index >= start and bool(job.history),
+            )
+            self.inflight.add(attempt)
+            self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
+            self._ready.put(attempt)
+
+    def _context(self, job: Job) -> JobContext:
+        try:
+            job_type = self.queue.job_type(job.type)
+        except Exception:  # cannot happen for claimed types; the attempt then fails alone
+            job_type = JobType(name=job.type, payload_model=Payload, handler=_unstartable)
+        return JobContext(
             job=job,
             job_type=job_type,
             payload=None,
@@ -464,87 +821,6 @@ class Worker:
             build_child=self.queue.build,
             request_heartbeat=self._request_heartbeat,
         )
-        run = Running(job=job, ctx=ctx, lease=lease, deadline=None)  # set when the handler starts
-        self._running[job.id] = run
-        self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
-        try:
-            ctx.payload = self.queue.validate_payload(job_type, job.payload)
-        except InvalidPayload as exc:  # stored payload no longer matches the model
-            with self._cond:
-                self._reported.append((run, Failed(lease=lease, error=str(exc))))
-            return
-        self._ready.put(run)
-
-    def _check_timeouts(self, mono: float) -> None:
-        for run in list(self._running.values()):
-            if run.deadline is None or mono < run.deadline or run.abandoned:
-                continue
-            seconds = (run.job.timeout_ms or 0) / 1000
-            error = f"timed out after {seconds:g}s"
-            run.ctx.request_stop("timeout")
-            self._abandon(run)
-            outcome = self.attempts.retry_or_fail(run, JobTimeout(error), f"JobTimeout: {error}")
-            run.duration_ms = seconds * 1000
-            self._unrecorded.append((run, outcome))
-            log.warning(
-                "job %s (%s) %s; its handler was asked to stop", run.job.id, run.job.type, error
-            )
-
-    def _abandon(self, run: Running) -> None:
-        """Give up on a running handler: its slot goes to a fresh executor thread."""
-        with self._cond:
-            run.abandoned = True
-            run.deadline = None
-            began = run.began
-        if began and not self._stopping:
-            self._spawn_executor()
-
-    def _release_waiting(self) -> None:
-        """Give back prefetched jobs no executor has begun (stopping: they will not start)."""
-        for run in list(self._running.values()):
-            with self._cond:
-                if run.began or run.abandoned:
-                    continue
-                run.abandoned = True
-            self._unrecorded.append((run, Released(lease=run.lease)))
-
-    def _release_all(self) -> None:
-        for run in list(self._running.values()):
-            if run.abandoned:
-                continue
-            run.ctx.request_stop("shutdown")
-            self._abandon(run)
-            self._unrecorded.append((run, Released(lease=run.lease)))
-        with self._cond:  # outcomes already reported still count
-            self._unrecorded.extend(self._reported)
-            self._reported.clear()
-
-    def _check_cancels(self) -> None:
-        for job_id in self.queue.storage.cancel_requested(self.worker_id):
-            run = self._running.get(job_id)
-            if run is not None and run.ctx.stop_reason is None:
-                log.info("cancel requested for running job %s; asking it to stop", job_id)
-                run.ctx.request_stop("cancel")
-
-    def _heartbeat(self) -> None:
-        runs = [run for run in self._running.values() if not run.abandoned]
-        if not runs:
-            return
-        owned = self.queue.storage.extend_leases(
-            [run.lease for run in runs], lease_ms=int(self.lease * 1000)
-        )
-        for run in runs:
-            if run.job.id not in owned:
-                log.error(
-                    "lost the lease of job %s (lease %s); stopping it",
-                    run.job.id,
-                    run.lease.lease_id,
-                )
-                run.ctx.request_stop("lease lost")
-                self._abandon(run)
-                del self._running[run.job.id]
-            elif owned[run.job.id]:
-                run.ctx.request_stop("cancel")
 
     # -- notifications -------------------------------------------------------------
     # Hooks run on one notifier thread, in commit order, so a slow observer

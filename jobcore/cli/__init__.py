@@ -6,16 +6,16 @@ runs (or when plugin commands are listed) and kept on the root context.
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import update_wrapper
 from typing import Any, TypeVar
 
 import click
 
+from jobcore.cli.errors import errors_as_click
 from jobcore.config import Config
-from jobcore.errors import JobcoreError
 from jobcore.logs import configure_logging
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager
 from jobcore.queue import Queue
@@ -23,6 +23,13 @@ from jobcore.queue import Queue
 F = TypeVar("F", bound=Callable[..., Any])
 
 PM_KEY = "jobcore.pm"
+
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 class CliState:
@@ -54,6 +61,14 @@ class CliState:
         """Apply a command's own options (highest precedence) and reload the config."""
         self._options.update({key: value for key, value in options.items() if value is not None})
         self._config = None
+
+    @property
+    def db_name(self) -> str:
+        """The database the command works on, for error messages (even with a bad config)."""
+        try:
+            return self.config.core.db
+        except Exception:
+            return self.db or "the database"
 
     def queue(self, *, create: bool = True) -> Queue:
         """A Queue on the configured database; `create=False` for commands that only read."""
@@ -104,23 +119,15 @@ class JobcoreGroup(click.Group):
 
 
 def pass_state(fn: F) -> F:
-    """Pass the `CliState` as the first argument and turn jobcore errors into `Error: …`."""
+    """Pass the `CliState` as the first argument; expected failures become `Error: …`, exit 1."""
 
     @click.pass_context
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
         state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
-        with errors_as_click():
+        with errors_as_click(state.db_name):
             return ctx.invoke(fn, state, *args, **kwargs)
 
     return update_wrapper(wrapper, fn)  # type: ignore[return-value]
-
-
-@contextmanager
-def errors_as_click() -> Iterator[None]:
-    try:
-        yield
-    except JobcoreError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 @click.group(cls=JobcoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -134,17 +141,29 @@ def errors_as_click() -> Iterator[None]:
     help="Config file (default: ./jobcore.toml if present).",
 )
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="Format of logs on stderr.")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    envvar="JOBCORE_LOG_LEVEL",
+    show_default=True,
+    help="Least severe log level on stderr; `debug` adds details such as why a plugin is unavailable.",
+)
 @click.version_option(package_name="jobcore")
 @click.pass_context
 def cli(
-    ctx: click.Context, db: str | None, config_file: str | None, log_format: str | None
+    ctx: click.Context,
+    db: str | None,
+    config_file: str | None,
+    log_format: str | None,
+    log_level: str,
 ) -> None:
     """jobcore: a durable job queue on SQLite."""
     state = CliState(db=db, config_file=config_file, log_format=log_format, pm=plugin_manager(ctx))
     ctx.obj = state
     ctx.call_on_close(state.close)
-    with errors_as_click():
-        configure_logging(state.config.core.log_format)
+    with errors_as_click(state.db_name):
+        configure_logging(state.config.core.log_format, level=LOG_LEVELS[log_level.lower()])
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -11,15 +12,26 @@ import click
 
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, job_detail, job_rows
-from jobcore.cli.params import DURATION, TIME
+from jobcore.cli.params import DURATION, INT32, NON_EMPTY, POSITIVE_DURATION, POSITIVE_INT32, TIME
 from jobcore.errors import InvalidPayload, JobcoreError
 from jobcore.models import JobStatus
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _parse_object(text: str, where: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+    except ValueError as exc:  # json.JSONDecodeError, or a non-finite number
         raise InvalidPayload(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidPayload(f"{where} must be a JSON object, not {type(value).__name__}")
@@ -57,17 +69,19 @@ def read_lines(handle: IO[str], name: str) -> Iterator[tuple[int, dict[str, Any]
     type=click.File("r", encoding="utf-8"),
     help="JSONL file: one payload object per line, all in one transaction.",
 )
-@click.option("--queue", help="Named queue (default: the type's, else 'default').")
-@click.option("--priority", type=int, help="Higher runs first (default 0).")
+@click.option("--queue", type=NON_EMPTY, help="Named queue (default: the type's, else 'default').")
+@click.option("--priority", type=INT32, help="Higher runs first (default 0).")
 @click.option("--delay", type=DURATION, help="Run no earlier than this from now (e.g. 30s, 5m).")
 @click.option(
     "--run-at",
     type=TIME,
     help="Run no earlier than this ISO-8601 time (UTC unless an offset is given).",
 )
-@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the job fails.")
-@click.option("--timeout", type=DURATION, help="Maximum runtime of one attempt.")
-@click.option("--idempotency-key", help="At most one unfinished job per type and key.")
+@click.option("--max-attempts", type=POSITIVE_INT32, help="Attempts before the job fails.")
+@click.option("--timeout", type=POSITIVE_DURATION, help="Maximum runtime of one attempt.")
+@click.option(
+    "--idempotency-key", type=NON_EMPTY, help="At most one unfinished job per type and key."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job (with `created`) as JSON.")
 @pass_state
 def enqueue(
@@ -130,7 +144,7 @@ STATUS_CHOICE = click.Choice([status.value for status in JobStatus])
 )
 @click.option("--type", "types", multiple=True, help="Only jobs of this type (repeatable).")
 @click.option("--queue", "queues", multiple=True, help="Only jobs in this queue (repeatable).")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=POSITIVE_INT32, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def list_jobs(

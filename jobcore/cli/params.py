@@ -8,11 +8,20 @@ import click
 
 from jobcore.timeutil import parse_duration, parse_time
 
+LONGEST = 100 * 365 * 86400.0  # seconds; longer would overflow millisecond times
+
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]
-    """`500ms`, `30s`, `5m`, `2h`, `1d` or plain seconds -> float seconds."""
+    """`500ms`, `30s`, `5m`, `2h`, `1d` or plain seconds -> float seconds.
+
+    `positive=True` for options where zero makes no sense (a lease, a timeout):
+    such a duration must be at least 1ms, the store's resolution.
+    """
 
     name = "duration"
+
+    def __init__(self, *, positive: bool = False) -> None:
+        self.positive = positive
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -20,9 +29,14 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]
         if isinstance(value, float):
             return value
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if self.positive and seconds < 0.001:
+            self.fail(f"{value!r} is too short; give a duration of at least 1ms", param, ctx)
+        if seconds > LONGEST:
+            self.fail(f"{value!r} is too long; the longest duration is 100 years", param, ctx)
+        return seconds
 
 
 class TimeType(click.ParamType):  # type: ignore[type-arg]
@@ -39,5 +53,21 @@ class TimeType(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
+class NonEmptyType(click.ParamType):  # type: ignore[type-arg]
+    """A string that is not empty or blank (an unset shell variable is a mistake, not a name)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("must not be empty", param, ctx)
+        return text
+
+
 DURATION = DurationType()
+POSITIVE_DURATION = DurationType(positive=True)
 TIME = TimeType()
+NON_EMPTY = NonEmptyType()
+INT32 = click.IntRange(-(2**31), 2**31 - 1)  # what every backend stores as an integer
+POSITIVE_INT32 = click.IntRange(1, 2**31 - 1)

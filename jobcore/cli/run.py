@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from jobcore.cli import CliState, cli, pass_state
-from jobcore.cli.params import DURATION
+from jobcore.cli.params import DURATION, NON_EMPTY, POSITIVE_DURATION
 from jobcore.worker import Worker
 
 
@@ -14,10 +14,14 @@ from jobcore.worker import Worker
 @click.option("--queue", "queues", multiple=True, help="Only claim from this queue (repeatable).")
 @click.option("--type", "types", multiple=True, help="Only claim this job type (repeatable).")
 @click.option(
-    "--lease", type=DURATION, help="Lease per claim; heartbeats every lease/4 (default 60s)."
+    "--lease",
+    type=POSITIVE_DURATION,
+    help="Lease per claim; heartbeats every lease/4 (default 60s).",
 )
 @click.option(
-    "--poll-interval", type=DURATION, help="Full claim query at least this often (default 1s)."
+    "--poll-interval",
+    type=POSITIVE_DURATION,
+    help="Full claim query at least this often (default 1s).",
 )
 @click.option(
     "--shutdown-timeout",
@@ -32,7 +36,9 @@ from jobcore.worker import Worker
     "--until-empty", is_flag=True, help="Exit once nothing runnable remains and nothing is running."
 )
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Exit after finishing this many jobs.")
-@click.option("--worker-id", help="Name recorded in locked_by (default host:pid:random).")
+@click.option(
+    "--worker-id", type=NON_EMPTY, help="Name recorded in locked_by (default host:pid:random)."
+)
 @pass_state
 def run(
     state: CliState,

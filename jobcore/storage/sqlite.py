@@ -24,27 +24,34 @@ import apsw
 
 from jobcore import transitions as T
 from jobcore.errors import (
-    IllegalTransition,
     SchemaTooNew,
     StorageError,
     StorageUnavailable,
 )
-from jobcore.models import Completed, Failed, Job, Lease, NewJob, Outcome, compact_json
+from jobcore.models import (
+    Completed,
+    Failed,
+    Job,
+    Lease,
+    NewJob,
+    Outcome,
+    compact_json,
+    replace_job,
+)
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import insert_values, new_row, replace_job, row_to_job, rows_of
+from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
+from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
 from jobcore.storage.sqlite_outbox import AppConnections
-from jobcore.storage.sqlite_reads import Q, SQLiteReads, in_filter
+from jobcore.storage.sqlite_reads import Q, SQLiteReads
 from jobcore.storage.sqlite_statements import (
-    CANCEL_WAITING_SQL,
     EXTEND_SQL,
+    FAIL_UNRECORDABLE_SQL,
     MARK_STARTED_SQL,
-    OPERATOR_RETRY_SQL,
     OWNER_SQL,
     PROMOTE_SQL,
-    REQUEST_CANCEL_SQL,
     SWEEP_SQL,
 )
 from jobcore.timeutil import now_ms
@@ -54,14 +61,6 @@ log = logging.getLogger("jobcore.storage")
 LEASE_EXPIRED = T.LEASE_EXPIRED
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
-
-
-_ACQUIRE_LOCK = """
-INSERT INTO locks (name, holder, expires_at) VALUES (:name, :holder, :now + :ttl)
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
- WHERE locks.holder = excluded.holder OR locks.expires_at <= :now OR :force
-RETURNING holder
-"""
 
 
 def sqlite_path(url: str) -> str | None:
@@ -82,7 +81,7 @@ class _ThreadState:
     data_version: int | None = None
 
 
-class SQLiteStorage(SQLiteReads):
+class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE.
 
     `clock` (ms UTC) replaces this machine's clock, for tests. `event_retention`
@@ -118,6 +117,7 @@ class SQLiteStorage(SQLiteReads):
         self._all: list[apsw.Connection] = []
         self._all_lock = threading.Lock()
         self._migrated = False
+        self._holds_sweep = False
         self._wake_key: str | None = None
         self._app = AppConnections(self.path)  # the application's own (outbox) connections
         check_location(self.path, create=self._create)
@@ -153,15 +153,21 @@ class SQLiteStorage(SQLiteReads):
             self._all.append(conn)
         return conn
 
-    def _state(self) -> _ThreadState:
+    def _raw_state(self) -> _ThreadState:
+        """This thread's connection, opened on first use (the schema not checked)."""
         state: _ThreadState | None = getattr(self._local, "state", None)
         if state is None:
             conn = self._open()
-            state = _ThreadState(conn=conn)
+            state = _ThreadState(conn=conn, data_version=self._data_version(conn))
             self._local.state = state
-            if not self._migrated:
-                self.migrate()
-            state.data_version = self._data_version(conn)
+        return state
+
+    def _state(self) -> _ThreadState:
+        """This thread's connection, on a schema this code knows (migrated if need be)."""
+        state = self._raw_state()
+        if not self._migrated:
+            self.migrate()
+            state.data_version = self._data_version(state.conn)
         return state
 
     def _conn(self) -> apsw.Connection:
@@ -173,11 +179,14 @@ class SQLiteStorage(SQLiteReads):
 
     def close(self) -> None:
         """Release held locks and close every connection this storage opened (all threads)."""
-        if getattr(self._local, "state", None) is not None:
+        if self._holds_sweep:  # let another process sweep at once; wait at most a second
             try:
+                conn = self._raw_state().conn
+                conn.set_busy_timeout(1000)
                 self.release_lock("sweep", self.holder)
-            except StorageError as exc:  # pragma: no cover - best effort
+            except StorageError as exc:
                 log.warning("releasing the sweep lock of %s: %s", self.path, exc)
+            self._holds_sweep = False
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:
@@ -193,11 +202,11 @@ class SQLiteStorage(SQLiteReads):
     @boundary
     def migrate(self) -> None:
         """Bring the schema up to date; reads only, unless there is migration work to do."""
-        conn = self._state().conn
+        conn = self._raw_state().conn
         if self._check_version(self._schema_version(conn)):
             self._migrated = True
             return
-        with self._write():
+        with self._write(migrated=False):
             version = self._schema_version(conn)  # again, under the write lock
             if not self._check_version(version):
                 for number in range(version + 1, SCHEMA_VERSION + 1):
@@ -225,8 +234,8 @@ class SQLiteStorage(SQLiteReads):
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
 
     @contextmanager
-    def _write(self) -> Iterator[apsw.Connection]:
-        state = self._state()
+    def _write(self, *, migrated: bool = True) -> Iterator[apsw.Connection]:
+        state = self._state() if migrated else self._raw_state()
         conn = state.conn
         depth = state.depth
         mark = len(state.callbacks)
@@ -444,11 +453,9 @@ class SQLiteStorage(SQLiteReads):
                 rows = rows_of(conn, changed, params)
                 if not rows:
                     continue
-                before = replace_job(
-                    claimed, started_at=rows[0][0], cancel_requested=bool(rows[0][1])
-                )
+                current = {"started_at": rows[0][0], "cancel_requested": bool(rows[0][1])}
                 stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
-                job = T.apply(before, transition, now=now, outcome=stored)
+                job = T.apply(claimed, transition, now=now, outcome=stored, current=current)
             if isinstance(outcome, Completed) and outcome.children:
                 inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
                 return Recorded(outcome, job, "recorded", inserted)
@@ -501,8 +508,26 @@ class SQLiteStorage(SQLiteReads):
                 # One unrecordable outcome must not block the batch: fail that job.
                 log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
                 fallback = Failed(outcome.lease, f"could not record outcome: {exc}")
-                recorded.append(self._apply(conn, fallback, now))
+                recorded.append(self._last_resort(conn, fallback, now))
         return recorded
+
+    def _last_resort(self, conn: apsw.Connection, outcome: Failed, now: int) -> Recorded:
+        """Fail the job; if even that cannot be stored, fail it without touching its JSON."""
+        try:
+            with self._write():
+                return self._apply(conn, outcome, now)
+        except (apsw.ConstraintError, apsw.SQLError, apsw.TooBigError, ValueError) as exc:
+            log.error("could not record a failure for job %s: %s", outcome.lease.job_id, exc)
+        params = {
+            "id": outcome.lease.job_id,
+            "lease_id": outcome.lease.lease_id,
+            "now": now,
+            "error": clean_text(outcome.error),
+        }
+        rows = rows_of(conn, FAIL_UNRECORDABLE_SQL, params)
+        return Recorded(
+            outcome, row_to_job(rows[0]) if rows else None, "recorded" if rows else "stale"
+        )
 
     @boundary
     def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
@@ -518,6 +543,7 @@ class SQLiteStorage(SQLiteReads):
             hold = self.sweep_hold_ms if hold_ms is None else hold_ms
             if not self._acquire(conn, "sweep", self.holder, hold, now, force):
                 return []
+            self._holds_sweep = True
             for sql, error, action in SWEEP_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error}):
                     swept.append(Swept(row_to_job(row), action))
@@ -526,53 +552,6 @@ class SQLiteStorage(SQLiteReads):
 
     def _prune_events(self, conn: apsw.Connection, now: int) -> None:
         conn.execute(Q["prune_events"], {"before": now - self.event_retention_ms})
-
-    def _acquire(
-        self, conn: apsw.Connection, name: str, holder: str, ttl: int, now: int, force: bool
-    ) -> bool:
-        params = {"name": name, "holder": holder, "now": now, "ttl": ttl, "force": int(force)}
-        return bool(rows_of(conn, _ACQUIRE_LOCK, params))
-
-    @boundary
-    def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
-        with self._write() as conn:
-            return self._acquire(conn, name, holder, ttl_ms, self.now(), False)
-
-    @boundary
-    def release_lock(self, name: str, holder: str) -> None:
-        with self._write() as conn:
-            conn.execute(
-                "DELETE FROM locks WHERE name = :name AND holder = :holder",
-                {"name": name, "holder": holder},
-            )
-
-    # -- events --------------------------------------------------------------------
-
-    @boundary
-    def add_event(
-        self,
-        kind: str,
-        *,
-        job_id: str | None = None,
-        worker_id: str | None = None,
-        data: dict[str, Any] | None = None,
-    ) -> int:
-        if not isinstance(kind, str) or not kind:
-            raise StorageError(f"event kind must be a non-empty string, not {kind!r}")
-        encoded = None if data is None else compact_json(data)
-        with self._write() as conn:
-            rows = rows_of(
-                conn,
-                Q["add_event"],
-                {
-                    "at": self.now(),
-                    "kind": kind,
-                    "job_id": job_id,
-                    "worker_id": worker_id,
-                    "data": encoded,
-                },
-            )
-        return int(rows[0][0])
 
     @boundary
     def wait_for_change(self, timeout: float) -> bool:
@@ -588,47 +567,6 @@ class SQLiteStorage(SQLiteReads):
             if remaining <= 0:
                 return False
             time.sleep(min(0.002, remaining))
-
-    # -- operators ------------------------------------------------------------------
-
-    @boundary
-    def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
-        results: list[Job | None] = []
-        with self._write() as conn:
-            now = self.now()
-            for job_id in job_ids:
-                try:
-                    rows = rows_of(conn, OPERATOR_RETRY_SQL, {"id": job_id, "now": now})
-                except apsw.ConstraintError:
-                    job = self.get(job_id)
-                    key = job.idempotency_key if job else "?"
-                    raise IllegalTransition(
-                        f"cannot retry job {job_id}: another unfinished job holds its "
-                        f"idempotency key {key!r}"
-                    ) from None
-                results.append(row_to_job(rows[0]) if rows else None)
-        return results
-
-    @boundary
-    def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
-        results: list[Job | None] = []
-        with self._write() as conn:
-            now = self.now()
-            for job_id in job_ids:
-                params = {"id": job_id, "now": now}
-                rows = rows_of(conn, CANCEL_WAITING_SQL, params)
-                if not rows:
-                    rows = rows_of(conn, REQUEST_CANCEL_SQL, params)
-                results.append(row_to_job(rows[0]) if rows else None)
-        return results
-
-    @boundary
-    def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
-        params: dict[str, Any] = {"before": before}
-        filters = in_filter("status", statuses, "s", params) + in_filter("type", types, "t", params)
-        with self._write() as conn:
-            conn.execute(Q["prune"].replace("{filters}", filters), params)
-            return int(conn.changes())
 
 
 def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:

@@ -8,6 +8,7 @@ fragment, so the SQL cannot drift from `transitions.apply`. Named parameters:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from jobcore.transitions import (
     CANCEL_WAITING,
     CLAIM,
     EXTEND,
+    FAIL_UNRECORDABLE,
     MARK_STARTED,
     OPERATOR_RETRY,
     OWNER,
@@ -228,11 +230,23 @@ def claim_candidates(queues: Sequence[str], types: Sequence[str], params: dict[s
 
 def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> str:
     """The claim statement for these filters (fills `params` with the filter values)."""
-    candidates = claim_candidates(queues, types, params)
-    return (
-        f"UPDATE jobs\n   SET {set_clause(CLAIM)}\n WHERE status = 'pending' AND id IN "
+    sql, filters = _claim_for(tuple(queues), tuple(types))
+    params.update(filters)
+    return sql
+
+
+@functools.lru_cache(maxsize=256)
+def _claim_for(queues: tuple[str, ...], types: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    filters: dict[str, Any] = {}
+    candidates = claim_candidates(queues, types, filters)
+    sql = (
+        f"UPDATE jobs\n   SET {_CLAIM_SET}\n WHERE status = 'pending' AND id IN "
         f"({candidates})\nRETURNING *"
     )
+    return sql, filters
+
+
+_CLAIM_SET = set_clause(CLAIM)
 
 
 def _owner_statements() -> dict[str, tuple[str, str]]:
@@ -262,3 +276,4 @@ MARK_STARTED_SQL = by_id(MARK_STARTED, "id")
 OPERATOR_RETRY_SQL = by_id(OPERATOR_RETRY)
 CANCEL_WAITING_SQL = by_id(CANCEL_WAITING)
 REQUEST_CANCEL_SQL = by_id(REQUEST_CANCEL)
+FAIL_UNRECORDABLE_SQL = by_id(FAIL_UNRECORDABLE)

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from jobcore import Interrupted, JobContext, JobType, Payload, PermanentError, hookimpl
+from jobcore import (
+    Interrupted,
+    JobContext,
+    JobcoreError,
+    JobType,
+    Payload,
+    PermanentError,
+    hookimpl,
+)
 from jobcore.timeutil import parse_duration
 from jobcore_shell.runner import run_command
 
@@ -31,8 +39,8 @@ class ShellPayload(Payload):
         return self
 
 
-class CommandFailed(Exception):
-    """The command exited non-zero (retryable)."""
+class CommandFailed(JobcoreError):
+    """The command exited non-zero (retryable; an expected failure, logged without a traceback)."""
 
 
 def tail(text: str, limit: int = 500) -> str:

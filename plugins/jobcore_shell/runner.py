@@ -125,8 +125,8 @@ def run_command(
     if stopped is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # nothing of the command outlives it
-    for pump in pumps:
-        pump.join(5)
+    for pump in pumps:  # a process that left the group may hold the pipes: do not wait long
+        pump.join(5 if stopped is None else 0.5)
     return Finished(
         exit_code=proc.returncode,
         stdout=out,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from testenv import subprocess_env
 
 from jobcore.cli import cli, main
 from jobcore.storage.sqlite import SQLiteStorage
@@ -206,6 +208,8 @@ def test_a_bad_jsonl_line_rejects_the_whole_file(run: Run, db: Path, tmp_path: P
     [
         (["enqueue", "noop", "{bad"], ["not valid JSON"]),
         (["enqueue", "noop", "[1, 2]"], ["must be a JSON object"]),
+        (["enqueue", "noop", '{"sleep": 1e999}'], ["not valid JSON", "1e999 is out of range"]),
+        (["enqueue", "noop", '{"sleep": NaN}'], ["not valid JSON", "NaN is not a JSON value"]),
         (["enqueue", "noop", '{"sleep": "long"}'], ["sleep", "valid number"]),
         (["enqueue", "noop", '{"colour": 1}'], ["colour: unknown field"]),
         (["enqueue", "teleport", "{}"], ["unknown job type 'teleport'"]),
@@ -231,9 +235,21 @@ def test_oversized_payload(run: Run, db: Path) -> None:
     [
         ["enqueue", "noop", "--delay", "5 minutes"],
         ["enqueue", "noop", "--timeout", "-1"],
+        ["enqueue", "noop", "--timeout", "0"],
+        ["enqueue", "noop", "--timeout", "0.1ms"],
+        ["enqueue", "noop", "--delay", "99999999999d"],
         ["enqueue", "noop", "--run-at", "next tuesday"],
         ["enqueue", "noop", "--max-attempts", "0"],
+        ["enqueue", "noop", "--max-attempts", "99999999999999999999"],
+        ["enqueue", "noop", "--priority", "99999999999999999999"],
+        ["enqueue", "noop", "--idempotency-key", ""],
+        ["enqueue", "noop", "--queue", " "],
+        ["list", "--limit", "99999999999999999999"],
+        ["run", "--worker-id", ""],
         ["run", "--lease", "forever"],
+        ["run", "--lease", "0"],
+        ["run", "--lease", "0s"],
+        ["run", "--poll-interval", "0ms"],
         ["prune", "--older-than", "old"],
         ["list", "--status", "sleeping"],
     ],
@@ -425,3 +441,150 @@ def test_main_entry_point(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsy
         main(["enqueue", "noop"])
     assert exit_info.value.code == 0
     assert len(capsys.readouterr().out.strip()) == 36
+
+
+# -- storage failures through the real command line ---------------------------------------
+
+
+def jobcore(
+    cwd: Path, *args: str, input: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobcore", *args],
+        input=input,
+        cwd=cwd,
+        env=subprocess_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_one_error_line(
+    done: subprocess.CompletedProcess[str], db: Path, *fragments: str
+) -> None:
+    """One `Error:` line naming `db`, and (case-insensitively, outside the path) `fragments`."""
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
+    assert str(db) in lines[0]
+    message = lines[0].replace(str(db), "<db>").lower()
+    for fragment in fragments:
+        assert fragment.lower() in message, lines[0]
+    assert done.stdout == ""
+
+
+def ids_in(db: Path) -> list[str]:
+    storage = SQLiteStorage(db, create=False)
+    try:
+        return [job.id for job in storage.list_jobs(limit=1000)]
+    finally:
+        storage.close()
+
+
+HOLD_WRITE_LOCK = """
+import sys, apsw
+conn = apsw.Connection(sys.argv[1])
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("SELECT count(*) FROM jobs").fetchall()
+print("held", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_busy_database_is_one_error_line_and_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "busy.db"
+    first = jobcore(tmp_path, "--db", str(db), "enqueue", "noop").stdout.strip()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITE_LOCK, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        busy = jobcore(tmp_path, "--db", str(db), "enqueue", "noop", JOBCORE_BUSY_TIMEOUT="0.2")
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert_one_error_line(busy, db, "busy")
+    assert ids_in(db) == [first]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs (root only), unmounted afterwards."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_full_disk_is_one_error_line_and_writes_nothing(small_disk: Path, tmp_path: Path) -> None:
+    db = small_disk / "jobs.db"
+    first = jobcore(tmp_path, "--db", str(db), "enqueue", "noop").stdout.strip()
+    # a reader keeps the database open, as a running worker would, so its WAL stays
+    reader = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITE_LOCK.replace("BEGIN IMMEDIATE", "BEGIN"), str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "held\n"
+        fill = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fill, b"\0" * 4096):
+                pass
+        except OSError:
+            pass  # the disk is full now
+        finally:
+            os.close(fill)
+        payload = json.dumps({"log": "x" * 200_000})
+        full = jobcore(tmp_path, "--db", str(db), "enqueue", "record", "-", input=payload)
+    finally:
+        reader.communicate("\n", timeout=30)
+    assert_one_error_line(full, db, "full")
+    (small_disk / "filler").unlink()
+    assert ids_in(db) == [first]
+
+
+def test_io_error_is_one_error_line(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    plugins = {"JOBCORE_PLUGINS": "jobcore_test_plugin,faulty_disk"}
+    first = jobcore(tmp_path, "--db", str(db), "enqueue", "noop", **plugins).stdout.strip()
+    failed = jobcore(tmp_path, "--db", str(db), "enqueue", "noop", FAULTY_DISK="1", **plugins)
+    assert_one_error_line(failed, db, "I/O error", "write failed on the faulty disk")
+    assert ids_in(db) == [first]
+
+
+def test_corrupt_database_is_one_error_line(tmp_path: Path) -> None:
+    db = tmp_path / "corrupt.db"
+    db.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    for args in (["enqueue", "noop"], ["list"], ["stats"]):
+        done = jobcore(tmp_path, "--db", str(db), *args)
+        assert_one_error_line(done, db, "not a", "SQLite database")
+    assert db.read_bytes()[:16] == b"SQLite format 3\x00"
+
+
+def test_expected_failures_are_logged_without_a_traceback(tmp_path: Path) -> None:
+    env = {"JOBCORE_DB": str(tmp_path / "jobs.db"), "JOBCORE_BACKOFF_BASE": "0"}
+    jobcore(tmp_path, "enqueue", "shell", '{"command": "exit 3"}', "--max-attempts", "2", **env)
+    ran = jobcore(tmp_path, "run", "--until-empty", **env)
+    assert ran.returncode == 0, ran.stderr
+    assert "failed 1" in ran.stdout
+    assert ran.stderr.count("CommandFailed: exit code 3") == 2  # the retrying and failed events
+    assert "Traceback" not in ran.stderr
+    # an unexpected exception in a handler still shows where it happened
+    jobcore(tmp_path, "enqueue", "fail", '{"message": "bug"}', "--max-attempts", "1", **env)
+    ran = jobcore(tmp_path, "run", "--until-empty", **env)
+    assert "ValueError: bug" in ran.stderr and "Traceback" in ran.stderr

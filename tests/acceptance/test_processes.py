@@ -45,11 +45,11 @@ class Cluster:
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
-    def worker(self, *options: str) -> subprocess.Popen[bytes]:
+    def worker(self, *options: str, **env: str) -> subprocess.Popen[bytes]:
         with open(self.tmp / f"worker{len(self.workers)}.log", "wb") as log:
             proc = subprocess.Popen(
                 [*JOBCORE, "run", *options],
-                env=self.env,
+                env={**self.env, **env},
                 cwd=self.tmp,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -181,3 +181,87 @@ def test_other_process_enqueue_wakes_an_idle_worker(cluster: Cluster) -> None:
     assert time.monotonic() - started < 10
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(20) == 0
+
+
+def test_sigterm_kills_a_shell_jobs_process_group_before_releasing_it(cluster: Cluster) -> None:
+    """Issue 8 defect 4: the job goes back to pending only once its grandchildren are gone."""
+    started, late = cluster.tmp / "started", cluster.tmp / "late"
+    # Everything in the group ignores SIGTERM: only the SIGKILL after the kill grace stops it.
+    command = f"trap '' TERM; (sleep 4; touch {late}) & touch {started}; wait"
+    job_id = cluster.enqueue("shell", {"command": command})
+    worker = cluster.worker("--shutdown-timeout", "300ms")
+    cluster.wait_file(started)
+    signalled = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    job = cluster.job(job_id)
+    assert job["status"] == "pending" and job["attempts"] == 0 and job["locked_by"] is None
+    time.sleep(max(0.0, 5.0 - (time.monotonic() - signalled)))  # past when it would write
+    assert not late.exists(), "a grandchild of the released job outlived its worker"
+
+
+def test_max_jobs_exits_when_its_job_lost_the_lease(cluster: Cluster) -> None:
+    """Issue 8 defect 12: a run lost with its lease counts towards --max-jobs."""
+    marker = cluster.tmp / "started"
+    job_id = cluster.enqueue("sleepy", {"seconds": 60, "cooperative": True, "started": str(marker)})
+    worker = cluster.worker("--max-jobs", "1", "--lease", "1s")
+    cluster.wait_file(marker)
+    worker.send_signal(signal.SIGSTOP)  # paused past its lease, as under memory pressure
+    try:
+        time.sleep(1.5)
+        swept = cluster.cli("sweep")
+        assert swept.returncode == 0, swept.stderr
+        assert cluster.job(job_id)["status"] == "pending"
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    assert worker.wait(20) == 0
+    log = (cluster.tmp / "worker0.log").read_text()
+    assert "lost the lease of job" in log
+
+
+def prefetch_behind_a_blocker(cluster: Cluster, *record_options: str) -> tuple[str, list[str]]:
+    """Short jobs to make the worker prefetch, a blocker it starts, record jobs left waiting."""
+    for _ in range(3):
+        cluster.enqueue("noop", {}, "--priority", "10")
+    blocker = cluster.enqueue(
+        "sleepy",
+        {"seconds": 60, "cooperative": True, "started": str(cluster.tmp / "started")},
+        "--priority",
+        "5",
+    )
+    log = str(cluster.tmp / "runs.log")
+    waiting = [cluster.enqueue("record", {"log": log}, *record_options) for _ in range(4)]
+    return blocker, waiting
+
+
+def test_jobs_a_killed_worker_never_started_do_not_fail_for_its_death(cluster: Cluster) -> None:
+    """Issue 8 defect 8: prefetched, never started, max_attempts 1: they still run."""
+    _blocker, waiting = prefetch_behind_a_blocker(cluster, "--max-attempts", "1")
+    first = cluster.worker("--concurrency", "1", "--lease", "1s", JOBCORE_PREFETCH_WAIT="60s")
+    cluster.wait_file(cluster.tmp / "started")
+    assert {cluster.job(job_id)["status"] for job_id in waiting} == {"claimed"}
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    time.sleep(1.2)  # its leases run out
+    second = cluster.worker("--type", "record", "--until-empty", "--lease", "1s")
+    assert second.wait(30) == 0
+    for job_id in waiting:
+        job = cluster.job(job_id)
+        assert job["status"] == "completed" and job["attempts"] == 1 and job["errors"] == []
+
+
+def test_a_prefetched_job_that_kills_its_worker_still_ends_failed(cluster: Cluster) -> None:
+    """Issue 8 defect 8: giving back never-started jobs cannot make a crasher run for ever."""
+    job_id = cluster.enqueue("crash", {}, "--max-attempts", "2", "--priority", "-1")
+    runs = 0
+    while cluster.job(job_id)["status"] != "failed":
+        runs += 1
+        assert runs <= 6, cluster.job(job_id)
+        for _ in range(3):  # short jobs first, so the crasher is claimed as a prefetched job
+            cluster.enqueue("noop", {})
+        proc = cluster.worker("--lease", "500ms", "--until-empty", "--concurrency", "1")
+        assert proc.wait(30) in (0, 3)  # 3: the handler's os._exit took the process down
+        time.sleep(0.6)  # let the dead worker's lease expire
+    job = cluster.job(job_id)
+    assert job["attempts"] == 2
+    assert [entry["error"] for entry in job["errors"]] == ["lease expired", "lease expired"]

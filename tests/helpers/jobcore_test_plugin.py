@@ -47,6 +47,24 @@ def sleepy(payload: SleepPayload, ctx: JobContext) -> dict[str, float]:
     return {"slept": payload.seconds}
 
 
+class SpanPayload(Payload):
+    log: str
+    seconds: float = Field(default=0.0, ge=0)
+
+
+def span(payload: SpanPayload, ctx: JobContext) -> None:
+    """Append `start|end id attempt monotonic` lines around a sleep that ignores stop requests."""
+    for mark in ("start", "end"):
+        if mark == "end":
+            time.sleep(payload.seconds)
+        line = f"{mark} {ctx.job.id} {ctx.attempt} {time.monotonic()}\n".encode()
+        fd = os.open(payload.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
 class CrashPayload(Payload):
     started: str | None = None
     code: int = 3
@@ -100,6 +118,7 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
     register(JobType(name="record", payload_model=RecordPayload, handler=record))
     register(JobType(name="sleepy", payload_model=SleepPayload, handler=sleepy))
     register(JobType(name="crash", payload_model=CrashPayload, handler=crash))
+    register(JobType(name="span", payload_model=SpanPayload, handler=span))
     register(JobType(name="fail", payload_model=FailPayload, handler=fail))
     register(JobType(name="parent", payload_model=ParentPayload, handler=parent))
     register(JobType(name="flaky", payload_model=FlakyPayload, handler=flaky))

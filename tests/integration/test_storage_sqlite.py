@@ -72,7 +72,7 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
     storage = SQLiteStorage(corrupt)
-    with pytest.raises(NotADatabase, match="not a usable SQLite database"):
+    with pytest.raises(NotADatabase, match=r"not a SQLite database|corrupt"):
         storage.count_by_status()
     storage.close()
 
@@ -87,7 +87,7 @@ def test_disk_full_is_storage_full_and_the_store_recovers(storage: SQLiteStorage
     pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
     conn.execute(f"PRAGMA max_page_count={pages + 2}")  # a "disk" two pages from full
     big = {"blob": "x" * 20_000}
-    with pytest.raises(StorageFull, match="disk full"):
+    with pytest.raises(StorageFull, match="is full"):
         storage.insert([new_job(payload=big) for _ in range(20)])
     assert storage.count_by_status() == {}  # nothing half-written
     conn.execute("PRAGMA max_page_count=1073741823")
@@ -257,3 +257,48 @@ def test_queue_enqueue_on_the_applications_connection(tmp_path: Path) -> None:
     assert len(recorder.of("job_enqueued")) == 1
     app.close()
     queue.close()
+
+
+def test_a_damaged_row_fails_alone_and_stays_readable(storage: SQLiteStorage) -> None:
+    storage.insert([new_job(), new_job()])
+    damaged, fine = storage.claim(worker="w", limit=2, lease_ms=LEASE)
+    with storage.transaction() as conn:  # e.g. a bad manual edit
+        conn.execute(
+            "UPDATE jobs SET errors = 'not json', history = '{oops' WHERE id = ?", (damaged.id,)
+        )
+    answers = storage.record(
+        [Retrying(Lease.of(damaged), "boom", 0), Completed(Lease.of(fine), "ok")]
+    )
+    assert [a.state for a in answers] == ["recorded", "recorded"]
+    assert answers[0].job is not None and answers[0].job.status is JobStatus.FAILED
+    assert "could not record outcome" in (answers[0].job.last_error or "")
+    assert answers[1].job is not None and answers[1].job.status is JobStatus.COMPLETED
+    shown = storage.get(damaged.id)
+    assert shown is not None and shown.errors == [{"corrupt": "not json"}]
+    assert [e.kind for e in storage.events_after(0) if e.job_id == damaged.id][-1] == "job:failed"
+
+
+def test_cli_reads_work_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    """Issue 8 defect 15: list, show and stats beside a writer; a write says busy in one line."""
+    from click.testing import CliRunner
+
+    from jobcore.cli import cli
+
+    path = tmp_path / "busy.db"
+    storage = SQLiteStorage(path)
+    [job] = storage.insert([new_job()])
+    storage.close()
+    env = {"JOBCORE_DB": str(path), "JOBCORE_BUSY_TIMEOUT": "0.2"}
+    holder = apsw.Connection(str(path))
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        runner = CliRunner()
+        for args in (["list", "--json"], ["show", job.job.id, "--json"], ["stats", "--json"]):
+            result = runner.invoke(cli, args, env=env, catch_exceptions=False)
+            assert result.exit_code == 0, (args, result.output)
+        result = runner.invoke(cli, ["cancel", job.job.id], env=env, catch_exceptions=False)
+        assert result.exit_code == 1
+        assert "busy" in result.output and "Traceback" not in result.output
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

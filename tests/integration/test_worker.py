@@ -89,7 +89,8 @@ def test_backoff_uses_the_configured_base(jobcore_make_queue: MakeQueue) -> None
     assert (policy.backoff(1), policy.backoff(2), policy.backoff(3)) == (10.0, 15.0, 15.0)
 
 
-def test_timeout_fails_the_attempt_and_retries(queue: Queue) -> None:
+def test_timeout_fails_the_attempt_and_retries(jobcore_make_queue: MakeQueue) -> None:
+    queue = jobcore_make_queue(tp, stop_grace=0.3)
     job = queue.enqueue("sleepy", {"seconds": 3}, timeout=0.2, max_attempts=2).job
     started = time.monotonic()
     drain(queue)
@@ -97,7 +98,7 @@ def test_timeout_fails_the_attempt_and_retries(queue: Queue) -> None:
     failed = queue.get(job.id)
     assert failed.status is JobStatus.FAILED and failed.attempts == 2
     assert [entry["error"] for entry in failed.errors] == ["JobTimeout: timed out after 0.2s"] * 2
-    assert elapsed < 2.5  # the worker did not wait for the hung handlers
+    assert elapsed < 2.5  # past the stop grace, the worker did not wait for the hung handlers
 
 
 def test_timeout_asks_a_cooperative_handler_to_stop(queue: Queue) -> None:

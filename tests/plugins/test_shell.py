@@ -146,3 +146,23 @@ def test_cancel_kills_the_whole_process_group(queue: Queue, tmp_path: Path) -> N
     assert not thread.is_alive()
     assert queue.get(job.id).status is JobStatus.CANCELLED
     wait_for(lambda: not alive(grandchild))
+
+
+def test_shutdown_kills_the_group_before_the_worker_returns(
+    jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """Issue 8 defect 4: the job is released only once its process group is gone."""
+    queue = jobcore_make_queue(jobcore_shell, shutdown_timeout=0.2)
+    pids, late = tmp_path / "pids", tmp_path / "late"
+    command = f"trap '' TERM; (sleep 4; touch {late}) & echo $! > {pids}; wait"
+    job = queue.enqueue("shell", {"command": command}).job
+    worker = Worker(queue)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    grandchild = int(wait_for(lambda: pids.exists() and pids.read_text().strip()))
+    worker.stop()
+    thread.join(15)
+    assert not thread.is_alive() and worker.exit_code == 0
+    assert not alive(grandchild)  # killed and reaped before the release was committed
+    released = queue.get(job.id)
+    assert released.status is JobStatus.PENDING and released.attempts == 0

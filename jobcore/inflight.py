@@ -1,0 +1,199 @@
+"""The life of each attempt a worker holds, from its claim until its outcome is committed.
+
+    claimed ──► started ──► reported ──► done        the usual path
+       │           │            ▲
+       │           └► stopping ─┘                   timeout, shutdown or lost lease: the handler
+       │                                            was asked to stop; its own report still wins
+       └──────────────► reported                    released, cancelled before it ran
+
+An attempt is `done` once its outcome is committed or there is nothing left to
+record (its lease was lost). The loop thread owns every move; an executor only
+asks to begin an attempt (refused unless it is still `claimed`) and reports
+what its handler did (dropped unless the attempt is `started` or `stopping`).
+Both happen under one lock, so no report can be overtaken by a release or a
+timeout the loop decided at the same moment, nor the other way round.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from jobcore.context import JobContext
+from jobcore.models import Job, Lease, Outcome
+
+
+class Phase(enum.Enum):
+    CLAIMED = "claimed"  # waiting for an executor (prefetched)
+    STARTED = "started"  # its handler runs
+    STOPPING = "stopping"  # its handler was asked to stop; `fallback` is recorded if it does not
+    REPORTED = "reported"  # `outcome` decided, waiting to be committed
+    DONE = "done"  # committed, or nothing to record; out of the table
+
+
+MOVES: dict[Phase, frozenset[Phase]] = {
+    Phase.CLAIMED: frozenset({Phase.STARTED, Phase.REPORTED, Phase.DONE}),
+    Phase.STARTED: frozenset({Phase.STOPPING, Phase.REPORTED, Phase.DONE}),
+    Phase.STOPPING: frozenset({Phase.REPORTED, Phase.DONE}),
+    Phase.REPORTED: frozenset({Phase.DONE}),
+    Phase.DONE: frozenset(),
+}
+
+
+class IllegalMove(RuntimeError):
+    """A move the table does not allow: a bug in the worker, never a job's fault."""
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One claim of one job by this worker."""
+
+    job: Job
+    lease: Lease
+    ctx: JobContext
+    claimed_at: float  # monotonic seconds
+    phase: Phase = Phase.CLAIMED
+    outcome: Outcome | None = None  # what to record, once reported
+    fallback: Outcome | None = None  # recorded if the handler does not stop within its grace
+    stop_until: float | None = None  # monotonic end of that grace
+    deadline: float | None = None  # monotonic: its timeout, counted from the start
+    began_at: float = 0.0  # monotonic, when an executor began it
+    duration_ms: float = 0.0
+    start_marked: bool = False  # the store knows the handler started
+    durable_start: bool = False  # its executor commits the start marker before running it
+    lost: bool = False  # its lease is gone: nothing it reports can be recorded
+    replaced: bool = False  # its executor was given up on; a fresh thread took the slot
+
+    @property
+    def ran(self) -> bool:
+        """Whether a handler began (it counts as a finished attempt when it leaves)."""
+        return self.began_at > 0.0
+
+
+class InFlight:
+    """The worker's attempts by job id, and the moves between phases.
+
+    `cond` is the worker's condition: executors' begin and report run under
+    it and notify it, so the loop wakes for every report.
+    """
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self._cond = cond
+        self._attempts: dict[str, Attempt] = {}
+        self._inbox: list[Attempt] = []  # reported by executors since the loop last looked
+        self._began: list[Attempt] = []  # begun by executors without a start marker yet
+
+    # -- executors -------------------------------------------------------------------
+
+    def begin(self, attempt: Attempt) -> bool:
+        """claimed -> started, unless the loop released or cancelled it meanwhile."""
+        with self._cond:
+            if attempt.phase is not Phase.CLAIMED:
+                return False
+            self._move(attempt, Phase.STARTED)
+            attempt.began_at = time.monotonic()
+            if attempt.job.timeout_ms is not None:  # the timeout counts from the start
+                attempt.deadline = attempt.began_at + attempt.job.timeout_ms / 1000
+            if not attempt.start_marked and not attempt.durable_start:
+                self._began.append(attempt)  # marked with the loop's next commit
+        return True
+
+    def report(self, attempt: Attempt, outcome: Outcome) -> bool:
+        """The handler finished. False when the loop already gave up on it (late report)."""
+        with self._cond:
+            if attempt.phase not in (Phase.STARTED, Phase.STOPPING):
+                return False
+            attempt.duration_ms = (time.monotonic() - attempt.began_at) * 1000
+            if attempt.lost:
+                self._move(attempt, Phase.DONE)
+            else:
+                self._move(attempt, Phase.REPORTED)
+                attempt.outcome = outcome
+            self._inbox.append(attempt)
+            self._cond.notify_all()
+            return True
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def add(self, attempt: Attempt) -> None:
+        with self._cond:
+            self._attempts[attempt.job.id] = attempt
+
+    def get(self, job_id: str) -> Attempt | None:
+        return self._attempts.get(job_id)
+
+    def move(self, attempt: Attempt, phase: Phase, outcome: Outcome | None = None) -> None:
+        """A move the loop decided; `outcome` goes with `reported`."""
+        with self._cond:
+            self._move(attempt, phase)
+            if phase is Phase.REPORTED:
+                attempt.outcome = outcome
+
+    def try_move(self, attempt: Attempt, phase: Phase, outcome: Outcome | None = None) -> bool:
+        """Like `move`, but False (nothing changed) when the table forbids it right now."""
+        with self._cond:
+            if phase not in MOVES[attempt.phase]:
+                return False
+            self._move(attempt, phase)
+            if phase is Phase.REPORTED:
+                attempt.outcome = outcome
+            return True
+
+    def stop(self, attempt: Attempt, reason: str, fallback: Outcome | None, until: float) -> bool:
+        """started -> stopping: ask the handler to stop; record `fallback` if it has not by `until`."""
+        with self._cond:
+            if attempt.phase is not Phase.STARTED:
+                return False
+            self._move(attempt, Phase.STOPPING)
+            attempt.fallback = fallback
+            attempt.stop_until = until
+            attempt.deadline = None
+        attempt.ctx.request_stop(reason)
+        return True
+
+    def remove(self, attempt: Attempt) -> None:
+        with self._cond:
+            if attempt.phase is not Phase.DONE:
+                self._move(attempt, Phase.DONE)
+            if self._attempts.get(attempt.job.id) is attempt:
+                del self._attempts[attempt.job.id]
+
+    def take_inbox(self) -> list[Attempt]:
+        """Attempts executors reported since the last call (caller holds the lock)."""
+        inbox, self._inbox = self._inbox, []
+        return inbox
+
+    def take_began(self) -> list[Attempt]:
+        """Attempts begun without a start marker since the last call (caller holds the lock)."""
+        began, self._began = self._began, []
+        return began
+
+    def has_news(self) -> bool:
+        """Reports wait for the loop (caller holds the lock)."""
+        return bool(self._inbox)
+
+    def first_unmarked_start(self) -> float | None:
+        """When the oldest start not yet taken by the loop began (caller holds the lock)."""
+        return self._began[0].began_at if self._began else None
+
+    def in_phase(self, *phases: Phase) -> list[Attempt]:
+        return [attempt for attempt in self._attempts.values() if attempt.phase in phases]
+
+    def __iter__(self) -> Iterator[Attempt]:
+        return iter(list(self._attempts.values()))
+
+    def __len__(self) -> int:
+        return len(self._attempts)
+
+    def _move(self, attempt: Attempt, phase: Phase) -> None:
+        if phase not in MOVES[attempt.phase]:
+            raise IllegalMove(
+                f"attempt of job {attempt.job.id}: {attempt.phase.value} -> {phase.value}"
+            )
+        attempt.phase = phase
+
+
+__all__ = ["MOVES", "Attempt", "IllegalMove", "InFlight", "Phase"]
