@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
-from jobcore.attempt import AttemptRunner, Running
+from jobcore.attempt import AttemptRunner
 from jobcore.context import JobContext
-from jobcore.errors import InvalidPayload, JobcoreError, JobTimeout, UnknownJobType
+from jobcore.errors import JobcoreError, UnknownJobType
+from jobcore.inflight import Attempt
 from jobcore.models import Failed, Outcome, Released
 from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
@@ -76,10 +77,12 @@ class AgentContext(JobContext):
 class Claim:
     """A job this agent claimed, from the claim until the hub has its outcome."""
 
-    run: Running
+    run: Attempt
     key: str  # the outbox key: `job_id:lease_id` (`job_id:attempt` from a hub without lease ids)
     lease_id: str | None
     settled: bool = False  # an outcome is recorded in the outbox (or the lease is gone)
+    fallback: Outcome | None = None  # recorded at `stop_until` if the handler asked to stop has not
+    stop_until: float | None = None  # monotonic
 
 
 class Agent:
@@ -116,9 +119,11 @@ class Agent:
         self.shutdown_timeout = shutdown_timeout
         self.max_backoff = max_backoff
         self.install_signal_handlers = install_signal_handlers
+        core = queue.config.core
         self.attempts = AttemptRunner(
-            queue, clock=now_ms, max_result_bytes=queue.config.core.max_result_bytes
+            queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
         )
+        self.stop_grace = core.stop_grace
         self.outbox = Outbox(cache_dir)
         self.source = ArtifactSource(ArtifactCache(cache_dir), client)
         self.intervals = Intervals(heartbeat_interval=10.0, lease=60.0, poll_wait=25.0)
@@ -389,19 +394,14 @@ class Agent:
             request_heartbeat=self._request_heartbeat,
         )
         ctx.artifact_source = self.source
-        running = Running(job=job, ctx=ctx, lease=lease, deadline=None)
-        claim = Claim(run=running, key=key, lease_id=lease_id)
+        attempt = Attempt(job=job, lease=lease, ctx=ctx, claimed_at=time.monotonic())
+        claim = Claim(run=attempt, key=key, lease_id=lease_id)
         with self._cond:
             self._claims[key] = claim
             stopping = self._stopping
         if stopping:  # claimed while the stop began: give it straight back
             self._settle(claim, Released(lease=lease))
             return
-        if job_type is not None and problem is None:
-            try:
-                ctx.payload = self.queue.validate_payload(job_type, job.payload)
-            except InvalidPayload as exc:
-                problem = str(exc)
         if problem is not None:
             self._settle(claim, Failed(lease=lease, error=problem))
             return
@@ -414,8 +414,10 @@ class Agent:
         with self._cond:
             if claim.settled:
                 return
-            run.began = True
-        outcome = self.attempts.execute(run)
+            run.began_at = time.monotonic()
+            if run.job.timeout_ms is not None:  # the timeout counts from the handler's start
+                run.deadline = run.began_at + run.job.timeout_ms / 1000
+        outcome = self.attempts.execute(run)  # validates the payload, runs, judges; never raises
         if not self._settle(claim, outcome):
             log.info(
                 "job %s finished after it was given up (%s); outcome dropped",
@@ -436,7 +438,6 @@ class Agent:
             if claim.settled:
                 return False
             claim.settled = True
-            claim.run.abandoned = True
             self._cond.notify_all()
         if outcome is None:
             return True
@@ -492,12 +493,21 @@ class Agent:
             self._released = True
             open_claims = [claim for claim in self._claims.values() if not claim.settled]
         for claim in open_claims:
-            claim.run.ctx.request_stop("shutdown")
-            threading.Thread(target=self._release_one, args=(claim,), daemon=True).start()
+            log.warning(
+                "job %s still running at the shutdown deadline; asking it to stop, then releasing it",
+                claim.run.job.id,
+            )
+            self._ask_to_stop(claim, "shutdown", Released(lease=claim.run.lease))
 
-    def _release_one(self, claim: Claim) -> None:
-        if self._settle(claim, Released(lease=claim.run.lease)):
-            log.warning("job %s still running at the shutdown deadline; released", claim.run.job.id)
+    def _ask_to_stop(self, claim: Claim, reason: str, fallback: Outcome) -> None:
+        """Ask the handler to stop; its own outcome wins if it comes within `stop_grace`."""
+        claim.run.ctx.request_stop(reason)
+        with self._cond:
+            if claim.fallback is None:
+                claim.fallback = fallback
+                claim.stop_until = time.monotonic() + self.stop_grace
+            claim.run.deadline = None
+            self._cond.notify_all()
 
     def _reporter_main(self) -> None:
         backoff = Backoff(self.max_backoff)
@@ -572,9 +582,11 @@ class Agent:
                 if self._closed or self._fatal:
                     return
                 deadlines = [
-                    c.run.deadline
+                    when
                     for c in self._claims.values()
-                    if not c.settled and c.run.deadline is not None
+                    if not c.settled
+                    for when in (c.run.deadline, c.stop_until)
+                    if when is not None
                 ]
                 until = min([next_beat, *deadlines])
                 remaining = until - time.monotonic()
@@ -589,20 +601,32 @@ class Agent:
 
     def _check_timeouts(self, now: float) -> None:
         with self._cond:
-            due = [
+            timed_out = [
                 c
                 for c in self._claims.values()
                 if not c.settled and c.run.deadline is not None and now >= c.run.deadline
             ]
-        for claim in due:
+            given_up = [
+                c
+                for c in self._claims.values()
+                if not c.settled and c.stop_until is not None and now >= c.stop_until
+            ]
+        for claim in timed_out:
             run = claim.run
-            seconds = (run.job.timeout_ms or 0) / 1000
-            error = f"max_runtime_exceeded: timed out after {seconds:g}s"
-            run.ctx.request_stop("timeout")
-            outcome = self.attempts.retry_or_fail(run, JobTimeout(error), f"JobTimeout: {error}")
-            if self._settle(claim, outcome):
+            log.warning(
+                "job %s (%s) timed out after %gs; asking its handler to stop",
+                run.job.id,
+                run.job.type,
+                (run.job.timeout_ms or 0) / 1000,
+            )
+            self._ask_to_stop(claim, "timeout", self.attempts.timeout_outcome(run))
+        for claim in given_up:
+            if claim.fallback is not None and self._settle(claim, claim.fallback):
                 log.warning(
-                    "job %s (%s) %s; its handler was asked to stop", run.job.id, run.job.type, error
+                    "job %s did not stop within %gs (%s); its slot is given up",
+                    claim.run.job.id,
+                    self.stop_grace,
+                    claim.run.ctx.stop_reason,
                 )
 
     def _heartbeat(self) -> None:

@@ -262,3 +262,15 @@ def test_the_hub_tells_an_agent_to_drain(hub: Hub, agents: list[Agent], tmp_path
     assert hub.job(running["id"])["status"] == "completed"
     assert hub.job(later["id"])["status"] == "pending"
     assert hub.job(later["id"])["attempts"] == 0
+
+
+def test_exec_past_its_timeout_is_killed(hub: Hub, agents: list[Agent], tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    solver = solver_source(f"open({str(pids)!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)")
+    digest = upload(hub, solver, tmp_path)
+    agents.append(Agent(hub, "a1"))
+    job = hub.enqueue("exec", {"sha256": digest}, timeout=1, max_attempts=1)
+    wait_until(lambda: pids.exists() and pids.read_text())
+    done = hub.wait_status(job["id"], "failed", timeout=30)
+    assert "timed out" in done["last_error"] or "max_runtime_exceeded" in done["last_error"]
+    wait_until(lambda: not alive(int(pids.read_text())), timeout=10)
