@@ -55,7 +55,7 @@ class ArtifactCache:
     """Verified executables by hash under `<directory>/artifacts`."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.root = Path(directory) / "artifacts"
+        self.root = Path(directory).expanduser().resolve() / "artifacts"  # the exe runs elsewhere
         self.downloads = 0  # fetches this process made (tests, logs)
 
     def path_for(self, sha256: str) -> Path:

@@ -98,7 +98,7 @@ def agent(
             state.queue(create=False),
             client,
             worker_id=settings.worker_id or default_worker_id(),
-            cache_dir=os.path.expanduser(settings.cache_dir),
+            cache_dir=os.path.abspath(os.path.expanduser(settings.cache_dir)),
             types=split_list(settings.types),
             queues=split_list(settings.queues),
             tags=split_list(settings.tags),

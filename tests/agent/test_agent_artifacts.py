@@ -184,3 +184,17 @@ def test_two_agents_racing_for_one_cache_entry_download_it_once(
     leftovers = [p.name for p in (cache_dir / "artifacts").iterdir() if p.name.startswith(".")]
     assert leftovers == []
     json.dumps(outputs)
+
+
+def test_a_relative_cache_dir_still_runs(
+    file_server: FileServer,
+    make_solver: MakeSolver,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data, digest = make_solver("print(json.dumps('ran'))")
+    path = ArtifactSource(ArtifactCache("rel-cache")).executable(
+        digest, file_server.add("/s", data)
+    )
+    assert path.is_absolute() and path.parent == tmp_path / "rel-cache" / "artifacts"
