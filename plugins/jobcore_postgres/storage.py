@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -146,6 +146,14 @@ def _new_job(job: NewJob, status: str, now: int, run_at: int) -> Job:
         completed_at=None,
         updated_at=now,
     )
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _has_children(outcomes: Sequence[Outcome]) -> bool:
+    return any(isinstance(o, Completed) and o.children for o in outcomes)
 
 
 @dataclass
@@ -369,6 +377,30 @@ class PostgresStorage:
             except Exception:
                 log.exception("after-commit callback failed")
 
+    def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
+        """`send` statements in one pipelined transaction, `collect` their answers after the
+        commit: BEGIN, the statements and COMMIT reach the server in one round trip.
+        Inside an open transaction both run in it."""
+        if getattr(self._local, "tx", None) is not None:
+            with self._write() as conn:
+                return collect(conn, send(conn))
+        with self._connection() as conn:
+            tx = _Tx(conn)
+            self._local.tx = tx
+            try:
+                with conn.pipeline():
+                    with conn.transaction():
+                        sent = send(conn)
+                    result = collect(conn, sent)
+            finally:
+                self._local.tx = None
+        for callback in tx.callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+        return result
+
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
         with self._write() as conn:
@@ -527,9 +559,12 @@ class PostgresStorage:
     ) -> list[Job]:
         if limit <= 0:
             return []
-        with self._batch() as conn:
-            cursor = self._send_claim(conn, worker, limit, lease_ms, queues, types, start, True)
-            return self._claimed(cursor)
+        return self._one_trip(
+            lambda conn: self._send_claim(
+                conn, worker, limit, lease_ms, queues, types, start, True
+            ),
+            lambda conn, cursor: self._claimed(cursor),
+        )
 
     def _send_claim(
         self,
@@ -579,19 +614,27 @@ class PostgresStorage:
         started: Sequence[Lease] = (),
         start: int | None = None,
     ) -> tuple[list[Recorded], list[Job]]:
-        with self._batch() as conn:
+        checked = self._checked(outcomes)
+
+        def send(conn: Conn) -> tuple[list[_Sent], psycopg.Cursor[Any] | None]:
             if started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
                 conn.execute(sql, self._lease_params(started))
-            checked = self._checked(outcomes)
             sent = self._send_owner(conn, checked)
             claim = self._send_claim(
                 conn, worker, claim_limit, lease_ms, queues, types, start, promote
             )
-            # everything above went out together; the answers come back now
-            recorded = self._collect(conn, checked, sent)
-            claimed = self._claimed(claim)
-        return recorded, claimed
+            return sent, claim
+
+        def collect(
+            conn: Conn, sent: tuple[list[_Sent], psycopg.Cursor[Any] | None]
+        ) -> tuple[list[Recorded], list[Job]]:
+            return self._collect(conn, checked, sent[0]), self._claimed(sent[1])
+
+        if _has_children(checked):  # children go in with their parent: collect before COMMIT
+            with self._batch() as conn:
+                return collect(conn, send(conn))
+        return self._one_trip(send, collect)
 
     def next_due(self) -> int | None:
         with self._connection() as conn:
@@ -649,8 +692,14 @@ class PostgresStorage:
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         if not outcomes:
             return []
-        with self._batch() as conn:
-            return self._record(conn, outcomes)
+        checked = self._checked(outcomes)
+        if _has_children(checked):
+            with self._batch() as conn:
+                return self._collect(conn, checked, self._send_owner(conn, checked))
+        return self._one_trip(
+            lambda conn: self._send_owner(conn, checked),
+            lambda conn, sent: self._collect(conn, checked, sent),
+        )
 
     def _send_owner(
         self, conn: Conn, outcomes: Sequence[Outcome], *, children: bool = False
