@@ -192,8 +192,8 @@ def with_event(transition: Transition, d: Dialect, update: str) -> str:
 
 # report arrays of owner transitions: one element per outcome
 _REPORTS = (
-    "unnest(%(ids)s::text[], %(lease_ids)s::text[], %(errors)s::text[], "
-    "%(results)s::text[], %(delays)s::bigint[]) AS v(id, lease_id, error, result, delay_ms)"
+    "unnest(%(ids)b::text[], %(lease_ids)b::text[], %(errors)b::text[], "
+    "%(results)b::text[], %(delays)s::bigint[]) AS v(id, lease_id, error, result, delay_ms)"
 )
 
 

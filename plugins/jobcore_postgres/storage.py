@@ -443,10 +443,11 @@ class PostgresStorage:
     def _insert_sql(self) -> str:
         d = self._d
         return (
-            "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(types)s::text[], "
-            "%(queues)s::text[], %(payloads)s::text[], %(priorities)s::int[], "
+            # text arrays go in binary: no per-element quoting on the client
+            "WITH v AS (SELECT * FROM unnest(%(ids)b::text[], %(types)b::text[], "
+            "%(queues)b::text[], %(payloads)b::text[], %(priorities)s::int[], "
             "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(delays)s::bigint[], "
-            "%(timeouts)s::bigint[], %(keys)s::text[], %(parents)s::text[], %(metas)s::text[]) "
+            "%(timeouts)s::bigint[], %(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) "
             "AS v(id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
             f"timeout_ms, idempotency_key, parent_id, meta)), "
             f"w AS (SELECT v.*, coalesce(v.given_run_at, {d.now} + v.delay_ms) AS run_at FROM v), "
