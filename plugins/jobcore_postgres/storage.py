@@ -220,7 +220,12 @@ class PostgresStorage:
                 # transaction-pooling proxies cannot keep prepared statements
                 "prepare_threshold": None if self.poll_only else 5,
                 "connect_timeout": max(1, int(connect_timeout)),
-                "options": _session_options(lock_timeout_ms, synchronous_commit),
+                # proxies in transaction mode refuse startup options: set them on the role there
+                **(
+                    {}
+                    if self.poll_only
+                    else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
+                ),
             },
         )
         self._sql: dict[Any, str] = {}
