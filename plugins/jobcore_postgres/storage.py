@@ -23,7 +23,17 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from jobcore.errors import ConfigError, IllegalTransition, StorageError
-from jobcore.models import Completed, Event, Failed, Job, JobStatus, Lease, NewJob, Outcome
+from jobcore.models import (
+    Completed,
+    Event,
+    Failed,
+    Job,
+    JobStatus,
+    Lease,
+    NewJob,
+    Outcome,
+    replace_job,
+)
 from jobcore.storage.base import Inserted, Recorded, Stats, Swept
 from jobcore.transitions import (
     CANCEL_WAITING,
@@ -44,6 +54,7 @@ from jobcore_postgres.errors import mapped
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
+    SLIM_COLUMNS,
     Dialect,
     by_id_statement,
     claim_statement,
@@ -112,6 +123,19 @@ def _event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str
     return value
 
 
+def _slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) -> Job:
+    """The updated job from a slim answer and the claimed row the reporter holds."""
+    claimed = outcome.lease.job
+    assert claimed is not None
+    values = dict(zip(SLIM_COLUMNS, row, strict=False))
+    values["status"] = JobStatus(values["status"])
+    *_, last_error_entry, last_history_entry = row
+    errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
+    history = [*claimed.history, last_history_entry] if transition.history else claimed.history
+    result = outcome.result if isinstance(outcome, Completed) else claimed.result
+    return replace_job(claimed, errors=errors, history=history, result=result, **values)
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
     values = dict(zip(JOB_COLUMNS, row, strict=False))
     values["status"] = JobStatus(values["status"])
@@ -162,6 +186,7 @@ class _Sent:
 
     indexes: list[int]
     cursor: psycopg.Cursor[Any]
+    transition: Transition | None = None  # set when the answer is slim (see owner_statement)
 
 
 @dataclass
@@ -729,11 +754,13 @@ class PostgresStorage:
                     clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
                 ],
             )
+            slim = all(o.lease.job is not None for o in group)
             for transition in OWNER[kind]:
                 sql = self._statement(
-                    ("owner", transition.name), owner_statement, transition, self._d
+                    ("owner", transition.name, slim), owner_statement, transition, self._d, slim
                 )
-                sent.append(_Sent(indexes, conn.execute(sql, params)))
+                cursor = conn.execute(sql, params)
+                sent.append(_Sent(indexes, cursor, transition if slim else None))
         return sent
 
     @staticmethod
@@ -742,10 +769,13 @@ class PostgresStorage:
         done: dict[int, Job] = {}
         for item in sent:
             for row in item.cursor.fetchall():
-                job = row_to_job(row)
                 for i in item.indexes:
-                    if i not in done and outcomes[i].lease.job_id == job.id:
-                        done[i] = job
+                    if i not in done and outcomes[i].lease.job_id == row[0]:
+                        done[i] = (
+                            row_to_job(row)
+                            if item.transition is None
+                            else _slim_to_job(row, outcomes[i], item.transition)
+                        )
                         break
         return done
 
