@@ -64,6 +64,8 @@ def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> Stora
             return StorageUnavailable(
                 f"cannot open {where} ({exc}); check that its folder exists and is accessible"
             )
+        case apsw.IOError() if _disk_full(path):  # e.g. no room for the -wal/-shm files
+            return StorageFull(f"{where}: disk full ({exc}); free space on its file system")
         case apsw.IOError():
             return StorageIOError(
                 f"{where}: I/O error ({exc}); check the disk and file system, then try again"
@@ -71,6 +73,15 @@ def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> Stora
         case apsw.ConnectionClosedError():
             return StorageConnectionLost(f"{where}: the connection was closed ({exc})")
     return StorageError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _disk_full(path: str) -> bool:
+    """Whether the file system holding `path` has no space left for ordinary users."""
+    try:
+        stats = os.statvfs(Path(path).parent if str(Path(path).parent) else ".")
+    except OSError:
+        return False
+    return stats.f_bavail == 0
 
 
 class _HasPath(Protocol):
