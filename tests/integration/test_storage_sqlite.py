@@ -72,7 +72,7 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
     storage = SQLiteStorage(corrupt)
-    with pytest.raises(NotADatabase, match="not a usable SQLite database"):
+    with pytest.raises(NotADatabase, match=r"not a SQLite database|corrupt"):
         storage.count_by_status()
     storage.close()
 
@@ -87,7 +87,7 @@ def test_disk_full_is_storage_full_and_the_store_recovers(storage: SQLiteStorage
     pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
     conn.execute(f"PRAGMA max_page_count={pages + 2}")  # a "disk" two pages from full
     big = {"blob": "x" * 20_000}
-    with pytest.raises(StorageFull, match="disk full"):
+    with pytest.raises(StorageFull, match="is full"):
         storage.insert([new_job(payload=big) for _ in range(20)])
     assert storage.count_by_status() == {}  # nothing half-written
     conn.execute("PRAGMA max_page_count=1073741823")
