@@ -76,7 +76,10 @@ def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> Stora
                 f"accessible {said}"
             )
         case apsw.IOError() if _disk_full(path):  # e.g. no room for the -wal/-shm files
-            return StorageFull(f"{where}: disk full ({exc}); free space on its file system")
+            return StorageFull(
+                f"{db} cannot be opened or grow: the disk (or its quota) is full; free space "
+                f"on the disk that holds it {said}"
+            )
         case apsw.IOError():
             return StorageIOError(
                 f"{db} could not be read or written (an I/O error); check the disk and the "

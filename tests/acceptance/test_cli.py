@@ -570,7 +570,7 @@ def test_database_on_a_full_disk_is_reported_full_not_io(small_disk: Path, tmp_p
     finally:
         os.close(fill)
     full = jobcore(tmp_path, "--db", str(db), "enqueue", "noop")
-    assert_one_error_line(full, db, "disk full", "free space")
+    assert_one_error_line(full, db, "is full", "free space")
     (small_disk / "filler").unlink()
     assert ids_in(db) == [first]
 
