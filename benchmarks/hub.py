@@ -1,0 +1,428 @@
+"""Hub benchmarks: `python -m benchmarks.hub [--quick]` (a real `jobcore serve` on loopback).
+
+Measured in one run, on a database under $HOME, synchronous=FULL:
+- enqueue over HTTP (1 keep-alive client; 16 concurrent) against the library's
+  enqueue (one job per transaction, in-process);
+- claim -> result round trips through the hub with 4 claiming clients (noop
+  jobs) against the raw floor: claim and complete with plain APSW, one job per
+  transaction each (what a hub without group commit could at best do);
+- long-poll wake-up: a job enqueued by another process -> the waiting claim's
+  answer, p50 and p99 (ms);
+- 500 idle long-polling clients on one hub: its CPU (% of one core) and RSS;
+- what recording events costs a worker's drain, when the store can switch
+  events off (reported as n/a otherwise).
+Nothing is asserted; figures go to the terminal and benchmarks/results/hub.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import apsw
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "hub.md"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class HubProcess:
+    def __init__(self, db: str, **env: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jobcore",
+                "--db",
+                db,
+                "serve",
+                "--insecure-no-auth",
+                "--port",
+                str(self.port),
+            ],
+            env=_env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/api/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise RuntimeError("the hub did not start")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+
+
+def _queue(db: str) -> Any:
+    from jobcore import Config, Queue
+
+    return Queue(db, config=Config(env={}))
+
+
+def _fresh(folder: Path, name: str) -> str:
+    path = folder / name
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return str(path)
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+# -- enqueue --------------------------------------------------------------------------
+
+
+def library_enqueue(folder: Path, n: int) -> float:
+    with _queue(_fresh(folder, "lib.db")) as queue:
+        queue.storage.migrate()
+        start = time.perf_counter()
+        for _ in range(n):
+            queue.enqueue("noop", {})
+        return _rate(n, time.perf_counter() - start)
+
+
+def http_enqueue(folder: Path, n: int, clients: int) -> float:
+    hub = HubProcess(_fresh(folder, f"http-enqueue-{clients}.db"))
+    try:
+        per = n // clients
+
+        def one(_: int) -> None:
+            with httpx.Client(base_url=hub.url, timeout=60) as client:
+                for _ in range(per):
+                    client.post("/api/jobs", json={"type": "noop"}).raise_for_status()
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(one, range(clients)))
+        return _rate(per * clients, time.perf_counter() - start)
+    finally:
+        hub.stop()
+
+
+# -- round trip ------------------------------------------------------------------------
+
+
+def raw_floor(folder: Path, n: int) -> float:
+    """Claim one job per transaction, then complete it in another (plain APSW, FULL)."""
+    from jobcore.ids import new_id
+    from jobcore.storage.sqlite import SQLiteStorage
+    from jobcore.timeutil import now_ms
+
+    path = _fresh(folder, "raw.db")
+    storage = SQLiteStorage(path)
+    storage.migrate()
+    storage.close()
+    conn = apsw.Connection(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    now = now_ms()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "INSERT INTO jobs (id, type, queue, payload, status, priority, attempts, max_attempts,"
+        " run_at, created_at, updated_at) VALUES (?, 'noop', 'default', '{}', 'pending', 0, 0, 3,"
+        " ?, ?, ?)",
+        [(new_id(), now, now, now) for _ in range(n)],
+    )
+    conn.execute("COMMIT")
+    start = time.perf_counter()
+    for _ in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(
+            "UPDATE jobs SET status = 'claimed', attempts = attempts + 1, locked_by = 'raw',"
+            " claimed_at = ?1 WHERE id = (SELECT id FROM jobs INDEXED BY jobs_claim"
+            " WHERE status = 'pending' ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING id",
+            (now_ms(),),
+        ).fetchall()
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "UPDATE jobs SET status = 'completed', completed_at = ? WHERE id = ?",
+            (now_ms(), rows[0][0]),
+        )
+        conn.execute("COMMIT")
+    seconds = time.perf_counter() - start
+    conn.close()
+    return _rate(n, seconds)
+
+
+def round_trip(folder: Path, n: int, clients: int = 4, batch: int = 1) -> float:
+    db = _fresh(folder, f"round-trip-{batch}.db")
+    with _queue(db) as queue:
+        queue.enqueue_many("noop", [{} for _ in range(n)])
+    hub = HubProcess(db)
+    try:
+
+        def agent(index: int) -> int:
+            done = 0
+            worker = f"bench-{index}"
+            with httpx.Client(base_url=hub.url, timeout=60) as client:
+                while True:
+                    answer = client.post(
+                        "/api/jobs/claim", json={"worker_id": worker, "max_jobs": batch}
+                    )
+                    if answer.status_code == 204:
+                        return done
+                    for job in answer.json():
+                        client.post(
+                            f"/api/jobs/{job['id']}/result",
+                            json={"worker_id": worker, "lease_id": job["lease_id"], "result": None},
+                        ).raise_for_status()
+                        done += 1
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            total = sum(pool.map(agent, range(clients)))
+        return _rate(total, time.perf_counter() - start)
+    finally:
+        hub.stop()
+
+
+# -- wake-up latency ------------------------------------------------------------------------
+
+ENQUEUER = """
+import sys, time
+from jobcore import Config, Queue
+queue = Queue(sys.argv[1], config=Config(env={}))
+queue.storage.migrate()
+print("ready", flush=True)
+for line in sys.stdin:
+    queue.enqueue("noop", {}, queue="lat")
+    print(time.time(), flush=True)
+"""
+
+
+def wakeup_latency(folder: Path, k: int) -> tuple[float, float]:
+    db = _fresh(folder, "latency.db")
+    hub = HubProcess(db)
+    enqueuer = subprocess.Popen(
+        [sys.executable, "-c", ENQUEUER, db],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    assert enqueuer.stdout is not None and enqueuer.stdin is not None
+    enqueuer.stdout.readline()
+    samples = []
+    try:
+        with httpx.Client(base_url=hub.url, timeout=60) as client:
+            for _ in range(k):
+                answered: dict[str, float] = {}
+
+                def claim(answered: dict[str, float] = answered) -> None:
+                    answer = client.post(
+                        "/api/jobs/claim", json={"worker_id": "lat", "queues": ["lat"], "wait": 10}
+                    )
+                    answered["at"] = time.time()
+                    answered["status"] = answer.status_code
+
+                thread = threading.Thread(target=claim)
+                thread.start()
+                time.sleep(0.05)  # the claim is waiting
+                enqueuer.stdin.write("go\n")
+                enqueuer.stdin.flush()
+                committed = float(enqueuer.stdout.readline())
+                thread.join()
+                if answered.get("status") == 200:
+                    samples.append((answered["at"] - committed) * 1000)
+    finally:
+        enqueuer.stdin.close()
+        enqueuer.wait(30)
+        hub.stop()
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[
+        min(len(ordered) - 1, round(0.99 * len(ordered)) - 1)
+    ]
+
+
+# -- idle clients ------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def idle_clients(folder: Path, clients: int, seconds: float) -> tuple[float, float]:
+    hub = HubProcess(_fresh(folder, "idle.db"))
+
+    async def main() -> tuple[float, float]:
+        limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+        async with httpx.AsyncClient(base_url=hub.url, timeout=60, limits=limits) as client:
+            stop = asyncio.Event()
+
+            async def poll(index: int) -> None:
+                while not stop.is_set():
+                    await client.post(
+                        "/api/jobs/claim",
+                        json={"worker_id": f"idle-{index}", "queues": ["none"], "wait": 25},
+                    )
+
+            tasks = [asyncio.create_task(poll(i)) for i in range(clients)]
+            await asyncio.sleep(3)  # all connected and waiting
+            before = _cpu_seconds(hub.proc.pid)
+            await asyncio.sleep(seconds)
+            used = _cpu_seconds(hub.proc.pid) - before
+            rss = _rss_mb(hub.proc.pid)
+            stop.set()
+            hub.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return used / seconds * 100, rss
+
+    try:
+        return asyncio.run(main())
+    finally:
+        if hub.proc.poll() is None:
+            hub.stop()
+
+
+# -- events cost -----------------------------------------------------------------------------
+
+
+def events_cost(folder: Path, n: int, reps: int = 3) -> str:
+    """A worker's drain with the store's event log and without it (its triggers dropped
+    in a benchmark-only copy of the schema): what recording events costs."""
+    from jobcore import Config, Queue, Worker, make_plugin_manager
+
+    def drain(events: bool) -> tuple[float, float]:
+        db = _fresh(folder, f"events-{events}.db")
+        pm = make_plugin_manager(load_entrypoints=False)
+        with Queue(db, config=Config(env={}), pm=pm) as queue:
+            queue.storage.migrate()
+            if not events:
+                with queue.storage.transaction() as conn:
+                    triggers = [
+                        row[0]
+                        for row in conn.execute(
+                            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                            " AND sql LIKE '%INSERT INTO events%'"
+                        )
+                    ]
+                    for name in triggers:
+                        conn.execute(f"DROP TRIGGER {name}")
+            queue.enqueue_many("noop", [{} for _ in range(n)])
+            start, cpu = time.perf_counter(), time.process_time()
+            Worker(queue, concurrency=4, until_empty=True).run()
+            # wall-clock rate, and CPU per job (steadier on a shared machine)
+            return _rate(n, time.perf_counter() - start), (time.process_time() - cpu) / n * 1e6
+
+    if "events" not in _queue_schema():
+        return "n/a (the store has no event log)"
+    on: list[tuple[float, float]] = []
+    off: list[tuple[float, float]] = []
+    for _ in range(reps):  # interleaved: the machine is noisy
+        on.append(drain(True))
+        off.append(drain(False))
+    rate_on, rate_off = (statistics.median(r for r, _ in runs) for runs in (on, off))
+    cpu_on, cpu_off = (statistics.median(c for _, c in runs) for runs in (on, off))
+    return (
+        f"{rate_on:,.0f} jobs/s with events, {rate_off:,.0f} without "
+        f"({100 * (1 - rate_on / rate_off):.1f}% slower); CPU {cpu_on:.0f} vs {cpu_off:.0f} µs/job "
+        f"({100 * (cpu_on / cpu_off - 1):.1f}% more)"
+    )
+
+
+def _queue_schema() -> str:
+    from jobcore.storage.migrations import MIGRATIONS
+
+    return " ".join(script for _, script in MIGRATIONS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    args = parser.parse_args()
+    n = 300 if args.quick else 3000
+    folder = Path(tempfile.mkdtemp(prefix="jobcore-hub-bench-", dir=Path.home()))
+    rows: list[tuple[str, str]] = []
+
+    def row(name: str, measure: Callable[[], Any], fmt: Callable[[Any], str]) -> Any:
+        value = measure()
+        rows.append((name, fmt(value)))
+        print(f"{name}: {rows[-1][1]}", flush=True)
+        return value
+
+    per_s = lambda v: f"{v:,.0f} jobs/s"  # noqa: E731
+    lib = row("enqueue, library, 1 per transaction", lambda: library_enqueue(folder, n), per_s)
+    one = row("enqueue over HTTP, 1 keep-alive client", lambda: http_enqueue(folder, n, 1), per_s)
+    many = row("enqueue over HTTP, 16 clients", lambda: http_enqueue(folder, n, 16), per_s)
+    rows.append(("  ratios vs library", f"{one / lib:.2f}x (1 client), {many / lib:.2f}x (16)"))
+    floor = row("raw claim+complete, 1 job per transaction", lambda: raw_floor(folder, n), per_s)
+    trip = row("claim -> result via hub, 4 clients", lambda: round_trip(folder, n), per_s)
+    trip10 = row(
+        "claim(max_jobs=10) -> results via hub, 4 clients",
+        lambda: round_trip(folder, n, batch=10),
+        per_s,
+    )
+    rows.append(
+        ("  ratios vs raw floor", f"{trip / floor:.2f}x, {trip10 / floor:.2f}x (batched claims)")
+    )
+    row(
+        "long-poll wake-up (enqueue in another process -> claim answered)",
+        lambda: wakeup_latency(folder, 30 if args.quick else 200),
+        lambda v: f"p50 {v[0]:.1f} ms, p99 {v[1]:.1f} ms",
+    )
+    row(
+        "500 idle long-polling clients",
+        lambda: idle_clients(folder, 100 if args.quick else 500, 5 if args.quick else 15),
+        lambda v: f"hub CPU {v[0]:.1f}% of a core, RSS {v[1]:.0f} MB",
+    )
+    row("events' cost to the worker drain", lambda: events_cost(folder, n), str)
+    RESULTS.parent.mkdir(exist_ok=True)
+    lines = [
+        "# Hub benchmark" + (" (quick)" if args.quick else ""),
+        "",
+        "| measurement | result |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {value} |" for name, value in rows]
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print(json.dumps(dict(rows), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""jobcore plugin `http`: `jobcore serve`, the hub (DESIGN §11), and `jobcore tokens`.
+
+An HTTP API (FastAPI on uvicorn) in front of one store, for producers that
+are not Python, remote agents (`jobcore agent`) and the dashboard. Needs the
+extra: `pip install 'jobcore[http]'`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from jobcore import hookimpl
+from jobcore.plugins import require
+
+require("fastapi", extra="http")
+require("uvicorn", extra="http")
+
+
+class HttpPlugin:
+    @hookimpl
+    def jobcore_register_commands(self, cli: click.Group) -> None:
+        from jobcore_http.cli import serve, tokens
+
+        cli.add_command(serve)
+        cli.add_command(tokens)
+
+
+plugin = HttpPlugin()
+
+__all__ = ["HttpPlugin", "plugin"]

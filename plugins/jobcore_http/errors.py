@@ -1,0 +1,115 @@
+"""Every error answer is `{"error": "…"}` with a 4xx naming the problem (5xx only for the hub's own faults)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobcore.errors import (
+    ConfigError,
+    IllegalTransition,
+    InvalidPayload,
+    JobcoreError,
+    JobNotFound,
+    PayloadTooLarge,
+    StorageError,
+    UnknownJobType,
+)
+
+log = logging.getLogger("jobcore.http")
+
+
+class ApiError(Exception):
+    """An answer other than success: HTTP status and a message for the client."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+_STATUS_OF: tuple[tuple[type[JobcoreError], int], ...] = (
+    (JobNotFound, 404),
+    (PayloadTooLarge, 413),
+    (IllegalTransition, 409),
+    (InvalidPayload, 400),
+    (UnknownJobType, 400),
+    (ConfigError, 400),
+    (StorageError, 503),
+)
+
+
+def status_of(exc: JobcoreError) -> int:
+    for kind, status in _STATUS_OF:
+        if isinstance(exc, kind):
+            return status
+    return 400
+
+
+def describe(errors: Any) -> tuple[int, str]:
+    """(status, message) for pydantic/FastAPI validation errors: 400 for bad JSON and
+    unknown fields, else 422; the message names each field."""
+    status = 422
+    parts = []
+    for error in errors:
+        kind = error.get("type", "")
+        loc = [str(p) for p in error.get("loc", ()) if p not in ("body",)]
+        where = ".".join(loc) or "body"
+        if kind == "json_invalid":
+            status = 400
+            parts.append(
+                f"body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
+            )
+            continue
+        if kind == "extra_forbidden":
+            status = 400 if status != 400 else status
+            parts.append(f"{where}: unknown field")
+            status = 400
+            continue
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return status, "; ".join(parts) or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = describe(exc.errors())
+        return error_response(status, message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such route; see /docs"
+        return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(JobcoreError)
+    async def _jobcore(_: Request, exc: JobcoreError) -> JSONResponse:
+        return error_response(status_of(exc), str(exc))
+
+    @app.exception_handler(UnicodeError)
+    async def _unicode(_: Request, exc: UnicodeError) -> JSONResponse:
+        return error_response(
+            400, "text contains invalid characters (lone surrogates); send valid UTF-8"
+        )
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal error in the hub; see its log")

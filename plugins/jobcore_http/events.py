@@ -1,0 +1,110 @@
+"""Server-sent events from the store's event log, shared by every stream of this process.
+
+One reader (on the change waiter's thread) pulls new rows of the store's
+`events` table once per change, while anyone listens, into a ring of recent
+events; each stream serves from the ring, and reads the store itself only
+when it resumes from further back (`Last-Event-ID`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from jobcore_http.signal import AsyncSignal
+from jobcore_http.store import HubStore
+from jobcore_http.views import job_json
+
+log = logging.getLogger("jobcore.http.events")
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    seq: int
+    kind: str
+    data: str  # JSON text
+
+    def encode(self) -> str:
+        return f"id: {self.seq}\nevent: {self.kind}\ndata: {self.data}\n\n"
+
+
+class EventFeed:
+    def __init__(self, storage: Any, store: HubStore, *, ring: int = 10_000) -> None:
+        self.storage = storage
+        self.store = store
+        self.supported = callable(getattr(storage, "events_after", None))
+        self.latest = 0
+        self.signal = AsyncSignal()
+        self._ring: deque[SseEvent] = deque(maxlen=ring)
+        self._lock = threading.Lock()
+        self._listeners = 0
+
+    # -- listeners -------------------------------------------------------------------
+
+    def join(self) -> int:
+        """A stream starts listening; returns the newest seq (where a fresh stream starts)."""
+        with self._lock:
+            if self._listeners == 0 and self.supported:
+                self._ring.clear()
+                self.latest = int(self.storage.last_event_seq())
+            self._listeners += 1
+            return self.latest
+
+    def leave(self) -> None:
+        with self._lock:
+            self._listeners = max(0, self._listeners - 1)
+
+    # -- the reader --------------------------------------------------------------------
+
+    def changed(self) -> None:
+        """Called on every store change (waiter thread): pull new events if anyone listens."""
+        if not self.supported or self._listeners == 0:
+            return
+        pulled = False
+        with self._lock:
+            while True:
+                try:
+                    batch = self.load(self.latest, 1000)
+                except Exception as exc:
+                    log.warning("reading events failed: %s", exc)
+                    break
+                if not batch:
+                    break
+                self._ring.extend(batch)
+                self.latest = batch[-1].seq
+                pulled = True
+                if len(batch) < 1000:
+                    break
+        if pulled:
+            self.signal.fire()
+
+    def recent(self, cursor: int) -> list[SseEvent] | None:
+        """Events after `cursor` from the ring; None when the ring does not reach back that far."""
+        with self._lock:
+            if cursor >= self.latest:
+                return []
+            if not self._ring or self._ring[0].seq > cursor + 1:
+                return None
+            return [event for event in self._ring if event.seq > cursor]
+
+    def load(self, cursor: int, limit: int) -> list[SseEvent]:
+        """Events after `cursor` read from the store, each with its job's (or worker's) JSON."""
+        if not self.supported:
+            return []
+        rows = self.storage.events_after(cursor, limit)
+        jobs = self.store.jobs_by_id([row.job_id for row in rows if row.job_id])
+        out = []
+        for row in rows:
+            data: dict[str, Any]
+            if row.job_id and row.job_id in jobs:
+                data = job_json(jobs[row.job_id])
+            elif row.job_id:
+                data = {"id": row.job_id, **(row.data or {})}
+            else:
+                data = {"worker_id": row.worker_id, **(row.data or {})}
+            out.append(SseEvent(row.seq, row.kind, json.dumps(data, default=str)))
+        return out

@@ -1,0 +1,316 @@
+"""Pydantic models of every request and response body, so `/openapi.json` is exact."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from jobcore_http.tokens import Scope
+
+INT32 = 2**31 - 1
+TEN_YEARS = 10 * 365 * 86400.0
+
+
+def _no_surrogates(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text contains a lone surrogate; send valid UTF-8") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_no_surrogates)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_surrogates)]
+LongText = Annotated[str, Field(max_length=65536), AfterValidator(_no_surrogates)]
+
+
+class Strict(BaseModel):
+    """Request bodies: unknown fields are an error (400), not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests ---------------------------------------------------------------------
+
+
+class EnqueueIn(Strict):
+    """A job to enqueue. `params` is the fleet hub's name for `payload`; `max_runtime_ms`
+    its name for `timeout` (in ms); `solver_url`/`solver_checksum` become the payload's
+    `url`/`sha256` (the `exec` job type's fields) with the params under `params`."""
+
+    type: Name
+    payload: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    queue: Name | None = None
+    priority: Annotated[int, Field(ge=-INT32 - 1, le=INT32)] | None = None
+    delay: Annotated[float, Field(ge=0, le=TEN_YEARS)] | Text | None = Field(
+        default=None, description="seconds, or a duration such as 30s, 5m, 2h"
+    )
+    run_at: datetime | None = Field(default=None, description="ISO-8601; UTC if no offset")
+    max_attempts: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    timeout: Annotated[float, Field(gt=0, le=TEN_YEARS)] | None = Field(
+        default=None, description="max runtime of one attempt, seconds"
+    )
+    max_runtime_ms: Annotated[int, Field(gt=0, le=int(TEN_YEARS * 1000))] | None = None
+    idempotency_key: Annotated[Text, Field(min_length=1, max_length=1000)] | None = None
+    solver_url: Annotated[Text, Field(max_length=4096)] | None = None
+    solver_checksum: Annotated[Text, Field(max_length=128)] | None = None
+
+
+class BatchIn(Strict):
+    jobs: Annotated[list[EnqueueIn], Field(min_length=1, max_length=10_000)]
+
+
+Filter = Text | list[Text] | None
+
+
+class BulkIn(Strict):
+    """Which jobs a bulk retry/cancel acts on: the filters of `GET /api/jobs`."""
+
+    status: Filter = None
+    type: Filter = None
+    queue: Filter = None
+    worker: Text | None = None
+    q: Text | None = None
+
+
+class RegisterIn(Strict):
+    worker_id: Name
+    name: Annotated[Text, Field(max_length=200)] | None = None
+    cores: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    ram_gb: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    tags: Annotated[list[Name], Field(max_length=1000)] = []
+    types: Annotated[list[Name], Field(max_length=1000)] = []
+
+
+class ClaimIn(Strict):
+    worker_id: Name
+    types: Annotated[list[Name], Field(max_length=1000)] = []
+    queues: Annotated[list[Name], Field(max_length=1000)] = []
+    max_jobs: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        default=None, description="when given, the answer is an array of up to this many jobs"
+    )
+    wait: Annotated[float, Field(ge=0, le=30)] = Field(
+        default=0, description="seconds to wait for a claimable job (long-poll)"
+    )
+
+
+class HeartbeatIn(Strict):
+    worker_id: Name
+    lease_id: Name | None = None
+    progress: Any = None
+
+
+class ResultIn(Strict):
+    worker_id: Name
+    lease_id: Name | None = None
+    result: Any = None
+    result_hash: Annotated[Text, Field(max_length=200)] | None = None
+    children: Annotated[list[EnqueueIn], Field(max_length=10_000)] | None = Field(
+        default=None, description="jobs to enqueue with the completion (parent_id = this job)"
+    )
+
+
+class FailIn(Strict):
+    worker_id: Name
+    lease_id: Name | None = None
+    reason: LongText = "failed"
+    retryable: bool = True
+    retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = Field(
+        default=None, description="seconds until the next attempt (instead of the hub's policy)"
+    )
+
+
+class ReleaseIn(Strict):
+    worker_id: Name
+    lease_id: Name | None = None
+
+
+class QueueAddIn(Strict):
+    """The simple JSON queue's job: `data` is the payload."""
+
+    type: Annotated[Text, Field(min_length=1, max_length=100)]
+    data: Any = Field(description="the payload, a JSON object")
+
+
+class QueueUpdateIn(Strict):
+    status: Literal["completed", "failed"]
+    result: Any = None
+    error: LongText | None = None
+
+
+class TokenCreateIn(Strict):
+    name: Name
+    scope: Scope
+    agent_id: Name | None = None
+
+
+# -- responses --------------------------------------------------------------------
+
+
+class ErrorOut(BaseModel):
+    error: str
+
+
+class ErrorEntryOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    attempt: int | None = None
+    error: str | None = None
+    worker: str | None = None
+    at: str | None = None
+
+
+class AttemptOut(BaseModel):
+    """One attempt of a job: who ran it, when, and how it ended."""
+
+    model_config = ConfigDict(extra="allow")
+    attempt: int | None = None
+    lease_id: str | None = None
+    worker: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    outcome: Literal[
+        "running", "completed", "retrying", "failed", "reclaimed", "released", "cancelled"
+    ]
+    error: str | None = None
+
+
+class JobOut(BaseModel):
+    """A job (DESIGN §8 shape), plus the fleet hub's names `params`, `worker_id`,
+    `max_runtime_ms` for its clients."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    status: Literal["scheduled", "pending", "claimed", "completed", "failed", "cancelled"]
+    priority: int
+    attempts: int
+    max_attempts: int
+    timeout: float | None
+    idempotency_key: str | None
+    locked_by: str | None
+    cancel_requested: bool
+    last_error: str | None
+    errors: list[ErrorEntryOut]
+    result: Any = None
+    parent_id: str | None
+    meta: dict[str, Any]
+    run_at: str | None
+    locked_at: str | None
+    lease_expires_at: str | None
+    heartbeat_at: str | None
+    created_at: str | None
+    claimed_at: str | None
+    completed_at: str | None
+    updated_at: str | None
+    lease_id: str | None = None
+    started_at: str | None = None
+    history: list[AttemptOut] = Field(default=[], description="every ended attempt")
+    params: dict[str, Any]
+    worker_id: str | None
+    max_runtime_ms: int | None
+
+
+class JobCreatedOut(JobOut):
+    created: bool
+
+
+class JobDetailOut(JobOut):
+    attempts_detail: list[AttemptOut]
+
+
+class JobListOut(BaseModel):
+    jobs: list[JobOut]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page")
+
+
+class BatchOut(BaseModel):
+    jobs: list[JobCreatedOut]
+
+
+class BulkOut(BaseModel):
+    matched: int
+    changed: int
+
+
+class StatsOut(BaseModel):
+    counts: dict[str, int]
+    by_type: dict[str, dict[str, int]]
+    failures: list[dict[str, Any]]
+    stuck: list[dict[str, Any]]
+    durations: dict[str, dict[str, float | int | None]]
+    last_hour: dict[str, int]
+    duplicates: list[dict[str, Any]]
+
+
+class HealthOut(BaseModel):
+    status: str
+    error: str | None = None
+
+
+class RegisterOut(BaseModel):
+    """Intervals chosen by the hub, in seconds."""
+
+    heartbeat_interval: float
+    lease: float
+    poll_wait: float
+
+
+class WorkerOut(BaseModel):
+    worker_id: str
+    name: str | None
+    cores: int | None
+    ram_gb: float | None
+    tags: list[str]
+    types: list[str]
+    registered_at: str | None
+    last_seen: str | None
+    state: Literal["active", "idle", "lost"]
+    current_jobs: list[str]
+    progress: dict[str, Any] = Field(description="the last progress each current job reported")
+    draining: bool
+
+
+class WorkersOut(BaseModel):
+    workers: list[WorkerOut]
+
+
+class HeartbeatOut(BaseModel):
+    lease_expires_at: str | None
+    cancel_requested: bool
+    drain: bool = Field(default=False, description="stop claiming, finish running jobs, exit")
+
+
+class QueueAddOut(BaseModel):
+    id: str
+    status: str
+
+
+class QueueJobOut(BaseModel):
+    id: str
+    type: str
+    data: Any = None
+
+
+class SuccessOut(BaseModel):
+    success: bool
+
+
+class TokenOut(BaseModel):
+    name: str
+    scope: str
+    agent_id: str | None
+    created_at: str | None
+    revoked_at: str | None
+
+
+class TokensOut(BaseModel):
+    tokens: list[TokenOut]
+
+
+class TokenCreatedOut(TokenOut):
+    token: str = Field(description="shown once; only its SHA-256 is stored")

@@ -1,0 +1,1 @@
+"""The hub's routes, one module per kind of client (DESIGN §11)."""

@@ -1,0 +1,339 @@
+"""Remote agents: register, claim (long-poll), heartbeat, result, fail; the workers registry."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from jobcore.errors import JobcoreError
+from jobcore.models import (
+    Completed,
+    Failed,
+    Job,
+    JobStatus,
+    Lease,
+    Outcome,
+    Released,
+    Retrying,
+    compact_json,
+)
+from jobcore.timeutil import iso
+from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
+from jobcore_http.auth import acting_as, hub_of, require
+from jobcore_http.engine import settle
+from jobcore_http.enqueue import build_job
+from jobcore_http.errors import ApiError, status_of
+from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
+from jobcore_http.models import (
+    ClaimIn,
+    ErrorOut,
+    FailIn,
+    HeartbeatIn,
+    HeartbeatOut,
+    JobOut,
+    RegisterIn,
+    RegisterOut,
+    ReleaseIn,
+    ResultIn,
+    WorkersOut,
+)
+from jobcore_http.store import WorkerRecord
+from jobcore_http.tokens import Principal
+from jobcore_http.views import job_json, last_attempt
+
+router = APIRouter(prefix="/api")
+
+JobId = Annotated[str, Path(min_length=1, max_length=200)]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422, 429)
+}
+Agent = Annotated[Principal, Depends(require("agent"))]
+
+
+@router.post("/workers/register", response_model=RegisterOut, responses=ERRORS)
+async def register(request: Request, body: RegisterIn, principal: Agent) -> dict[str, float]:
+    """Register or update an agent's capabilities; answers the intervals to use."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    now = hub.now()
+    record = WorkerRecord(
+        worker_id=body.worker_id,
+        name=body.name,
+        cores=body.cores,
+        ram_gb=body.ram_gb,
+        tags=list(body.tags),
+        types=list(body.types),
+        registered_at=now,
+        last_seen=now,
+    )
+    await run_in_threadpool(hub.registry.register, record)
+    lease = hub.lease_ms / 1000
+    return {"heartbeat_interval": lease / 4, "lease": lease, "poll_wait": hub.settings.poll_wait}
+
+
+@router.get(
+    "/workers", response_model=WorkersOut, responses=ERRORS, dependencies=[Depends(require("read"))]
+)
+def workers(request: Request) -> dict[str, Any]:
+    """Every agent: capabilities, last seen, `active|idle|lost`, the jobs it holds."""
+    return {"workers": hub_of(request).workers()}
+
+
+@router.post(
+    "/jobs/claim",
+    response_model=JobOut | list[JobOut],
+    responses={204: {"description": "nothing claimable within `wait`"}, **ERRORS},
+)
+async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
+    """Claim up to `max_jobs` jobs, waiting up to `wait` seconds for one to be claimable."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    if body.worker_id in hub.registry.draining:
+        hub.registry.seen(body.worker_id, hub.now())
+        return Response(status_code=204, headers={"X-Jobcore-Drain": "1"})
+    wait = min(body.wait, hub.settings.max_wait)
+    limit = min(body.max_jobs or 1, hub.settings.max_jobs_per_claim)
+    waiting = hub.longpolls.get(body.worker_id, 0)
+    if wait > 0 and waiting >= hub.settings.max_claims_per_agent:
+        raise ApiError(
+            429,
+            f"agent {body.worker_id!r} already has {waiting} claims waiting "
+            f"(max_claims_per_agent={hub.settings.max_claims_per_agent})",
+        )
+    hub.registry.seen(body.worker_id, hub.now())
+    hub.longpolls[body.worker_id] = waiting + 1
+    try:
+        jobs = await _claim(request, hub, body.worker_id, limit, body.queues, body.types, wait)
+    finally:
+        left = hub.longpolls.get(body.worker_id, 1) - 1
+        if left > 0:
+            hub.longpolls[body.worker_id] = left
+        else:
+            hub.longpolls.pop(body.worker_id, None)
+    if not jobs:
+        return Response(status_code=204)
+    if body.max_jobs is None:
+        return JSONResponse(job_json(jobs[0]))
+    return JSONResponse([job_json(job) for job in jobs])
+
+
+async def _claim(
+    request: Request,
+    hub: Hub,
+    worker: str,
+    limit: int,
+    queues: list[str],
+    types: list[str],
+    wait: float,
+) -> list[Job]:
+    """Hand the claim to the engine; if the client leaves first, give back what it got."""
+    pending = hub.engine.claim(worker, limit, queues, types, wait)
+    answer: asyncio.Future[list[Job]] = asyncio.wrap_future(pending.future)
+    if wait <= 0:
+        return await answer
+    gone: asyncio.Future[None] = asyncio.ensure_future(_disconnected(request))
+    try:
+        waiting: list[asyncio.Future[Any]] = [answer, gone]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answer.done():
+        return answer.result()
+    hub.engine.withdraw(pending)
+    return []
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _job(hub: Hub, job_id: str) -> Job:
+    return await run_in_threadpool(hub.queue.get, job_id)
+
+
+def _live(job: Job, worker: str, lease_id: str | None) -> bool:
+    return (
+        job.status is JobStatus.CLAIMED
+        and job.locked_by == worker
+        and (lease_id is None or lease_id == job.lease_id)
+    )
+
+
+def _not_yours(job: Job, worker: str) -> ApiError:
+    holder = f", claimed by {job.locked_by!r}" if job.status is JobStatus.CLAIMED else ""
+    return ApiError(
+        409, f"job {job.id} is not a live claim of {worker!r} (it is {job.status}{holder})"
+    )
+
+
+@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatOut, responses=ERRORS)
+async def heartbeat(
+    request: Request, job_id: JobId, body: HeartbeatIn, principal: Agent
+) -> dict[str, Any]:
+    """Extend the lease; `cancel_requested: true` tells the agent to stop the job."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    drain = body.worker_id in hub.registry.draining
+    now = hub.now()
+    hub.registry.seen(body.worker_id, now)
+    if body.lease_id is not None:  # fenced by the token: no read first (timeouts: maintenance)
+        lease = Lease(job_id, body.lease_id, body.worker_id)
+        cancel = await settle(hub.engine.extend(lease))
+        if cancel is not None:
+            _progress(hub, job_id, body.progress)
+            return {
+                "lease_expires_at": iso(now + hub.lease_ms),
+                "cancel_requested": cancel,
+                "drain": drain,
+            }
+    job = await _job(hub, job_id)
+    if body.lease_id is None and _live(job, body.worker_id, None):
+        started = job.started_at or job.claimed_at
+        if job.timeout_ms is not None and started is not None and now - started > job.timeout_ms:
+            await settle(hub.engine.record(hub.timeout_outcome(job, now)))
+            return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
+        cancel = await settle(hub.engine.extend(Lease.of(job)))
+        if cancel is not None:
+            _progress(hub, job_id, body.progress)
+            return {
+                "lease_expires_at": iso(now + hub.lease_ms),
+                "cancel_requested": cancel,
+                "drain": drain,
+            }
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if attempt is not None and (
+        attempt.get("error") == MAX_RUNTIME_EXCEEDED or attempt.get("outcome") == "cancelled"
+    ):
+        return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
+    raise _not_yours(job, body.worker_id)
+
+
+def _progress(hub: Hub, job_id: str, progress: Any) -> None:
+    if progress is not None:
+        hub.registry.progress[job_id] = progress
+
+
+@router.post("/jobs/{job_id}/result", response_model=JobOut, responses=ERRORS)
+async def result(
+    request: Request,
+    job_id: JobId,
+    body: ResultIn,
+    principal: Agent,
+    x_idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JSONResponse:
+    """Record the job's result; a repeated report answers 200 with the job as recorded."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    hub.registry.seen(body.worker_id, hub.now())
+    size = len(compact_json(body.result))
+    limit = hub.queue.config.core.max_result_bytes
+    if size > limit:
+        raise ApiError(
+            413, f"result is {size} bytes, over the {limit}-byte limit (max_result_bytes)"
+        )
+    children = []
+    for index, child in enumerate(body.children or ()):
+        try:
+            children.append(build_job(hub.queue, child, parent_id=job_id))
+        except (ApiError, JobcoreError) as exc:
+            status = exc.status if isinstance(exc, ApiError) else status_of(exc)
+            raise ApiError(status, f"children.{index}: {exc}") from None
+    if body.lease_id is not None:  # fenced by the token: record first, read only if refused
+        lease = Lease(job_id, body.lease_id, body.worker_id)
+        recorded = await settle(hub.engine.record(Completed(lease, body.result, tuple(children))))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+    job = await _job(hub, job_id)
+    if body.lease_id is None and _live(job, body.worker_id, None):
+        outcome = Completed(Lease.of(job), body.result, tuple(children))
+        recorded = await settle(hub.engine.record(outcome))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if (
+        job.status is JobStatus.COMPLETED
+        and attempt is not None
+        and attempt.get("outcome") == "completed"
+    ):
+        return JSONResponse(job_json(job))  # a repeat: already recorded
+    raise _not_yours(job, body.worker_id)
+
+
+@router.post("/jobs/{job_id}/fail", response_model=JobOut, responses=ERRORS)
+async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) -> JSONResponse:
+    """Report a failed attempt; the retry policy decides: `scheduled` with backoff, or `failed`."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    now = hub.now()
+    hub.registry.seen(body.worker_id, now)
+    job = await _job(hub, job_id)
+    if _live(job, body.worker_id, body.lease_id):
+        lease = Lease.of(job)
+        delay: float | None = None
+        if body.retryable and body.retry_in is not None:
+            delay = body.retry_in if job.attempts < job.max_attempts else None
+        elif body.retryable:
+            delay = hub.queue.decide_retry(job, RuntimeError(body.reason)).delay
+        outcome: Outcome
+        if delay is None:
+            outcome = Failed(lease, body.reason)
+        else:
+            outcome = Retrying(
+                lease, body.reason, clamp_delay_ms(delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
+            )
+        recorded = await settle(hub.engine.record(outcome))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if (
+        attempt is not None
+        and attempt.get("outcome") in ("failed", "retrying")
+        and attempt.get("error") == body.reason
+    ):
+        return JSONResponse(job_json(job))  # a repeat: already recorded
+    raise _not_yours(job, body.worker_id)
+
+
+@router.post("/jobs/{job_id}/release", response_model=JobOut, responses=ERRORS)
+async def release(
+    request: Request, job_id: JobId, body: ReleaseIn, principal: Agent
+) -> JSONResponse:
+    """Give a claimed job back unfinished (the attempt is not counted), e.g. at shutdown."""
+    acting_as(principal, body.worker_id)
+    hub = hub_of(request)
+    hub.registry.seen(body.worker_id, hub.now())
+    job = await _job(hub, job_id)
+    if _live(job, body.worker_id, body.lease_id):
+        recorded = await settle(hub.engine.record(Released(Lease.of(job))))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
+        job = await _job(hub, job_id)
+    attempt = last_attempt(job, body.worker_id, body.lease_id)
+    if attempt is not None and attempt.get("outcome") == "released":
+        return JSONResponse(job_json(job))  # a repeat: already recorded
+    raise _not_yours(job, body.worker_id)
+
+
+@router.post(
+    "/workers/{worker_id}/drain",
+    status_code=204,
+    responses=ERRORS,
+    dependencies=[Depends(require("admin"))],
+)
+def drain(
+    request: Request, worker_id: Annotated[str, Path(min_length=1, max_length=200)]
+) -> Response:
+    """Ask an agent to stop claiming, finish its running jobs and exit (register clears it)."""
+    if not hub_of(request).registry.drain(worker_id):
+        raise ApiError(404, f"no registered worker {worker_id!r}")
+    return Response(status_code=204)

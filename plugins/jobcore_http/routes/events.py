@@ -1,0 +1,101 @@
+"""`GET /api/events` (alias `/api/jobs/events`): server-sent events of every transition."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from jobcore_http.auth import hub_of, require
+from jobcore_http.errors import ApiError
+from jobcore_http.hub import Hub
+from jobcore_http.models import ErrorOut
+
+router = APIRouter(prefix="/api")
+
+DESCRIPTION = (
+    "text/event-stream: `retry:` first, then one event per job transition "
+    "(`job:enqueued|claimed|completed|retrying|failed|cancelled|reclaimed|released`) and "
+    "worker event (`worker:registered|lost`); `id:` is a cursor for `Last-Event-ID`; "
+    "`data:` the job's (or worker's) JSON."
+)
+
+
+def _cursor(header: str | None, query: int | None) -> int | None:
+    if header is not None:
+        try:
+            value = int(header.strip())
+        except ValueError:
+            raise ApiError(
+                400, f"Last-Event-ID must be an event id (an integer), not {header!r}"
+            ) from None
+        if value < 0:
+            raise ApiError(400, "Last-Event-ID must be >= 0")
+        return value
+    return query
+
+
+async def _stream(hub: Hub, cursor: int | None) -> AsyncIterator[str]:
+    feed = hub.feed
+    latest = await run_in_threadpool(feed.join)
+    try:
+        position = latest if cursor is None else cursor
+        retry_ms = int(hub.settings.sse_retry * 1000)
+        yield f"retry: {retry_ms}\n\n"
+        while not hub.stopping.is_set():
+            generation = feed.signal.generation
+            batch = feed.recent(position)
+            if batch is None:
+                batch = await run_in_threadpool(feed.load, position, 1000)
+            if batch:
+                yield "".join(event.encode() for event in batch)
+                position = batch[-1].seq
+                continue
+            if not await feed.signal.wait(generation, hub.settings.sse_keepalive):
+                yield ": keepalive\n\n"
+        yield f"retry: {retry_ms}\n: the hub is shutting down; reconnect with Last-Event-ID\n\n"
+    finally:
+        feed.leave()
+
+
+def _events(
+    request: Request,
+    last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    since: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+) -> StreamingResponse:
+    hub = hub_of(request)
+    cursor = _cursor(last_event_id, since)
+    return StreamingResponse(
+        _stream(hub, cursor),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": DESCRIPTION},
+    **{code: {"model": ErrorOut} for code in (400, 401, 403)},
+}
+
+router.add_api_route(
+    "/events",
+    _events,
+    methods=["GET"],
+    response_class=StreamingResponse,
+    responses=RESPONSES,
+    dependencies=[Depends(require("read"))],
+    summary="Server-sent events",
+)
+router.add_api_route(
+    "/jobs/events",
+    _events,
+    methods=["GET"],
+    response_class=StreamingResponse,
+    responses=RESPONSES,
+    dependencies=[Depends(require("read"))],
+    summary="Server-sent events (the fleet hub's path)",
+    operation_id="job_events_alias",
+)

@@ -1,0 +1,261 @@
+"""Producers and readers: enqueue, list and search, one job, cancel, retry, bulk, stats, health."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from jobcore.errors import IllegalTransition
+from jobcore.storage.base import Inserted
+from jobcore_http.auth import hub_of, require
+from jobcore_http.engine import settle
+from jobcore_http.enqueue import build_job
+from jobcore_http.errors import ApiError
+from jobcore_http.models import (
+    BatchIn,
+    BatchOut,
+    BulkIn,
+    BulkOut,
+    EnqueueIn,
+    ErrorOut,
+    HealthOut,
+    JobCreatedOut,
+    JobDetailOut,
+    JobListOut,
+    JobOut,
+    StatsOut,
+)
+from jobcore_http.store import JobFilter
+from jobcore_http.views import attempts_detail, job_json, normalize_statuses, split_values
+
+router = APIRouter(prefix="/api")
+
+JobId = Annotated[str, Path(min_length=1, max_length=200)]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
+}
+
+
+def created_json(item: Inserted) -> dict[str, Any]:
+    return {**job_json(item.job), "created": item.created}
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobCreatedOut,
+    responses={
+        200: {"model": JobCreatedOut, "description": "a duplicate: the existing job"},
+        **ERRORS,
+    },
+    dependencies=[Depends(require("produce"))],
+)
+async def enqueue(
+    request: Request,
+    body: EnqueueIn,
+    idempotency_key: Annotated[str | None, Header(max_length=1000)] = None,
+) -> JSONResponse:
+    """Enqueue one job; 201 when created, 200 with `created: false` for a duplicate key."""
+    hub = hub_of(request)
+    job = build_job(hub.queue, body, idempotency_key)
+    [item] = await settle(hub.engine.insert([job]))
+    return JSONResponse(created_json(item), status_code=201 if item.created else 200)
+
+
+@router.post(
+    "/jobs/batch",
+    status_code=201,
+    response_model=BatchOut,
+    responses=ERRORS,
+    dependencies=[Depends(require("produce"))],
+)
+async def enqueue_batch(request: Request, body: BatchIn) -> JSONResponse:
+    """Enqueue many jobs in one transaction: all or nothing."""
+    hub = hub_of(request)
+    jobs = []
+    for index, item in enumerate(body.jobs):
+        try:
+            jobs.append(build_job(hub.queue, item))
+        except ApiError as exc:
+            raise ApiError(exc.status, f"jobs.{index}: {exc.message}") from None
+        except Exception as exc:
+            from jobcore.errors import JobcoreError
+
+            if isinstance(exc, JobcoreError):
+                exc.args = (f"jobs.{index}: {exc}",)
+            raise
+    inserted = await settle(hub.engine.insert(jobs))
+    return JSONResponse({"jobs": [created_json(item) for item in inserted]}, status_code=201)
+
+
+def _filter(
+    status: list[str], type: list[str], queue: list[str], worker: str | None, q: str | None
+) -> JobFilter:
+    try:
+        statuses = normalize_statuses(status)
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+    return JobFilter(
+        statuses=statuses,
+        types=split_values(type),
+        queues=split_values(queue),
+        worker=worker or None,
+        q=q or None,
+    )
+
+
+@router.get(
+    "/jobs", response_model=JobListOut, responses=ERRORS, dependencies=[Depends(require("read"))]
+)
+def list_jobs(
+    request: Request,
+    status: Annotated[
+        list[str], Query(description="status (aliases too), repeat or comma-separate")
+    ] = [],  # noqa: B006
+    type: Annotated[list[str], Query()] = [],  # noqa: B006
+    queue: Annotated[list[str], Query()] = [],  # noqa: B006
+    worker: Annotated[str | None, Query(max_length=200)] = None,
+    q: Annotated[
+        str | None, Query(max_length=1000, description="search payloads and errors")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of the previous page")
+    ] = None,
+    offset: Annotated[
+        int, Query(ge=0, le=100_000, description="skip this many (prefer cursor)")
+    ] = 0,
+) -> JSONResponse:
+    """Jobs newest first, in keyset pages (`next_cursor`)."""
+    hub = hub_of(request)
+    where = _filter(status, type, queue, worker, q)
+    page = hub.store.search_jobs(where, before=cursor, limit=offset + limit)
+    jobs = page.jobs[offset:]
+    return JSONResponse({"jobs": [job_json(job) for job in jobs], "next_cursor": page.next_cursor})
+
+
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobDetailOut,
+    responses=ERRORS,
+    dependencies=[Depends(require("read"))],
+)
+def get_job(request: Request, job_id: JobId) -> JSONResponse:
+    """One job with every attempt (`attempts_detail`)."""
+    job = hub_of(request).queue.get(job_id)
+    return JSONResponse({**job_json(job), "attempts_detail": attempts_detail(job)})
+
+
+@router.delete(
+    "/jobs/{job_id}",
+    status_code=204,
+    responses=ERRORS,
+    dependencies=[Depends(require("produce"))],
+)
+def cancel_job(request: Request, job_id: JobId) -> Response:
+    """Cancel: scheduled/pending end `cancelled`; a claimed job is asked to stop."""
+    hub_of(request).queue.cancel([job_id])
+    return Response(status_code=204)
+
+
+@router.post(
+    "/jobs/{job_id}/retry",
+    response_model=JobOut,
+    responses=ERRORS,
+    dependencies=[Depends(require("produce"))],
+)
+def retry_job(request: Request, job_id: JobId) -> JSONResponse:
+    """A failed or cancelled job back to pending, attempts reset, history kept."""
+    [job] = hub_of(request).queue.retry([job_id])
+    return JSONResponse(job_json(job))
+
+
+def _as_list(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
+    hub = hub_of(request)
+    where = _filter(
+        _as_list(body.status), _as_list(body.type), _as_list(body.queue), body.worker, body.q
+    )
+    if not where.statuses:
+        statuses = (
+            ("failed", "cancelled") if action == "retry" else ("scheduled", "pending", "claimed")
+        )
+        where = JobFilter(statuses, where.types, where.queues, where.worker, where.q)
+    change = hub.storage.retry if action == "retry" else hub.storage.cancel
+    matched = changed = 0
+    before: str | None = None
+    while True:
+        page = hub.store.search_jobs(where, before=before, limit=500, budget_ms=2000)
+        before = page.next_cursor
+        matched += len(page.jobs)
+        ids = [job.id for job in page.jobs]
+        try:
+            with hub.storage.transaction():
+                results = change(ids)
+        except IllegalTransition:  # e.g. an idempotency key taken again: one by one
+            results = []
+            for job_id in ids:
+                try:
+                    with hub.storage.transaction():
+                        results.extend(change([job_id]))
+                except IllegalTransition:
+                    results.append(None)
+        changed += sum(1 for job in results if job is not None)
+        if before is None:
+            break
+    if changed:
+        from jobcore import wakeup
+
+        wakeup.notify(hub.queue.wake_key)
+    return {"matched": matched, "changed": changed}
+
+
+@router.post(
+    "/jobs/retry",
+    response_model=BulkOut,
+    responses=ERRORS,
+    dependencies=[Depends(require("produce"))],
+)
+def bulk_retry(request: Request, body: BulkIn) -> dict[str, int]:
+    """Retry every job the filters match (default: failed and cancelled ones)."""
+    return _bulk(request, body, "retry")
+
+
+@router.post(
+    "/jobs/cancel",
+    response_model=BulkOut,
+    responses=ERRORS,
+    dependencies=[Depends(require("produce"))],
+)
+def bulk_cancel(request: Request, body: BulkIn) -> dict[str, int]:
+    """Cancel every job the filters match (default: scheduled, pending and claimed ones)."""
+    return _bulk(request, body, "cancel")
+
+
+@router.get(
+    "/stats", response_model=StatsOut, responses=ERRORS, dependencies=[Depends(require("read"))]
+)
+def stats(request: Request) -> JSONResponse:
+    """The `jobcore stats --json` object."""
+    from jobcore.cli.admin import stats_json
+
+    return JSONResponse(stats_json(hub_of(request).queue.stats()))
+
+
+@router.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}})
+def health(request: Request) -> JSONResponse:
+    """200 when the store answers, else 503. Needs no token."""
+    hub = hub_of(request)
+    try:
+        hub.store.ping()
+        hub.storage.next_due()
+    except Exception as exc:
+        return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
+    return JSONResponse({"status": "ok"})

@@ -1,0 +1,94 @@
+"""The simple JSON queue's three routes: add, claim next, complete or fail."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from jobcore.models import Completed, Failed, JobStatus, Lease, Outcome
+from jobcore_http.auth import agent_id_of, hub_of, require
+from jobcore_http.engine import settle
+from jobcore_http.errors import ApiError
+from jobcore_http.models import (
+    ErrorOut,
+    QueueAddIn,
+    QueueAddOut,
+    QueueJobOut,
+    QueueUpdateIn,
+    SuccessOut,
+)
+from jobcore_http.tokens import Principal
+
+router = APIRouter(prefix="/api/queue")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=QueueAddOut,
+    responses=ERRORS,
+    dependencies=[Depends(require("produce"))],
+)
+async def add(request: Request, body: QueueAddIn) -> JSONResponse:
+    """Add a job `{type, data}`; answers `{id, status}`."""
+    if not isinstance(body.data, dict):
+        raise ApiError(400, "data must be a JSON object")
+    hub = hub_of(request)
+    job = hub.queue.build(body.type, body.data)
+    [item] = await settle(hub.engine.insert([job]))
+    return JSONResponse({"id": item.job.id, "status": str(item.job.status)}, status_code=201)
+
+
+@router.get(
+    "",
+    response_model=QueueJobOut,
+    responses={204: {"description": "no job is waiting"}, **ERRORS},
+)
+async def next_job(
+    request: Request, principal: Annotated[Principal, Depends(require("agent"))]
+) -> Response:
+    """Claim the next job (as the token's agent); 204 when none is waiting."""
+    hub = hub_of(request)
+    worker = agent_id_of(principal)
+    hub.registry.seen(worker, hub.now())
+    pending = hub.engine.claim(worker, 1, (), (), 0)
+    jobs = await settle(pending.future)
+    if not jobs:
+        return Response(status_code=204)
+    job = jobs[0]
+    return JSONResponse({"id": job.id, "type": job.type, "data": job.payload})
+
+
+@router.put("/{job_id}", response_model=SuccessOut, responses=ERRORS)
+async def update(
+    request: Request,
+    job_id: Annotated[str, Path(min_length=1, max_length=200)],
+    body: QueueUpdateIn,
+    principal: Annotated[Principal, Depends(require("agent"))],
+) -> dict[str, bool]:
+    """Complete (`status: completed`, `result`) or fail (`status: failed`, `error`) a claimed job."""
+    hub = hub_of(request)
+    job = await run_in_threadpool(hub.queue.get, job_id)
+    if job.status is not JobStatus.CLAIMED:
+        raise ApiError(404, f"job {job_id} is not claimed (it is {job.status})")
+    if principal.scope != "admin" and job.locked_by != agent_id_of(principal):
+        raise ApiError(
+            409, f"job {job_id} is claimed by {job.locked_by!r}, not {agent_id_of(principal)!r}"
+        )
+    lease = Lease.of(job)
+    outcome: Outcome = (
+        Completed(lease=lease, result=body.result)
+        if body.status == "completed"
+        else Failed(lease, body.error or "failed")
+    )
+    recorded = await settle(hub.engine.record(outcome))
+    if recorded.job is None:
+        raise ApiError(404, f"job {job_id} is no longer claimed")
+    return {"success": True}

@@ -1,0 +1,516 @@
+"""The hub's own persistent state, behind a small interface a backend can implement.
+
+`HubStore` keeps tokens and the workers registry, and answers the job
+listing the API needs (filters, search, keyset pages). `SQLiteHubStore` keeps
+them in the jobs database itself (tables `hub_tokens`, `hub_workers`, created
+by the hub's own idempotent migrations, recorded in `hub_migrations`). Another
+backend provides its own by giving its storage object a method
+`hub_store() -> HubStore` (see /work/plan/CONTRACT_CHANGES.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import apsw
+
+from jobcore.errors import IllegalTransition, StorageError
+from jobcore.models import Job
+from jobcore.storage.rows import row_to_job
+
+log = logging.getLogger("jobcore.http.store")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A stored token: never the token itself, only its SHA-256."""
+
+    name: str
+    hash: str
+    scope: str
+    agent_id: str | None
+    created_at: int
+    revoked_at: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        from jobcore.timeutil import iso
+
+        return {
+            "name": self.name,
+            "scope": self.scope,
+            "agent_id": self.agent_id,
+            "created_at": iso(self.created_at),
+            "revoked_at": iso(self.revoked_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A registered agent: its capabilities and when the hub last heard from it."""
+
+    worker_id: str
+    name: str | None = None
+    cores: int | None = None
+    ram_gb: float | None = None
+    tags: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    registered_at: int = 0
+    last_seen: int = 0
+    lost_at: int | None = None
+    drain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The filters of `GET /api/jobs` and the bulk routes; empty means any."""
+
+    statuses: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
+    worker: str | None = None
+    q: str | None = None  # substring of the payload or the errors
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Jobs newest first, and where the next page starts (None: nothing further)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+_WINDOW = 5000  # ids examined per step of a filtered search
+
+
+class HubStore(Protocol):
+    """What the hub persists besides jobs. Every method is safe from any thread."""
+
+    def migrate(self) -> None:
+        """Create the hub's tables if missing (idempotent; writes only when there is work)."""
+
+    def close(self) -> None: ...
+
+    def ping(self) -> None:
+        """Raise `StorageError` unless the store answers a trivial read."""
+
+    # tokens
+    def add_token(self, record: TokenRecord) -> None:
+        """Store a new token; `IllegalTransition` if an active token has that name."""
+
+    def token_by_hash(self, digest: str) -> TokenRecord | None:
+        """The active (not revoked) token with this SHA-256, or None."""
+
+    def list_tokens(self) -> list[TokenRecord]: ...
+
+    def revoke_token(self, name: str, now: int) -> bool:
+        """Revoke the active token `name`; False if there is none."""
+
+    # workers
+    def upsert_worker(self, record: WorkerRecord) -> bool:
+        """Insert or update a worker's capabilities; True if it was not known before."""
+
+    def touch_workers(self, seen: dict[str, int]) -> list[str]:
+        """Record last-seen times (creating unknown workers); returns ids that were lost."""
+
+    def set_drain(self, worker_id: str, drain: bool) -> bool:
+        """Ask a worker to drain (or not); False if the worker is unknown."""
+
+    def mark_lost(self, before: int, now: int) -> list[str]:
+        """Mark workers silent since before `before` lost; returns those newly marked."""
+
+    def list_workers(self) -> list[WorkerRecord]: ...
+
+    # jobs (read only)
+    def search_jobs(
+        self, where: JobFilter, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Page:
+        """Up to `limit` matching jobs newest first (by id), ids below `before` only.
+
+        Keyset pages: `next_cursor` continues below the last job, or below the last id
+        examined when `budget_ms` ran out first (a page may then hold fewer jobs).
+        """
+
+    def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]: ...
+
+    def claims_by_worker(self) -> dict[str, list[str]]:
+        """Ids of claimed jobs, by the worker holding them."""
+
+    def overdue_claims(self, now: int) -> list[Job]:
+        """Claimed jobs whose attempt (from start, else claim) has run past `timeout`."""
+
+
+_MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "hub_tokens",
+        """
+        CREATE TABLE IF NOT EXISTS hub_tokens (
+            id         INTEGER PRIMARY KEY,
+            name       TEXT NOT NULL,
+            hash       TEXT NOT NULL UNIQUE,
+            scope      TEXT NOT NULL CHECK (scope IN ('read', 'produce', 'agent', 'admin')),
+            agent_id   TEXT,
+            created_at INTEGER NOT NULL,
+            revoked_at INTEGER
+        );
+        CREATE UNIQUE INDEX IF NOT EXISTS hub_tokens_active_name
+            ON hub_tokens (name) WHERE revoked_at IS NULL;
+        """,
+    ),
+    (
+        "hub_workers",
+        """
+        CREATE TABLE IF NOT EXISTS hub_workers (
+            worker_id     TEXT PRIMARY KEY,
+            name          TEXT,
+            cores         INTEGER,
+            ram_gb        REAL,
+            tags          TEXT NOT NULL DEFAULT '[]',
+            types         TEXT NOT NULL DEFAULT '[]',
+            registered_at INTEGER NOT NULL,
+            last_seen     INTEGER NOT NULL,
+            lost_at       INTEGER,
+            drain         INTEGER NOT NULL DEFAULT 0
+        );
+        """,
+    ),
+)
+
+
+def _newest(columns: str, statuses: int, condition: str, limit: str) -> str:
+    """The newest rows by id with one of `statuses` (params s0, s1, …): one index walk per
+    status, merged, so no sort of every matching row."""
+    if statuses <= 1:
+        only = " AND status = :s0" if statuses else ""
+        return f"SELECT {columns} FROM jobs WHERE 1 = 1{only}{condition} ORDER BY id DESC LIMIT :{limit}"
+    parts = [
+        f"SELECT * FROM (SELECT {columns} FROM jobs WHERE status = :s{index}{condition}"
+        f" ORDER BY id DESC LIMIT :{limit})"
+        for index in range(statuses)
+    ]
+    return " UNION ALL ".join(parts) + f" ORDER BY id DESC LIMIT :{limit}"
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
+    if not values:
+        return ""
+    names = []
+    for index, value in enumerate(values):
+        params[f"{prefix}{index}"] = value
+        names.append(f":{prefix}{index}")
+    return f" AND {column} IN ({', '.join(names)})"
+
+
+class SQLiteHubStore:
+    """`HubStore` in the jobs database file, on connections of its own (one per thread)."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[apsw.Connection] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> apsw.Connection:
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
+                conn.set_busy_timeout(self.busy_timeout_ms)
+            except apsw.Error as exc:
+                raise StorageError(f"cannot open database {self.path}: {exc}") from None
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[apsw.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            raise StorageError(f"database {self.path} is not writable now: {exc}") from None
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _rows(self, sql: str, params: Any = None) -> list[Any]:
+        try:
+            rows: list[Any] = self._conn().execute(sql, params).fetchall()
+        except apsw.Error as exc:
+            raise StorageError(f"reading {self.path} failed: {exc}") from None
+        return rows
+
+    def migrate(self) -> None:
+        exists = self._rows("SELECT 1 FROM sqlite_master WHERE name = 'hub_migrations'")
+        done = (
+            {row[0] for row in self._rows("SELECT name FROM hub_migrations")} if exists else set()
+        )
+        if all(name in done for name, _ in _MIGRATIONS):
+            return
+        with self._write() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS hub_migrations "
+                "(name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)"
+            )
+            done = {row[0] for row in conn.execute("SELECT name FROM hub_migrations")}
+            for name, script in _MIGRATIONS:
+                if name not in done:
+                    log.info("hub migration %s", name)
+                    conn.execute(script)
+                    conn.execute(
+                        "INSERT INTO hub_migrations VALUES (?, CAST(unixepoch('subsec') * 1000 AS INTEGER))",
+                        (name,),
+                    )
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(apsw.Error):
+                conn.close(True)
+        self._local = threading.local()
+
+    def ping(self) -> None:
+        self._rows("SELECT 1 FROM hub_migrations LIMIT 1")
+
+    # -- tokens ------------------------------------------------------------------
+
+    def add_token(self, record: TokenRecord) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO hub_tokens (name, hash, scope, agent_id, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (record.name, record.hash, record.scope, record.agent_id, record.created_at),
+                )
+        except apsw.ConstraintError:
+            raise IllegalTransition(
+                f"a token named {record.name!r} exists; revoke it first or choose another name"
+            ) from None
+
+    def token_by_hash(self, digest: str) -> TokenRecord | None:
+        rows = self._rows(
+            "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens "
+            "WHERE hash = ? AND revoked_at IS NULL",
+            (digest,),
+        )
+        return TokenRecord(*rows[0]) if rows else None
+
+    def list_tokens(self) -> list[TokenRecord]:
+        rows = self._rows(
+            "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens ORDER BY id"
+        )
+        return [TokenRecord(*row) for row in rows]
+
+    def revoke_token(self, name: str, now: int) -> bool:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE hub_tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                (now, name),
+            )
+            return bool(conn.changes())
+
+    # -- workers -----------------------------------------------------------------
+
+    def upsert_worker(self, record: WorkerRecord) -> bool:
+        with self._write() as conn:
+            known = conn.execute(
+                "SELECT 1 FROM hub_workers WHERE worker_id = ?", (record.worker_id,)
+            ).fetchall()
+            conn.execute(
+                """
+                INSERT INTO hub_workers (worker_id, name, cores, ram_gb, tags, types,
+                                         registered_at, last_seen, lost_at)
+                VALUES (:id, :name, :cores, :ram, :tags, :types, :now, :now, NULL)
+                ON CONFLICT (worker_id) DO UPDATE SET
+                    name = excluded.name, cores = excluded.cores, ram_gb = excluded.ram_gb,
+                    tags = excluded.tags, types = excluded.types,
+                    registered_at = excluded.registered_at, last_seen = excluded.last_seen,
+                    lost_at = NULL, drain = 0
+                """,
+                {
+                    "id": record.worker_id,
+                    "name": record.name,
+                    "cores": record.cores,
+                    "ram": record.ram_gb,
+                    "tags": json.dumps(record.tags),
+                    "types": json.dumps(record.types),
+                    "now": record.registered_at,
+                },
+            )
+        return not known
+
+    def touch_workers(self, seen: dict[str, int]) -> list[str]:
+        if not seen:
+            return []
+        back: list[str] = []
+        with self._write() as conn:
+            for worker_id, at in seen.items():
+                rows = conn.execute(
+                    "SELECT lost_at FROM hub_workers WHERE worker_id = ?", (worker_id,)
+                ).fetchall()
+                if not rows:
+                    conn.execute(
+                        "INSERT INTO hub_workers (worker_id, registered_at, last_seen) "
+                        "VALUES (?, ?, ?)",
+                        (worker_id, at, at),
+                    )
+                    continue
+                if rows[0][0] is not None:
+                    back.append(worker_id)
+                conn.execute(
+                    "UPDATE hub_workers SET last_seen = max(last_seen, ?), lost_at = NULL "
+                    "WHERE worker_id = ?",
+                    (at, worker_id),
+                )
+        return back
+
+    def set_drain(self, worker_id: str, drain: bool) -> bool:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE hub_workers SET drain = ? WHERE worker_id = ?", (int(drain), worker_id)
+            )
+            return bool(conn.changes())
+
+    def mark_lost(self, before: int, now: int) -> list[str]:
+        with self._write() as conn:
+            rows = conn.execute(
+                "UPDATE hub_workers SET lost_at = ? WHERE lost_at IS NULL AND last_seen < ? "
+                "RETURNING worker_id",
+                (now, before),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def list_workers(self) -> list[WorkerRecord]:
+        rows = self._rows(
+            "SELECT worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, "
+            "lost_at, drain FROM hub_workers ORDER BY worker_id"
+        )
+        return [
+            WorkerRecord(
+                worker_id=row[0],
+                name=row[1],
+                cores=row[2],
+                ram_gb=row[3],
+                tags=json.loads(row[4]),
+                types=json.loads(row[5]),
+                registered_at=row[6],
+                last_seen=row[7],
+                lost_at=row[8],
+                drain=bool(row[9]),
+            )
+            for row in rows
+        ]
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def search_jobs(
+        self, where: JobFilter, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Page:
+        params: dict[str, Any] = {}
+        for index, value in enumerate(where.statuses):
+            params[f"s{index}"] = value
+        statuses = len(where.statuses)
+        status = _in("status", where.statuses, "s", params)
+        rest = _in("type", where.types, "t", params) + _in("queue", where.queues, "q", params)
+        if where.worker is not None:
+            params["worker"] = where.worker
+            rest += " AND locked_by = :worker"
+        if where.q:
+            params["like"] = _like(where.q)
+            rest += (
+                " AND (payload LIKE :like ESCAPE '\\' OR errors LIKE :like ESCAPE '\\'"
+                " OR coalesce(last_error, '') LIKE :like ESCAPE '\\')"
+            )
+        below = " AND id < :before" if before is not None else ""
+        params["before"] = before
+        if not rest:  # ids (and statuses) only: one indexed read
+            params["limit"] = limit + 1
+            rows = self._rows(_newest("*", statuses, below, "limit"), params)
+            jobs = [row_to_job(row) for row in rows]
+            more = len(jobs) > limit
+            return Page(jobs[:limit], jobs[limit - 1].id if more else None)
+        # other filters: walk down the ids in windows, within a time budget
+        deadline = time.monotonic() + budget_ms / 1000
+        found: list[Job] = []
+        while True:
+            params["window"] = _WINDOW
+            low_rows = self._rows(
+                f"SELECT min(id), count(*) FROM ({_newest('id', statuses, below, 'window')})",
+                params,
+            )
+            low, count = low_rows[0]
+            if not count:
+                return Page(found[:limit], None)
+            params["low"] = low
+            params["limit"] = limit + 1 - len(found)
+            rows = self._rows(
+                f"SELECT * FROM jobs WHERE id >= :low{below}{status}{rest}"
+                " ORDER BY id DESC LIMIT :limit",
+                params,
+            )
+            found.extend(row_to_job(row) for row in rows)
+            if len(found) > limit:
+                return Page(found[:limit], found[limit - 1].id)
+            if count < _WINDOW:
+                return Page(found, None)
+            params["before"] = low
+            below = " AND id < :before"
+            if time.monotonic() >= deadline:
+                return Page(found, low)  # go on from here on the next page
+
+    def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:
+        if not ids:
+            return {}
+        params: dict[str, Any] = {}
+        sql = "SELECT * FROM jobs WHERE 1 = 1" + _in("id", list(dict.fromkeys(ids)), "i", params)
+        return {job.id: job for job in (row_to_job(row) for row in self._rows(sql, params))}
+
+    def claims_by_worker(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for worker, job_id in self._rows(
+            "SELECT locked_by, id FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed'"
+        ):
+            out.setdefault(worker, []).append(job_id)
+        return out
+
+    def overdue_claims(self, now: int) -> list[Job]:
+        rows = self._rows(
+            "SELECT * FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed'"
+            " AND timeout_ms IS NOT NULL AND coalesce(started_at, claimed_at) + timeout_ms < ?",
+            (now,),
+        )
+        return [row_to_job(row) for row in rows]
+
+
+def hub_store_for(storage: Any) -> HubStore:
+    """The `HubStore` beside `storage`: its own `hub_store()` if it has one, else SQLite's."""
+    storage.migrate()  # the jobs schema (and the database) first
+    factory = getattr(storage, "hub_store", None)
+    if callable(factory):
+        store: HubStore = factory()
+        return store
+    path = getattr(storage, "path", None)
+    if not isinstance(path, str):
+        raise StorageError(
+            f"the hub cannot keep tokens and workers in {type(storage).__name__}; "
+            "its backend provides no hub_store()"
+        )
+    return SQLiteHubStore(path, busy_timeout_ms=getattr(storage, "busy_timeout_ms", 30_000))

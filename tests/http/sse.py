@@ -1,0 +1,56 @@
+"""Reading server-sent events in tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class Event:
+    id: int
+    kind: str
+    data: Any
+
+
+def read_events(
+    url: str,
+    token: str,
+    count: int | Callable[[list[Event]], bool],
+    *,
+    last_event_id: int | None = None,
+    kinds: tuple[str, ...] = (),
+) -> tuple[str, list[Event]]:
+    """Open the stream and collect events (of `kinds`, if given) until there are `count`
+    (or `count(events)` is true); returns (the stream's first line, the events)."""
+    done = count if callable(count) else (lambda events: len(events) >= count)
+    headers = {"Authorization": f"Bearer {token}"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    events: list[Event] = []
+    first = ""
+    fields: dict[str, str] = {}
+    with httpx.stream("GET", url + "/api/events", headers=headers, timeout=20) as answer:
+        assert answer.status_code == 200, answer.read()
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        for line in answer.iter_lines():
+            if not first:
+                first = line
+            if line == "":
+                if "id" in fields and (not kinds or fields.get("event") in kinds):
+                    events.append(
+                        Event(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+                    )
+                    if done(events):
+                        break
+                fields = {}
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+    return first, events

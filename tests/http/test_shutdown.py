@@ -1,0 +1,61 @@
+"""SIGTERM: waiting long-polls answer, event streams end with a retry hint, exit 0."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from conftest import make_tokens
+from hubproc import Hub, free_port, jobcore
+
+
+def test_sigterm_ends_long_polls_and_streams_and_exits_0(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    hub = Hub(db)
+    tokens = make_tokens(hub, db)
+
+    def long_poll() -> int:
+        with hub.client(tokens.agent, timeout=60) as client:
+            answer = client.post("/api/jobs/claim", json={"worker_id": "agent-1", "wait": 30})
+            return answer.status_code
+
+    def stream() -> str:
+        with (
+            hub.client(tokens.read, timeout=60) as client,
+            client.stream("GET", "/api/events") as answer,
+        ):
+            return "".join(answer.iter_text())
+
+    with ThreadPoolExecutor(2) as pool:
+        polled = pool.submit(long_poll)
+        streamed = pool.submit(stream)
+        time.sleep(1.0)
+        started = time.monotonic()
+        code = hub.terminate(timeout=30)
+        assert polled.result(10) == 204
+        text = streamed.result(10)
+    assert code == 0, hub.output()
+    assert time.monotonic() - started < 10
+    assert text.startswith("retry: ")
+    assert text.rstrip().splitlines()[-1].startswith(": the hub is shutting down")
+    assert "retry: " in text.strip().split("\n\n")[-1]
+    # the hub is gone; a new one on the same database starts cleanly
+    again = Hub(db)
+    assert httpx.get(again.url + "/api/health").status_code == 200
+    assert again.terminate() == 0
+
+
+def test_a_taken_port_is_one_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        done = jobcore(tmp_path / "jobs.db", "serve", "--port", str(port), check=False)
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip().splitlines()[-1].startswith(f"Error: cannot listen on 127.0.0.1:{port}")
+    )
