@@ -45,6 +45,7 @@ def test_every_route_with_generated_input(tmp_path: Path) -> None:
             "1",
         ],
         env={**os.environ, "NO_COLOR": "1"},
+        cwd=tmp_path,  # its reports folder goes there
         capture_output=True,
         text=True,
         timeout=600,
