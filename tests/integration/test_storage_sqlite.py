@@ -302,3 +302,31 @@ def test_cli_reads_work_while_another_process_holds_the_write_lock(tmp_path: Pat
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_event_pruning_catches_up_in_chunks(tmp_path: Path) -> None:
+    from jobcore.storage import sqlite as backend
+
+    clock = FakeClock()
+    storage = SQLiteStorage(tmp_path / "events.db", clock=clock, synchronous="OFF")
+    storage.migrate()
+    with storage.transaction() as conn:  # 50k old events at once (3 chunks' worth)
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000) "
+            "INSERT INTO events (at, kind, job_id) SELECT ?, 'job:enqueued', 'x' || i FROM n",
+            (T0,),
+        )
+    last = storage.last_event_seq()
+    clock.now = T0 + 2 * 3_600_000
+    storage.insert([new_job(run_at=None)])
+    changes: list[int] = []
+    conn = storage._conn()
+    conn.set_update_hook(
+        lambda op, db, table, rowid: changes.append(op) if table == "events" else None
+    )
+    storage.sweep(force=True)
+    conn.set_update_hook(None)
+    remaining = storage.events_after(0)
+    assert [e.kind for e in remaining] == ["job:enqueued"] and remaining[0].seq > last
+    assert len(changes) >= 50_000 > backend.PRUNE_CHUNK
+    storage.close()
