@@ -274,3 +274,39 @@ def test_exec_past_its_timeout_is_killed(hub: Hub, agents: list[Agent], tmp_path
     done = hub.wait_status(job["id"], "failed", timeout=30)
     assert "timed out" in done["last_error"] or "max_runtime_exceeded" in done["last_error"]
     wait_until(lambda: not alive(int(pids.read_text())), timeout=10)
+
+
+def test_a_stale_outcome_is_logged_and_dropped(tmp_path: Path, agents: list[Agent]) -> None:
+    hub = Hub(tmp_path, lease="2s")
+    try:
+        started, log = tmp_path / "started", tmp_path / "log"
+        job = hub.enqueue("stamp", {"log": str(log), "sleep": 1, "started": str(started)})
+        first = Agent(hub, "a1", extra=("--shutdown-timeout", "0.5s"))
+        agents.append(first)
+        wait_until(started.exists)
+        hub.stop(signal.SIGKILL)
+        wait_until(lambda: log.exists() and log.read_text())  # its outcome waits in the outbox
+        first.signal(signal.SIGTERM)
+        assert first.wait() == 0
+        hub.start()  # the lease has lapsed: the hub's sweep gives the job to someone else
+        agents.append(Agent(hub, "a2"))
+        done = hub.wait_status(job["id"], "completed", timeout=60)
+        assert done["result"]["worker"] == "a2"
+        first.restart()  # delivers the old outcome: the hub says stale, the agent drops it
+        wait_until(lambda: "stale result of job" in first.log(), timeout=60)
+        wait_until(lambda: _outbox_empty(first.cache_dir))
+        after = hub.job(job["id"])
+        assert after["status"] == "completed" and after["result"]["worker"] == "a2"
+        assert [a["outcome"] for a in after["attempts_detail"]] == ["reclaimed", "completed"]
+    finally:
+        hub.close()
+
+
+def _outbox_empty(cache_dir: Path) -> bool:
+    import apsw
+
+    db = apsw.Connection(str(cache_dir / "outbox.db"))
+    try:
+        return db.execute("SELECT count(*) FROM outcomes").fetchone() == (0,)
+    finally:
+        db.close()
