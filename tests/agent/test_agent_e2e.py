@@ -58,6 +58,12 @@ def upload(hub: Hub, data: bytes, tmp: Path) -> str:
     return done.stdout.strip()
 
 
+def started_by(started: Path) -> str | None:
+    """The worker named in a `stamp` job's started file (`id attempt worker`), if written yet."""
+    fields = started.read_text().split() if started.exists() else []
+    return fields[2] if len(fields) == 3 else None
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -310,3 +316,31 @@ def _outbox_empty(cache_dir: Path) -> bool:
         return db.execute("SELECT count(*) FROM outcomes").fetchone() == (0,)
     finally:
         db.close()
+
+
+def test_an_agent_that_lost_its_lease_stops_the_handler(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    from faultproxy import FaultProxy
+
+    hub = Hub(tmp_path, lease="2s")
+    proxy = FaultProxy(hub.url)
+    try:
+        started, log = tmp_path / "started", tmp_path / "log"
+        job = hub.enqueue("stamp", {"log": str(log), "sleep": 8, "started": str(started)})
+        cut_off = Agent(hub, "a1", hub_url=proxy.url)
+        agents.append(cut_off)
+        wait_until(lambda: started_by(started) == "a1")
+        proxy.rates["bad_gateway"] = 1.0  # a1's heartbeats stop reaching the hub
+        agents.append(Agent(hub, "a2"))
+        # reclaimed once the lease lapsed, and running on a2
+        wait_until(lambda: started_by(started) == "a2", timeout=60)
+        proxy.rates["bad_gateway"] = 0.0
+        wait_until(lambda: "lost the lease of job" in cut_off.log(), timeout=30)
+        done = hub.wait_status(job["id"], "completed", timeout=60)
+        assert done["result"]["worker"] == "a2"
+        assert [line.split()[2] for line in log.read_text().splitlines()] == ["a2"]
+        assert [a["outcome"] for a in done["attempts_detail"]] == ["reclaimed", "completed"]
+    finally:
+        proxy.close()
+        hub.close()
