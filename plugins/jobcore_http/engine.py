@@ -15,15 +15,17 @@ costs one claim query, not one per waiting client.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from jobcore import wakeup
+from jobcore.errors import StorageError
 from jobcore.models import (
     Cancelled,
     Completed,
@@ -38,9 +40,27 @@ from jobcore.models import (
 from jobcore.plugins import notify
 from jobcore.queue import Queue
 from jobcore.storage.base import Inserted, Recorded
-from jobcore_http import compat
 
 log = logging.getLogger("jobcore.http.engine")
+
+T = TypeVar("T")
+
+
+WRITE_TIMEOUT = 60.0  # seconds a request waits for the writer before answering 503
+
+
+class HubStopping(StorageError):
+    """The hub is shutting down and takes no more writes (503: retry against the next hub)."""
+
+
+async def settle(future: Future[T]) -> T:
+    """Await the writer's answer; a writer that does not answer in time is a 503, not a hang."""
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), WRITE_TIMEOUT)
+    except TimeoutError:
+        raise StorageError(
+            f"the hub's writer did not answer within {WRITE_TIMEOUT:g}s; retry later"
+        ) from None
 
 
 @dataclass
@@ -90,8 +110,8 @@ class Engine:
     def _submit(self, kind: str, value: Any) -> Future[Any]:
         write = _Write(kind, value)
         with self._lock:
-            if self._stopping and not self._thread.is_alive():
-                raise RuntimeError("the hub is shutting down")
+            if not self._thread.is_alive():
+                raise HubStopping("the hub is shutting down; retry in a moment")
             self._writes.append(write)
         self._kick.set()
         return write.future
@@ -131,7 +151,7 @@ class Engine:
             return
         jobs = request.future.result()
         for job in jobs:
-            self.record(Released(lease=compat.lease_of(job)))
+            self.record(Released(Lease.of(job)))
 
     def no_more_waiting(self) -> None:
         """Shutdown: waiting claims answer now (nothing), new ones do not wait."""
@@ -244,13 +264,13 @@ class Engine:
         leases = [(i, w) for i, w in enumerate(writes) if w.kind == "extend"]
         for i, write in enumerate(writes):
             if write.kind == "insert":
-                results[i] = compat.insert(self.storage, write.value)
+                results[i] = self.storage.insert(write.value)
         if outcomes:
-            recorded = compat.record(self.storage, [w.value for _, w in outcomes])
+            recorded = self.storage.record([w.value for _, w in outcomes])
             for (i, _), item in zip(outcomes, recorded, strict=True):
                 results[i] = item
         if leases:
-            owned = compat.extend(self.storage, [w.value for _, w in leases], self.lease_ms)
+            owned = self.storage.extend_leases([w.value for _, w in leases], lease_ms=self.lease_ms)
             for i, write in leases:
                 results[i] = owned.get(write.value.job_id)
         return results
@@ -261,13 +281,12 @@ class Engine:
         for request in due:
             if request.future.cancelled() or request.key in empty:
                 continue
-            jobs = compat.claim(
-                self.storage,
-                request.worker,
-                request.limit,
-                self.lease_ms,
-                request.queues,
-                request.types,
+            jobs = self.storage.claim(
+                worker=request.worker,
+                limit=request.limit,
+                lease_ms=self.lease_ms,
+                queues=request.queues,
+                types=request.types,
             )
             if jobs:
                 claimed[id(request)] = jobs
@@ -297,7 +316,7 @@ class Engine:
 
     def _release(self, jobs: list[Job]) -> None:
         try:
-            compat.record(self.storage, [Released(lease=compat.lease_of(job)) for job in jobs])
+            self.storage.record([Released(Lease.of(job)) for job in jobs])
             wakeup.notify(self.queue.wake_key)
         except Exception:
             log.exception("releasing %d jobs of a departed client failed", len(jobs))
@@ -316,7 +335,7 @@ class Engine:
                 for item in result:
                     if item.created:
                         notify(pm, "jobcore_job_enqueued", job=item.job)
-            elif write.kind == "outcome" and compat.record_state(result) == "recorded":
+            elif write.kind == "outcome" and result.state == "recorded":
                 wake = _announce(pm, write.value, result.job) or wake
         for jobs in claimed.values():
             for job in jobs:

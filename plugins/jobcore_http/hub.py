@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jobcore import wakeup
 from jobcore.errors import JobTimeout
-from jobcore.models import Job, JobStatus
+from jobcore.models import Failed, Job, Lease, Retrying
 from jobcore.queue import Queue
-from jobcore_http import compat
+from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.engine import Engine
 from jobcore_http.events import EventFeed
 from jobcore_http.settings import HttpSettings
@@ -96,7 +97,7 @@ class Hub:
         self.queue.close()
 
     def now(self) -> int:
-        return compat.store_now(self.storage)
+        return self.storage.now()
 
     # -- auth -------------------------------------------------------------------------
 
@@ -118,11 +119,10 @@ class Hub:
 
     def workers(self) -> list[dict[str, Any]]:
         """The workers registry as `GET /api/workers` lists it."""
-        claimed: dict[str, list[str]] = {}
-        for job in self.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000):
-            if job.locked_by:
-                claimed.setdefault(job.locked_by, []).append(job.id)
-        return self.registry.listing(self.now(), claimed)
+        self.registry.flush()  # agents seen since the last flush are listed too
+        claims = self.store.claims_by_worker()
+        self.registry.forget_progress({i for ids in claims.values() for i in ids})
+        return self.registry.listing(self.now(), claims)
 
     # -- maintenance ------------------------------------------------------------------
 
@@ -141,7 +141,11 @@ class Hub:
                 log.warning("hub maintenance failed (will retry): %s", exc)
 
     def sweep(self) -> None:
-        swept = compat.sweep(self.queue)
+        swept = self.storage.sweep(hold_ms=self.lease_ms // 2 + 1000)
+        for item in swept:
+            self.queue.announce_swept(item)
+        if any(item.action in ("reclaimed", "released") for item in swept):
+            wakeup.notify(self.queue.wake_key)
         if swept:
             log.info("sweep: %d expired leases handled", len(swept))
         self.registry.sweep_lost(self.now())
@@ -152,14 +156,7 @@ class Hub:
         if not remote:
             return []
         now = self.now()
-        overdue = [
-            job
-            for job in self.storage.list_jobs(statuses=[JobStatus.CLAIMED.value], limit=100_000)
-            if job.locked_by in remote
-            and job.timeout_ms is not None
-            and _started(job) is not None
-            and now - (_started(job) or now) > job.timeout_ms
-        ]
+        overdue = [job for job in self.store.overdue_claims(now) if job.locked_by in remote]
         ended = []
         for job in overdue:
             result = self.engine.record(self.timeout_outcome(job, now)).result(30)
@@ -170,12 +167,11 @@ class Hub:
 
     def timeout_outcome(self, job: Job, now: int) -> Any:
         decision = self.queue.decide_retry(job, JobTimeout(MAX_RUNTIME_EXCEEDED))
-        lease = compat.lease_of(job)
+        lease = Lease.of(job)
         if decision.delay is None:
-            return compat.failed(lease, MAX_RUNTIME_EXCEEDED)
-        return compat.retrying(lease, MAX_RUNTIME_EXCEEDED, int(decision.delay * 1000), now)
-
-
-def _started(job: Job) -> int | None:
-    started = getattr(job, "started_at", None)
-    return started if started is not None else job.claimed_at
+            return Failed(lease, MAX_RUNTIME_EXCEEDED)
+        return Retrying(
+            lease,
+            MAX_RUNTIME_EXCEEDED,
+            clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS),
+        )

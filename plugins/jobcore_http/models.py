@@ -271,6 +271,7 @@ class WorkerOut(BaseModel):
     last_seen: str | None
     state: Literal["active", "idle", "lost"]
     current_jobs: list[str]
+    progress: dict[str, Any] = Field(description="the last progress each current job reported")
     draining: bool
 
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -78,6 +79,17 @@ class JobFilter:
     q: str | None = None  # substring of the payload or the errors
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Jobs newest first, and where the next page starts (None: nothing further)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+_WINDOW = 5000  # ids examined per step of a filtered search
+
+
 class HubStore(Protocol):
     """What the hub persists besides jobs. Every method is safe from any thread."""
 
@@ -117,10 +129,22 @@ class HubStore(Protocol):
     def list_workers(self) -> list[WorkerRecord]: ...
 
     # jobs (read only)
-    def search_jobs(self, where: JobFilter, *, before: str | None, limit: int) -> list[Job]:
-        """Matching jobs newest first (by id), only ids below `before`; keyset pages."""
+    def search_jobs(
+        self, where: JobFilter, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Page:
+        """Up to `limit` matching jobs newest first (by id), ids below `before` only.
+
+        Keyset pages: `next_cursor` continues below the last job, or below the last id
+        examined when `budget_ms` ran out first (a page may then hold fewer jobs).
+        """
 
     def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]: ...
+
+    def claims_by_worker(self) -> dict[str, list[str]]:
+        """Ids of claimed jobs, by the worker holding them."""
+
+    def overdue_claims(self, now: int) -> list[Job]:
+        """Claimed jobs whose attempt (from start, else claim) has run past `timeout`."""
 
 
 _MIGRATIONS: tuple[tuple[str, str], ...] = (
@@ -158,6 +182,20 @@ _MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
 )
+
+
+def _newest(columns: str, statuses: int, condition: str, limit: str) -> str:
+    """The newest rows by id with one of `statuses` (params s0, s1, …): one index walk per
+    status, merged, so no sort of every matching row."""
+    if statuses <= 1:
+        only = " AND status = :s0" if statuses else ""
+        return f"SELECT {columns} FROM jobs WHERE 1 = 1{only}{condition} ORDER BY id DESC LIMIT :{limit}"
+    parts = [
+        f"SELECT * FROM (SELECT {columns} FROM jobs WHERE status = :s{index}{condition}"
+        f" ORDER BY id DESC LIMIT :{limit})"
+        for index in range(statuses)
+    ]
+    return " UNION ALL ".join(parts) + f" ORDER BY id DESC LIMIT :{limit}"
 
 
 def _like(text: str) -> str:
@@ -383,28 +421,60 @@ class SQLiteHubStore:
 
     # -- jobs ----------------------------------------------------------------------
 
-    def search_jobs(self, where: JobFilter, *, before: str | None, limit: int) -> list[Job]:
-        params: dict[str, Any] = {"limit": limit}
-        sql = (
-            "SELECT * FROM jobs WHERE 1 = 1"
-            + _in("status", where.statuses, "s", params)
-            + _in("type", where.types, "t", params)
-            + _in("queue", where.queues, "q", params)
-        )
+    def search_jobs(
+        self, where: JobFilter, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Page:
+        params: dict[str, Any] = {}
+        for index, value in enumerate(where.statuses):
+            params[f"s{index}"] = value
+        statuses = len(where.statuses)
+        status = _in("status", where.statuses, "s", params)
+        rest = _in("type", where.types, "t", params) + _in("queue", where.queues, "q", params)
         if where.worker is not None:
             params["worker"] = where.worker
-            sql += " AND locked_by = :worker"
+            rest += " AND locked_by = :worker"
         if where.q:
             params["like"] = _like(where.q)
-            sql += (
+            rest += (
                 " AND (payload LIKE :like ESCAPE '\\' OR errors LIKE :like ESCAPE '\\'"
                 " OR coalesce(last_error, '') LIKE :like ESCAPE '\\')"
             )
-        if before is not None:
-            params["before"] = before
-            sql += " AND id < :before"
-        sql += " ORDER BY id DESC LIMIT :limit"
-        return [row_to_job(row) for row in self._rows(sql, params)]
+        below = " AND id < :before" if before is not None else ""
+        params["before"] = before
+        if not rest:  # ids (and statuses) only: one indexed read
+            params["limit"] = limit + 1
+            rows = self._rows(_newest("*", statuses, below, "limit"), params)
+            jobs = [row_to_job(row) for row in rows]
+            more = len(jobs) > limit
+            return Page(jobs[:limit], jobs[limit - 1].id if more else None)
+        # other filters: walk down the ids in windows, within a time budget
+        deadline = time.monotonic() + budget_ms / 1000
+        found: list[Job] = []
+        while True:
+            params["window"] = _WINDOW
+            low_rows = self._rows(
+                f"SELECT min(id), count(*) FROM ({_newest('id', statuses, below, 'window')})",
+                params,
+            )
+            low, count = low_rows[0]
+            if not count:
+                return Page(found[:limit], None)
+            params["low"] = low
+            params["limit"] = limit + 1 - len(found)
+            rows = self._rows(
+                f"SELECT * FROM jobs WHERE id >= :low{below}{status}{rest}"
+                " ORDER BY id DESC LIMIT :limit",
+                params,
+            )
+            found.extend(row_to_job(row) for row in rows)
+            if len(found) > limit:
+                return Page(found[:limit], found[limit - 1].id)
+            if count < _WINDOW:
+                return Page(found, None)
+            params["before"] = low
+            below = " AND id < :before"
+            if time.monotonic() >= deadline:
+                return Page(found, low)  # go on from here on the next page
 
     def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:
         if not ids:
@@ -412,6 +482,22 @@ class SQLiteHubStore:
         params: dict[str, Any] = {}
         sql = "SELECT * FROM jobs WHERE 1 = 1" + _in("id", list(dict.fromkeys(ids)), "i", params)
         return {job.id: job for job in (row_to_job(row) for row in self._rows(sql, params))}
+
+    def claims_by_worker(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for worker, job_id in self._rows(
+            "SELECT locked_by, id FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed'"
+        ):
+            out.setdefault(worker, []).append(job_id)
+        return out
+
+    def overdue_claims(self, now: int) -> list[Job]:
+        rows = self._rows(
+            "SELECT * FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed'"
+            " AND timeout_ms IS NOT NULL AND coalesce(started_at, claimed_at) + timeout_ms < ?",
+            (now,),
+        )
+        return [row_to_job(row) for row in rows]
 
 
 def hub_store_for(storage: Any) -> HubStore:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from jobcore import wakeup
-from jobcore_http import compat
 
 log = logging.getLogger("jobcore.http.waiter")
 
@@ -54,7 +53,7 @@ class ChangeWaiter:
             poked = self._poke.wait(self.interval)
             self._poke.clear()
             try:
-                changed = compat.changed(self.storage) or poked
+                changed = self.storage.wait_for_change(0) or poked
                 failures = 0
             except Exception as exc:  # the store is unwell: back off, keep going
                 failures += 1

@@ -71,6 +71,11 @@ class Registry:
         data["new"] = created
         add_event(self.storage, "worker:registered", record.worker_id, data)
 
+    def forget_progress(self, live: set[str]) -> None:
+        """Drop progress of jobs no longer claimed."""
+        for job_id in [i for i in self.progress if i not in live]:
+            self.progress.pop(job_id, None)
+
     def flush(self) -> None:
         with self._lock:
             dirty, self._dirty = self._dirty, {}
@@ -100,6 +105,7 @@ class Registry:
                     "last_seen": iso(last_seen),
                     "state": state,
                     "current_jobs": current,
+                    "progress": {i: self.progress[i] for i in current if i in self.progress},
                     "draining": record.drain,
                 }
             )

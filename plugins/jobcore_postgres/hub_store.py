@@ -180,10 +180,13 @@ class PostgresHubStore:
 
     # -- jobs ------------------------------------------------------------------------
 
-    def search_jobs(self, where: Any, *, before: str | None, limit: int) -> list[Job]:
+    def search_jobs(
+        self, where: Any, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Any:
+        """One page (`jobcore_http.store.Page`); `budget_ms` is not applied here."""
         from jobcore_postgres.storage import row_to_job
 
-        params: dict[str, Any] = {"limit": limit}
+        params: dict[str, Any] = {"limit": limit + 1}
         conds = ["true"]
         for column, values in (
             ("status", where.statuses),
@@ -210,6 +213,30 @@ class PostgresHubStore:
         )
         with self.storage._connection() as conn:
             rows = conn.execute(sql, params).fetchall()
+        jobs = [row_to_job(row) for row in rows]
+        more = len(jobs) > limit
+        return self._types.Page(jobs[:limit], jobs[limit - 1].id if more else None)
+
+    def claims_by_worker(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        with self.storage._connection() as conn:
+            rows = conn.execute(
+                f"SELECT locked_by, id FROM {self.storage._d.table('jobs')}"
+                " WHERE status = 'claimed'"
+            ).fetchall()
+        for worker, job_id in rows:
+            out.setdefault(worker, []).append(job_id)
+        return out
+
+    def overdue_claims(self, now: int) -> list[Job]:
+        from jobcore_postgres.storage import row_to_job
+
+        sql = self.storage._select(
+            "WHERE status = 'claimed' AND timeout_ms IS NOT NULL"
+            " AND coalesce(started_at, claimed_at) + timeout_ms < %s"
+        )
+        with self.storage._connection() as conn:
+            rows = conn.execute(sql, (now,)).fetchall()
         return [row_to_job(row) for row in rows]
 
     def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:

@@ -42,9 +42,11 @@ def jobcore(
 class Hub:
     """`jobcore serve` running on a database; `client(token)` talks to it."""
 
-    def __init__(self, db: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, db: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
+    ) -> None:
         self.db = db
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = env or subprocess_env()
         self.log = db.with_name(db.name + f".hub-{self.port}.log")
@@ -73,7 +75,8 @@ class Hub:
         raise AssertionError(f"jobcore serve did not come up: {self.output()}")
 
     def output(self) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         return self.log.read_text()
 
     def client(self, token: str | None = None, **options: Any) -> httpx.Client:

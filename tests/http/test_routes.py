@@ -329,7 +329,9 @@ def test_claim_heartbeat_result_flow(agent: httpx.Client, admin: httpx.Client) -
     assert beat.json()["cancel_requested"] is False
     assert beat.json()["lease_expires_at"]
     workers = admin.get("/api/workers").json()["workers"]
-    assert next(w for w in workers if w["worker_id"] == "agent-1")["current_jobs"] == [job["id"]]
+    mine = next(w for w in workers if w["worker_id"] == "agent-1")
+    assert mine["current_jobs"] == [job["id"]]
+    assert mine["progress"] == {job["id"]: {"pct": 50}}
     report = {"worker_id": "agent-1", "lease_id": body["lease_id"], "result": {"ok": True}}
     done = agent.post(f"/api/jobs/{job['id']}/result", json=report)
     assert done.status_code == 200
@@ -499,3 +501,30 @@ def test_tokens_routes(admin: httpx.Client) -> None:
     assert all("token" not in t and "hash" not in t for t in listed)
     assert admin.delete(f"/api/tokens/{name}").status_code == 204
     assert admin.delete(f"/api/tokens/{name}").status_code == 404
+
+
+def test_search_pages_through_windows_to_an_old_match(hub: Hub, admin: httpx.Client) -> None:
+    import jobcore_test_plugin
+
+    from jobcore import Config, Queue, make_plugin_manager
+
+    marker = unique("old-needle")
+    pm = make_plugin_manager(plugins=(("test", jobcore_test_plugin),))
+    with Queue(str(hub.db), config=Config(env={}), pm=pm) as queue:
+        old = queue.enqueue("record", {"log": f"/tmp/{marker}"}).job.id
+        queue.enqueue_many("noop", [{} for _ in range(12_000)])
+    found: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        params = {"q": marker, "limit": 10, **({"cursor": cursor} if cursor else {})}
+        page = admin.get("/api/jobs", params=params).json()
+        found.extend(job["id"] for job in page["jobs"])
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert found == [old]
+    statuses = admin.get("/api/jobs", params={"status": "pending,cancelled", "limit": 5}).json()
+    ids = [job["id"] for job in statuses["jobs"]]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -57,13 +58,19 @@ def test_tokens_workers_and_job_search(pg_storage_factory: Callable[..., Postgre
     storage.insert([job(payload={"needle": "hay"}), job("x"), job()])
     [claimed] = storage.claim(worker="w9", limit=1, lease_ms=60_000, types=["x"])
     storage.record([Completed(Lease.of(claimed), None)])
-    every = store.search_jobs(hub.JobFilter(), before=None, limit=10)
+    every = store.search_jobs(hub.JobFilter(), before=None, limit=10).jobs
     assert [j.id for j in every] == sorted((j.id for j in every), reverse=True)
-    assert [j.id for j in store.search_jobs(hub.JobFilter(worker="w9"), before=None, limit=10)] == [
-        claimed.id
-    ]
-    found = store.search_jobs(hub.JobFilter(q="NEEDLE"), before=None, limit=10)
+    by_worker = store.search_jobs(hub.JobFilter(worker="w9"), before=None, limit=10)
+    assert [j.id for j in by_worker.jobs] == [claimed.id] and by_worker.next_cursor is None
+    found = store.search_jobs(hub.JobFilter(q="NEEDLE"), before=None, limit=10).jobs
     assert [j.payload for j in found] == [{"needle": "hay"}]
     page = store.search_jobs(hub.JobFilter(types=("noop",)), before=every[0].id, limit=1)
-    assert len(page) == 1 and page[0].id < every[0].id
+    assert len(page.jobs) == 1 and page.jobs[0].id < every[0].id
+    assert page.next_cursor is None  # no older noop job
+    assert store.claims_by_worker() == {}
+    storage.insert([dataclasses.replace(job("t"), timeout_ms=1000)])
+    [running] = storage.claim(worker="w8", limit=1, lease_ms=60_000, types=["t"])
+    assert store.claims_by_worker() == {"w8": [running.id]}
+    assert store.overdue_claims(storage.now()) == []
+    assert [j.id for j in store.overdue_claims(storage.now() + 10**10)] == [running.id]
     assert set(store.jobs_by_id([claimed.id, "missing"])) == {claimed.id}

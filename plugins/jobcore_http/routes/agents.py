@@ -10,10 +10,21 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from jobcore.errors import JobcoreError
-from jobcore.models import Completed, Job, JobStatus, Released, compact_json
+from jobcore.models import (
+    Completed,
+    Failed,
+    Job,
+    JobStatus,
+    Lease,
+    Outcome,
+    Released,
+    Retrying,
+    compact_json,
+)
 from jobcore.timeutil import iso
-from jobcore_http import compat
+from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.auth import acting_as, hub_of, require
+from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError, status_of
 from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
@@ -40,7 +51,6 @@ JobId = Annotated[str, Path(min_length=1, max_length=200)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422, 429)
 }
-MAX_RETRY_DELAY = 7 * 86400.0  # seconds: an agent's retry_in is clamped to this
 Agent = Annotated[Principal, Depends(require("agent"))]
 
 
@@ -152,7 +162,7 @@ def _live(job: Job, worker: str, lease_id: str | None) -> bool:
     return (
         job.status is JobStatus.CLAIMED
         and job.locked_by == worker
-        and (lease_id is None or lease_id == compat.lease_id_of(job))
+        and (lease_id is None or lease_id == job.lease_id)
     )
 
 
@@ -173,16 +183,25 @@ async def heartbeat(
     drain = body.worker_id in hub.registry.draining
     now = hub.now()
     hub.registry.seen(body.worker_id, now)
-    job = await _job(hub, job_id)
-    if _live(job, body.worker_id, body.lease_id):
-        started = getattr(job, "started_at", None) or job.claimed_at
-        if job.timeout_ms is not None and started is not None and now - started > job.timeout_ms:
-            await asyncio.wrap_future(hub.engine.record(hub.timeout_outcome(job, now)))
-            return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
-        cancel = await asyncio.wrap_future(hub.engine.extend(compat.lease_of(job)))
+    if body.lease_id is not None:  # fenced by the token: no read first (timeouts: maintenance)
+        lease = Lease(job_id, body.lease_id, body.worker_id)
+        cancel = await settle(hub.engine.extend(lease))
         if cancel is not None:
-            if body.progress is not None:
-                hub.registry.progress[job.id] = body.progress
+            _progress(hub, job_id, body.progress)
+            return {
+                "lease_expires_at": iso(now + hub.lease_ms),
+                "cancel_requested": cancel,
+                "drain": drain,
+            }
+    job = await _job(hub, job_id)
+    if body.lease_id is None and _live(job, body.worker_id, None):
+        started = job.started_at or job.claimed_at
+        if job.timeout_ms is not None and started is not None and now - started > job.timeout_ms:
+            await settle(hub.engine.record(hub.timeout_outcome(job, now)))
+            return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
+        cancel = await settle(hub.engine.extend(Lease.of(job)))
+        if cancel is not None:
+            _progress(hub, job_id, body.progress)
             return {
                 "lease_expires_at": iso(now + hub.lease_ms),
                 "cancel_requested": cancel,
@@ -195,6 +214,11 @@ async def heartbeat(
     ):
         return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
     raise _not_yours(job, body.worker_id)
+
+
+def _progress(hub: Hub, job_id: str, progress: Any) -> None:
+    if progress is not None:
+        hub.registry.progress[job_id] = progress
 
 
 @router.post("/jobs/{job_id}/result", response_model=JobOut, responses=ERRORS)
@@ -215,19 +239,22 @@ async def result(
         raise ApiError(
             413, f"result is {size} bytes, over the {limit}-byte limit (max_result_bytes)"
         )
+    children = []
+    for index, child in enumerate(body.children or ()):
+        try:
+            children.append(build_job(hub.queue, child, parent_id=job_id))
+        except (ApiError, JobcoreError) as exc:
+            status = exc.status if isinstance(exc, ApiError) else status_of(exc)
+            raise ApiError(status, f"children.{index}: {exc}") from None
+    if body.lease_id is not None:  # fenced by the token: record first, read only if refused
+        lease = Lease(job_id, body.lease_id, body.worker_id)
+        recorded = await settle(hub.engine.record(Completed(lease, body.result, tuple(children))))
+        if recorded.job is not None:
+            return JSONResponse(job_json(recorded.job))
     job = await _job(hub, job_id)
-    if _live(job, body.worker_id, body.lease_id):
-        children = []
-        for index, child in enumerate(body.children or ()):
-            try:
-                children.append(build_job(hub.queue, child, parent_id=job.id))
-            except (ApiError, JobcoreError) as exc:
-                status = exc.status if isinstance(exc, ApiError) else status_of(exc)
-                raise ApiError(status, f"children.{index}: {exc}") from None
-        outcome = Completed(
-            lease=compat.lease_of(job), result=body.result, children=tuple(children)
-        )
-        recorded = await asyncio.wrap_future(hub.engine.record(outcome))
+    if body.lease_id is None and _live(job, body.worker_id, None):
+        outcome = Completed(Lease.of(job), body.result, tuple(children))
+        recorded = await settle(hub.engine.record(outcome))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))
         job = await _job(hub, job_id)
@@ -250,17 +277,20 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
     hub.registry.seen(body.worker_id, now)
     job = await _job(hub, job_id)
     if _live(job, body.worker_id, body.lease_id):
-        lease = compat.lease_of(job)
+        lease = Lease.of(job)
         delay: float | None = None
         if body.retryable and body.retry_in is not None:
-            delay = min(body.retry_in, MAX_RETRY_DELAY) if job.attempts < job.max_attempts else None
+            delay = body.retry_in if job.attempts < job.max_attempts else None
         elif body.retryable:
             delay = hub.queue.decide_retry(job, RuntimeError(body.reason)).delay
+        outcome: Outcome
         if delay is None:
-            outcome = compat.failed(lease, body.reason)
+            outcome = Failed(lease, body.reason)
         else:
-            outcome = compat.retrying(lease, body.reason, int(delay * 1000), now)
-        recorded = await asyncio.wrap_future(hub.engine.record(outcome))
+            outcome = Retrying(
+                lease, body.reason, clamp_delay_ms(delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
+            )
+        recorded = await settle(hub.engine.record(outcome))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))
         job = await _job(hub, job_id)
@@ -284,9 +314,7 @@ async def release(
     hub.registry.seen(body.worker_id, hub.now())
     job = await _job(hub, job_id)
     if _live(job, body.worker_id, body.lease_id):
-        recorded = await asyncio.wrap_future(
-            hub.engine.record(Released(lease=compat.lease_of(job)))
-        )
+        recorded = await settle(hub.engine.record(Released(Lease.of(job))))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))
         job = await _job(hub, job_id)

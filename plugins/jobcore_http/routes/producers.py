@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -10,8 +9,8 @@ from fastapi.responses import JSONResponse
 
 from jobcore.errors import IllegalTransition
 from jobcore.storage.base import Inserted
-from jobcore_http import compat
 from jobcore_http.auth import hub_of, require
+from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
 from jobcore_http.models import (
@@ -61,7 +60,7 @@ async def enqueue(
     """Enqueue one job; 201 when created, 200 with `created: false` for a duplicate key."""
     hub = hub_of(request)
     job = build_job(hub.queue, body, idempotency_key)
-    [item] = await asyncio.wrap_future(hub.engine.insert([job]))
+    [item] = await settle(hub.engine.insert([job]))
     return JSONResponse(created_json(item), status_code=201 if item.created else 200)
 
 
@@ -87,7 +86,7 @@ async def enqueue_batch(request: Request, body: BatchIn) -> JSONResponse:
             if isinstance(exc, JobcoreError):
                 exc.args = (f"jobs.{index}: {exc}",)
             raise
-    inserted = await asyncio.wrap_future(hub.engine.insert(jobs))
+    inserted = await settle(hub.engine.insert(jobs))
     return JSONResponse({"jobs": [created_json(item) for item in inserted]}, status_code=201)
 
 
@@ -132,15 +131,9 @@ def list_jobs(
     """Jobs newest first, in keyset pages (`next_cursor`)."""
     hub = hub_of(request)
     where = _filter(status, type, queue, worker, q)
-    jobs = hub.store.search_jobs(where, before=cursor, limit=offset + limit + 1)[offset:]
-    more = len(jobs) > limit
-    jobs = jobs[:limit]
-    return JSONResponse(
-        {
-            "jobs": [job_json(job) for job in jobs],
-            "next_cursor": jobs[-1].id if more and jobs else None,
-        }
-    )
+    page = hub.store.search_jobs(where, before=cursor, limit=offset + limit)
+    jobs = page.jobs[offset:]
+    return JSONResponse({"jobs": [job_json(job) for job in jobs], "next_cursor": page.next_cursor})
 
 
 @router.get(
@@ -195,29 +188,27 @@ def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
             ("failed", "cancelled") if action == "retry" else ("scheduled", "pending", "claimed")
         )
         where = JobFilter(statuses, where.types, where.queues, where.worker, where.q)
-    change = compat.retry_ids if action == "retry" else compat.cancel_ids
+    change = hub.storage.retry if action == "retry" else hub.storage.cancel
     matched = changed = 0
     before: str | None = None
     while True:
-        page = hub.store.search_jobs(where, before=before, limit=500)
-        if not page:
-            break
-        before = page[-1].id
-        matched += len(page)
-        ids = [job.id for job in page]
+        page = hub.store.search_jobs(where, before=before, limit=500, budget_ms=2000)
+        before = page.next_cursor
+        matched += len(page.jobs)
+        ids = [job.id for job in page.jobs]
         try:
             with hub.storage.transaction():
-                results = change(hub.storage, ids)
+                results = change(ids)
         except IllegalTransition:  # e.g. an idempotency key taken again: one by one
             results = []
             for job_id in ids:
                 try:
                     with hub.storage.transaction():
-                        results.extend(change(hub.storage, [job_id]))
+                        results.extend(change([job_id]))
                 except IllegalTransition:
                     results.append(None)
         changed += sum(1 for job in results if job is not None)
-        if len(page) < 500:
+        if before is None:
             break
     if changed:
         from jobcore import wakeup

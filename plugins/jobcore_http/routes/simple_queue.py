@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from jobcore.models import Completed, JobStatus, Outcome
-from jobcore_http import compat
+from jobcore.models import Completed, Failed, JobStatus, Lease, Outcome
 from jobcore_http.auth import agent_id_of, hub_of, require
+from jobcore_http.engine import settle
 from jobcore_http.errors import ApiError
 from jobcore_http.models import (
     ErrorOut,
@@ -43,7 +42,7 @@ async def add(request: Request, body: QueueAddIn) -> JSONResponse:
         raise ApiError(400, "data must be a JSON object")
     hub = hub_of(request)
     job = hub.queue.build(body.type, body.data)
-    [item] = await asyncio.wrap_future(hub.engine.insert([job]))
+    [item] = await settle(hub.engine.insert([job]))
     return JSONResponse({"id": item.job.id, "status": str(item.job.status)}, status_code=201)
 
 
@@ -60,7 +59,7 @@ async def next_job(
     worker = agent_id_of(principal)
     hub.registry.seen(worker, hub.now())
     pending = hub.engine.claim(worker, 1, (), (), 0)
-    jobs = await asyncio.wrap_future(pending.future)
+    jobs = await settle(pending.future)
     if not jobs:
         return Response(status_code=204)
     job = jobs[0]
@@ -83,13 +82,13 @@ async def update(
         raise ApiError(
             409, f"job {job_id} is claimed by {job.locked_by!r}, not {agent_id_of(principal)!r}"
         )
-    lease = compat.lease_of(job)
+    lease = Lease.of(job)
     outcome: Outcome = (
         Completed(lease=lease, result=body.result)
         if body.status == "completed"
-        else compat.failed(lease, body.error or "failed")
+        else Failed(lease, body.error or "failed")
     )
-    recorded = await asyncio.wrap_future(hub.engine.record(outcome))
+    recorded = await settle(hub.engine.record(outcome))
     if recorded.job is None:
         raise ApiError(404, f"job {job_id} is no longer claimed")
     return {"success": True}
