@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import sha256, solver_source
@@ -56,6 +57,15 @@ def upload(hub: Hub, data: bytes, tmp: Path) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def assert_reclaimed_then_completed(job: dict[str, Any]) -> None:
+    """a1's attempt was reclaimed, the job completed once (a 2-3 s lease may lapse again on a
+    loaded machine; every attempt in between must then be a reclaim too)."""
+    outcomes = [a["outcome"] for a in job["attempts_detail"]]
+    assert job["attempts_detail"][0]["worker"] == "a1"
+    assert outcomes[0] == "reclaimed" and outcomes[-1] == "completed", outcomes
+    assert set(outcomes[1:-1]) <= {"reclaimed"}, outcomes
 
 
 def started_by(started: Path) -> str | None:
@@ -283,7 +293,7 @@ def test_exec_past_its_timeout_is_killed(hub: Hub, agents: list[Agent], tmp_path
 
 
 def test_a_stale_outcome_is_logged_and_dropped(tmp_path: Path, agents: list[Agent]) -> None:
-    hub = Hub(tmp_path, lease="2s")
+    hub = Hub(tmp_path, lease="3s")
     try:
         started, log = tmp_path / "started", tmp_path / "log"
         job = hub.enqueue("stamp", {"log": str(log), "sleep": 1, "started": str(started)})
@@ -303,7 +313,7 @@ def test_a_stale_outcome_is_logged_and_dropped(tmp_path: Path, agents: list[Agen
         wait_until(lambda: _outbox_empty(first.cache_dir))
         after = hub.job(job["id"])
         assert after["status"] == "completed" and after["result"]["worker"] == "a2"
-        assert [a["outcome"] for a in after["attempts_detail"]] == ["reclaimed", "completed"]
+        assert_reclaimed_then_completed(after)
     finally:
         hub.close()
 
@@ -323,11 +333,11 @@ def test_an_agent_that_lost_its_lease_stops_the_handler(
 ) -> None:
     from faultproxy import FaultProxy
 
-    hub = Hub(tmp_path, lease="2s")
+    hub = Hub(tmp_path, lease="3s")
     proxy = FaultProxy(hub.url)
     try:
         started, log = tmp_path / "started", tmp_path / "log"
-        job = hub.enqueue("stamp", {"log": str(log), "sleep": 8, "started": str(started)})
+        job = hub.enqueue("stamp", {"log": str(log), "sleep": 15, "started": str(started)})
         cut_off = Agent(hub, "a1", hub_url=proxy.url)
         agents.append(cut_off)
         wait_until(lambda: started_by(started) == "a1")
@@ -340,7 +350,7 @@ def test_an_agent_that_lost_its_lease_stops_the_handler(
         done = hub.wait_status(job["id"], "completed", timeout=60)
         assert done["result"]["worker"] == "a2"
         assert [line.split()[2] for line in log.read_text().splitlines()] == ["a2"]
-        assert [a["outcome"] for a in done["attempts_detail"]] == ["reclaimed", "completed"]
+        assert_reclaimed_then_completed(done)
     finally:
         proxy.close()
         hub.close()
