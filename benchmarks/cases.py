@@ -288,7 +288,7 @@ def huey_latency(tmp: Path, k: int) -> tuple[float, float]:
 
 def claim_cost(tmp: Path, finished: int, not_due: int, claims: int = 2000) -> float:
     """Microseconds per claim (CPU of the claim statement inside one transaction, no fsync)."""
-    from jobcore.models import Completed, Lease
+    from benchmarks.cli_cases import claim_one
 
     path = fresh(tmp, f"claim-{finished}-{not_due}.db")
     conn = raw_connection(path, "OFF")
@@ -315,8 +315,7 @@ def claim_cost(tmp: Path, finished: int, not_due: int, claims: int = 2000) -> fl
     with storage.transaction():
         for _ in range(claims):
             start = time.perf_counter()
-            _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
+            claim_one(storage)
             spent += time.perf_counter() - start
-            storage.record([Completed(Lease.of(job), None)])
     storage.close()
     return spent / claims * 1e6

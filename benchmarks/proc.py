@@ -56,6 +56,17 @@ def drain(db: str, sync: str, concurrency: str, start_at: str) -> None:
     )
 
 
+def enqueue(db: str, count: str) -> None:
+    """Enqueue `count` noop jobs with every installed plugin (the otel one adds trace context)."""
+    from jobcore import Config, Queue
+
+    queue = Queue(db, config=Config(env={}, options={"synchronous": "FULL"}))
+    n = int(count)
+    for start in range(0, n, 5000):
+        queue.enqueue_many("noop", [{}] * min(5000, n - start))
+    queue.close()
+
+
 def idle_worker(db: str) -> None:
     """A worker with default settings (synchronous=FULL) and the `stamp` job type."""
     from benchmarks import plugin
@@ -103,6 +114,7 @@ def huey_consumer(db: str) -> None:
 
 KINDS = {
     "drain": drain,
+    "enqueue": enqueue,
     "idle-worker": idle_worker,
     "huey-drain": huey_drain,
     "huey-consumer": huey_consumer,

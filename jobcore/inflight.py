@@ -3,15 +3,17 @@
     claimed ──► started ──► reported ──► done        the usual path
        │           │            ▲
        │           └► stopping ─┘                   timeout, shutdown or lost lease: the handler
-       │                                            was asked to stop; its own report still wins
-       └──────────────► reported                    released, cancelled before it ran
+       │                                            was asked to stop; what it reports replaces
+       │                                            the `fallback`, recorded after `stop_grace`
+       └──────────────► reported                    released or cancelled before it ran
 
 An attempt is `done` once its outcome is committed or there is nothing left to
-record (its lease was lost). The loop thread owns every move; an executor only
-asks to begin an attempt (refused unless it is still `claimed`) and reports
-what its handler did (dropped unless the attempt is `started` or `stopping`).
-Both happen under one lock, so no report can be overtaken by a release or a
-timeout the loop decided at the same moment, nor the other way round.
+record (its lease was lost: claimed, started or stopping go straight to done).
+The loop thread owns every move; an executor only asks to begin an attempt
+(refused unless it is still `claimed`) and reports what its handler did
+(dropped unless the attempt is `started` or `stopping`). Both happen under one
+lock, so no report can be overtaken by a release or a timeout the loop decided
+at the same moment, nor the other way round.
 """
 
 from __future__ import annotations

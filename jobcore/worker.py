@@ -61,6 +61,11 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TransientStorageError)
 
 
+def _ended_unreported(job: Job) -> bool:
+    """Its last claim ended by a sweep or a release, not by an outcome its handler gave."""
+    return bool(job.history) and job.history[-1].get("outcome") in ("released", "reclaimed")
+
+
 def _unstartable(payload: Any, ctx: Any) -> None:  # pragma: no cover - never called
     raise JobcoreError(f"no handler for job type {ctx.job.type!r}")
 
@@ -352,9 +357,9 @@ class Worker:
             try:
                 self.queue.storage.migrate()
                 return True
-            except StorageError:
-                raise  # not transient: a newer schema, not a database, no such folder
             except Exception as exc:
+                if isinstance(exc, StorageError) and not is_transient(exc):
+                    raise  # a newer schema, not a database, no such folder: no use waiting
                 backoff = min(MAX_DB_BACKOFF, max(0.1, backoff * 2))
                 log.error(
                     "database error at start (%s); retrying in %.1fs", describe_error(exc), backoff
@@ -799,9 +804,10 @@ class Worker:
                 ctx=self._context(job),
                 claimed_at=mono,
                 start_marked=index < start,
-                # A prefetched job claimed before may be one that killed its worker: its
-                # start is made durable before it runs, so that death costs an attempt.
-                durable_start=index >= start and bool(job.history),
+                # A prefetched job whose last claim ended without an outcome may be one
+                # that kills its worker: its start is made durable before it runs, so
+                # that death costs an attempt and max_attempts still ends it.
+                durable_start=index >= start and _ended_unreported(job),
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)

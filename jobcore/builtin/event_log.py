@@ -1,15 +1,64 @@
-"""Built-in lifecycle log: one record per event on the `jobcore.events` logger."""
+"""Built-in lifecycle log: one record per event on the `jobcore.events` logger.
+
+Events are logged at INFO, the CLI's default level. Building them is kept
+cheap because a busy worker logs two per job: when jobcore's own stderr
+handler is the only one listening (the CLI) an event goes straight to it as a
+line, without a LogRecord; otherwise the record is made without a caller
+lookup and its text is built only if a formatter asks for it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from typing import Any
 
 from jobcore.hookspecs import hookimpl
-from jobcore.logs import EVENT_ATTR
+from jobcore.logs import EVENT_ATTR, EVENT_LOGGER, direct_event_handler, event_text
 from jobcore.models import Job
 
-log = logging.getLogger("jobcore.events")
+log = logging.getLogger(EVENT_LOGGER)
+
+
+class EventMessage:
+    """An event's text message (`logs.event_text`), built when first asked for."""
+
+    __slots__ = ("_text", "fields")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = event_text(self.fields)
+        return self._text
+
+
+_PER_RECORD = ("created", "msecs", "relativeCreated", "msg")
+_local = threading.local()
+_LOGGING_STARTED: float = getattr(logging, "_startTime", time.time())  # for relativeCreated
+
+
+def _record(fields: dict[str, Any]) -> logging.LogRecord:
+    """A LogRecord as `Logger.makeRecord` would make it, from a per-thread template."""
+    template: dict[str, Any] | None = getattr(_local, "template", None)
+    if template is None or template["process"] != os.getpid():
+        made = logging.LogRecord(log.name, logging.INFO, __file__, 0, "", (), None)
+        template = {k: v for k, v in made.__dict__.items() if k not in _PER_RECORD}
+        _local.template = template
+    record = logging.LogRecord.__new__(logging.LogRecord)
+    attributes = record.__dict__
+    attributes.update(template)
+    created = time.time()
+    attributes["created"] = created
+    attributes["msecs"] = int((created - int(created)) * 1000) + 0.0
+    attributes["relativeCreated"] = (created - _LOGGING_STARTED) * 1000
+    attributes["msg"] = EventMessage(fields)
+    attributes[EVENT_ATTR] = fields
+    return record
 
 
 def _emit(event: str, job: Job, worker: str | None = None, **extra: Any) -> None:
@@ -23,12 +72,27 @@ def _emit(event: str, job: Job, worker: str | None = None, **extra: Any) -> None
         "attempt": job.attempts,
         "worker": worker or job.locked_by or (job.errors[-1].get("worker") if job.errors else None),
     }
-    fields.update({key: value for key, value in extra.items() if value is not None})
-    text = f"{event} {job.type} {job.id} attempt={job.attempts}"
-    for key in ("duration_ms", "error"):
-        if key in fields:
-            text += f" {key}={fields[key]}"
-    log.info(text, extra={EVENT_ATTR: fields})
+    for key, value in extra.items():
+        if value is not None:
+            fields[key] = value
+    direct = direct_event_handler(log)
+    if direct is not None:  # only jobcore's own stderr handler listens: no LogRecord needed
+        direct.emit_event(time.time(), fields)
+        return
+    if logging.getLogRecordFactory() is logging.LogRecord:
+        record = _record(fields)
+    else:  # the application installed its own record factory: use it
+        record = log.makeRecord(
+            log.name,
+            logging.INFO,
+            __file__,
+            0,
+            EventMessage(fields),
+            (),
+            None,
+            extra={EVENT_ATTR: fields},
+        )
+    log.handle(record)
 
 
 @hookimpl(trylast=True)

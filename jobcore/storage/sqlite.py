@@ -59,6 +59,12 @@ from jobcore.timeutil import now_ms
 log = logging.getLogger("jobcore.storage")
 
 LEASE_EXPIRED = T.LEASE_EXPIRED
+STATEMENT_CACHE = 128
+"""Prepared statements kept per connection (the generated ones outnumber APSW's default 16)."""
+PRUNE_CHUNK = 20_000
+"""Events deleted per transaction, so pruning never holds the write lock for long."""
+PRUNE_BUDGET_S = 2.0
+"""Time one sweep may spend catching up on old events (in chunks)."""
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
 
@@ -138,7 +144,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     def _open(self) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
-            conn = apsw.Connection(self.path, flags=flags)
+            conn = apsw.Connection(self.path, flags=flags, statementcachesize=STATEMENT_CACHE)
             conn.set_busy_timeout(self.busy_timeout_ms)
             mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
             if mode != "wal":  # switching needs the write lock: only when not in WAL yet
@@ -362,8 +368,12 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         }
         if promote:
             conn.execute(PROMOTE_SQL, {"now": now})
-        rows = rows_of(conn, S.claim(queues, types, params), params)
-        jobs = [row_to_job(row) for row in rows]
+        jobs: list[Job] = []
+        for statement in S.claim(queues, types, params):
+            jobs += [row_to_job(row) for row in rows_of(conn, statement, params)]
+            if len(jobs) >= limit:
+                break
+            params["limit"] = limit - len(jobs)
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         if 0 < start < limit and jobs:
             first = jobs[:start]
@@ -547,11 +557,20 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             for sql, error, action in SWEEP_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error}):
                     swept.append(Swept(row_to_job(row), action))
-            self._prune_events(conn, now)
+            more = self._prune_events(conn, now)
+        deadline = time.monotonic() + PRUNE_BUDGET_S
+        while more and time.monotonic() < deadline:  # catching up: other writers go between
+            time.sleep(0.001)
+            with self._write() as conn:
+                more = self._prune_events(conn, now)
         return swept
 
-    def _prune_events(self, conn: apsw.Connection, now: int) -> None:
-        conn.execute(Q["prune_events"], {"before": now - self.event_retention_ms})
+    def _prune_events(self, conn: apsw.Connection, now: int) -> bool:
+        """Delete one chunk of events older than the retention; True if more may remain."""
+        conn.execute(
+            Q["prune_events"], {"before": now - self.event_retention_ms, "chunk": PRUNE_CHUNK}
+        )
+        return int(conn.changes()) >= PRUNE_CHUNK
 
     @boundary
     def wait_for_change(self, timeout: float) -> bool:

@@ -40,37 +40,49 @@ def clean_text(text: str | None) -> str | None:
 
 def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> StorageError:
     """The `StorageError` subclass for an APSW exception, naming the problem and the fix."""
-    where = f"database {path}"
+    said = f"(SQLite said: {str(exc).strip() or type(exc).__name__})"
+    db = f"database {path}"
     match exc:
-        case apsw.BusyError() | apsw.LockedError():
+        case apsw.BusyError():
             return StorageBusy(
-                f"{where} is busy: another connection held the write lock for longer than "
-                f"the {busy_timeout_ms / 1000:g}s busy timeout ({exc}); try again, or raise "
-                "busy_timeout"
+                f"{db} is busy: another process holds its write lock (waited "
+                f"{busy_timeout_ms / 1000:g}s); try again, or raise busy_timeout "
+                f"(JOBCORE_BUSY_TIMEOUT) {said}"
+            )
+        case apsw.LockedError():
+            return StorageBusy(
+                f"{db} is locked by another connection; try again when the other operation "
+                f"has finished {said}"
             )
         case apsw.FullError():
-            return StorageFull(f"{where}: disk full ({exc}); free space on its file system")
-        case apsw.NotADBError() | apsw.CorruptError():
-            return NotADatabase(
-                f"{path} is not a usable SQLite database ({exc}); choose another --db "
-                "or restore it from a backup"
+            return StorageFull(
+                f"{db} cannot grow: the disk (or its quota) is full; free space on the disk "
+                f"that holds it {said}"
             )
+        case apsw.NotADBError():
+            return NotADatabase(
+                f"{path} is not a SQLite database; choose another --db or move the file away {said}"
+            )
+        case apsw.CorruptError():
+            return NotADatabase(f"{db} is corrupt; restore it from a backup {said}")
         case apsw.ReadOnlyError() | apsw.PermissionsError() | apsw.AuthError():
             return StorageReadOnly(
-                f"{where} cannot be written ({exc}); check the permissions of the file, "
-                "its -wal/-shm files and its folder"
+                f"{db} is read-only; make the file, its -wal/-shm files and its folder "
+                f"writable {said}"
             )
         case apsw.CantOpenError():
             return StorageUnavailable(
-                f"cannot open {where} ({exc}); check that its folder exists and is accessible"
+                f"{db} cannot be opened; check that the path and its folder exist and are "
+                f"accessible {said}"
             )
         case apsw.IOError():
             return StorageIOError(
-                f"{where}: I/O error ({exc}); check the disk and file system, then try again"
+                f"{db} could not be read or written (an I/O error); check the disk and the "
+                f"file system it is on {said}"
             )
         case apsw.ConnectionClosedError():
-            return StorageConnectionLost(f"{where}: the connection was closed ({exc})")
-    return StorageError(f"{where}: {type(exc).__name__}: {exc}")
+            return StorageConnectionLost(f"{db}: the connection was closed {said}")
+    return StorageError(f"{db} failed {said.replace('said: ', f'said: {type(exc).__name__}: ')}")
 
 
 class _HasPath(Protocol):

@@ -4,28 +4,49 @@ Tracing follows the messaging semantic conventions: a PRODUCER span
 (`send <queue>`) at enqueue whose W3C context is stored in the job's
 `meta["otel"]`; a CONSUMER span (`process <queue>`) per attempt parented on
 it, current while the handler runs so child jobs join the trace; and a short
-`settle <queue>` span per outcome carrying an event (`jobcore.job.completed`,
-`.retrying`, `.failed`, `.reclaimed`, `.cancelled`).
+`settle <queue>` span per outcome other than completion carrying an event
+(`jobcore.job.retrying`, `.failed`, `.reclaimed`, `.cancelled`). Completions,
+the common case, get no span of their own: one span per job (the process
+span) keeps an exporting worker's per-job work small; the completed counter
+and duration histogram record them.
+
+The entry point `jobcore_otel:plugin` is chosen from the `OTEL_*` environment
+each time a plugin manager loads it: with no exporter configured it is an
+object that implements no hook at all, so pluggy calls nothing per job; with
+a bad setting it only raises that `ConfigError` from `jobcore_configure`;
+otherwise it is one `OtelPlugin` per distinct configuration, shared.
 """
 
 from __future__ import annotations
 
 import atexit
-from collections.abc import Generator, Iterable
+import os
+import threading
+from collections.abc import Generator, Iterable, Mapping
+from functools import partial
 from typing import Any
 
-from jobcore import Config, Job, JobContext, NewJob, Queue, hookimpl
+from jobcore import Config, ConfigError, Job, JobContext, NewJob, Queue, hookimpl
 from jobcore.plugins import require
 
 require("opentelemetry.sdk", extra="otel")
 
+from opentelemetry import context as otel_context  # noqa: E402
+from opentelemetry.context import Context  # noqa: E402
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation  # noqa: E402
-from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider  # noqa: E402
+from opentelemetry.trace import (  # noqa: E402
+    SpanKind,
+    Status,
+    StatusCode,
+    TracerProvider,
+    get_current_span,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
-__all__ = ["OtelPlugin", "plugin"]
+__all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 
 SYSTEM = "jobcore"
+COUNTERS = ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
 PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -40,16 +61,17 @@ def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
 
 
 class OtelPlugin:
-    """Holds the providers; built from `OTEL_*` on first configure unless given (tests)."""
+    """Spans and metrics for every job; providers built from `OTEL_*` on first configure unless given."""
 
     def __init__(
         self,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self._given = (tracer_provider, meter_provider)
+        self._env = env
         self._ready = False
-        self.enabled = True
         self._queue: Queue | None = None
 
     def _setup(self) -> None:
@@ -59,8 +81,7 @@ class OtelPlugin:
         if tracer_provider is None or meter_provider is None:
             from jobcore_otel.providers import providers_from_env
 
-            built_tp, built_mp, exporting = providers_from_env()
-            self.enabled = exporting  # nothing configured to export to: stay out of the way
+            built_tp, built_mp, _ = providers_from_env(self._env)
             tracer_provider = tracer_provider or built_tp
             meter_provider = meter_provider or built_mp
             atexit.register(built_tp.shutdown)  # flush batched spans and metrics at exit
@@ -68,12 +89,17 @@ class OtelPlugin:
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.tracer = tracer_provider.get_tracer("jobcore")
         meter = meter_provider.get_meter("jobcore")
-        self.counters = {
-            name: meter.create_counter(
-                f"jobcore.jobs.{name}", unit="{job}", description=f"jobs {name}"
+        # Counted in plain dicts on the hot path; the SDK reads the totals when it collects.
+        self._totals: dict[str, dict[tuple[str, str], int]] = {}
+        self._totals_lock = threading.Lock()
+        for name in COUNTERS:
+            self._totals[name] = {}
+            meter.create_observable_counter(
+                f"jobcore.jobs.{name}",
+                callbacks=[partial(self._observe_total, name)],
+                unit="{job}",
+                description=f"jobs {name}",
             )
-            for name in ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
-        }
         self.duration = meter.create_histogram(
             "jobcore.job.duration", unit="ms", description="run time of completed attempts"
         )
@@ -98,9 +124,18 @@ class OtelPlugin:
         ]
 
     def _count(self, name: str, job: Job) -> None:
-        self.counters[name].add(
-            1, {"jobcore.job.type": job.type, "messaging.destination.name": job.queue}
-        )
+        key = (job.type, job.queue)
+        totals = self._totals[name]
+        with self._totals_lock:
+            totals[key] = totals.get(key, 0) + 1
+
+    def _observe_total(self, name: str, options: CallbackOptions) -> Iterable[Observation]:
+        with self._totals_lock:
+            totals = sorted(self._totals[name].items())
+        return [
+            Observation(count, {"jobcore.job.type": job_type, "messaging.destination.name": queue})
+            for (job_type, queue), count in totals
+        ]
 
     # -- hooks -------------------------------------------------------------------
 
@@ -114,8 +149,6 @@ class OtelPlugin:
 
     @hookimpl
     def jobcore_worker_stopped(self, worker: str) -> None:
-        if not self.enabled:
-            return
         for provider in (self.tracer_provider, self.meter_provider):
             flush = getattr(provider, "force_flush", None)  # the SDK's providers have it
             if flush is not None:
@@ -124,8 +157,6 @@ class OtelPlugin:
     @hookimpl
     def jobcore_enqueue_meta(self, job: NewJob) -> dict[str, Any] | None:
         self._setup()
-        if not self.enabled:
-            return None
         attributes = {**_job_attributes(job, "send"), "messaging.operation.name": "enqueue"}
         if job.parent_id:
             attributes["jobcore.job.parent_id"] = job.parent_id
@@ -138,15 +169,22 @@ class OtelPlugin:
 
     @hookimpl(wrapper=True)
     def jobcore_execute_job(self, job: Job, ctx: JobContext) -> Generator[None, Any, Any]:
-        if not self.enabled:
-            return (yield)
-        parent = PROPAGATOR.extract(job.meta.get("otel") or {})
+        carrier = job.meta.get("otel")
+        parent = PROPAGATOR.extract(carrier or {})
         attributes = {
             **_job_attributes(job, "process"),
             "messaging.operation.name": "process",
             "messaging.client.id": ctx.worker,
             "jobcore.job.attempt": job.attempts,
         }
+        if carrier and not self._would_record(parent, f"process {job.queue}", attributes):
+            # Sampled out (e.g. at enqueue): skip building a span nobody records, but keep
+            # the trace context current so child jobs carry it on.
+            token = otel_context.attach(parent)
+            try:
+                return (yield)
+            finally:
+                otel_context.detach(token)
         with self.tracer.start_as_current_span(
             f"process {job.queue}",
             context=parent,
@@ -162,6 +200,17 @@ class OtelPlugin:
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
             return result
+
+    def _would_record(self, parent: Context, name: str, attributes: dict[str, Any]) -> bool:
+        """What the provider's sampler decides for a consumer span under `parent`."""
+        sampler = getattr(self.tracer_provider, "sampler", None)  # the SDK provider has one
+        parent_span = get_current_span(parent).get_span_context()
+        if sampler is None or not parent_span.is_valid:
+            return True
+        result = sampler.should_sample(
+            parent, parent_span.trace_id, name, SpanKind.CONSUMER, attributes
+        )
+        return bool(result.decision.is_recording())
 
     def _settle(self, job: Job, outcome: str, **details: Any) -> None:
         parent = PROPAGATOR.extract(job.meta.get("otel") or {})
@@ -183,14 +232,10 @@ class OtelPlugin:
 
     @hookimpl
     def jobcore_job_enqueued(self, job: Job) -> None:
-        if not self.enabled:
-            return
         self._count("enqueued", job)
 
     @hookimpl
     def jobcore_job_claimed(self, job: Job, worker: str) -> None:
-        if not self.enabled:
-            return
         if job.claimed_at is not None:
             self.queue_wait.record(
                 max(0, job.claimed_at - job.run_at), {"jobcore.job.type": job.type}
@@ -198,39 +243,69 @@ class OtelPlugin:
 
     @hookimpl
     def jobcore_job_completed(self, job: Job, duration_ms: float) -> None:
-        if not self.enabled:
-            return
+        # No settle span for the common case: the process span and this counter say it.
         self._count("completed", job)
         self.duration.record(duration_ms, {"jobcore.job.type": job.type})
-        self._settle(job, "completed", duration_ms=duration_ms)
 
     @hookimpl
     def jobcore_job_retrying(self, job: Job, error: str) -> None:
-        if not self.enabled:
-            return
         self._count("retried", job)
         self._settle(job, "retrying", error=error, next_run_at=job.run_at)
 
     @hookimpl
     def jobcore_job_failed(self, job: Job, error: str) -> None:
-        if not self.enabled:
-            return
         self._count("failed", job)
         self._settle(job, "failed", error=error)
 
     @hookimpl
     def jobcore_job_reclaimed(self, job: Job, error: str) -> None:
-        if not self.enabled:
-            return
         self._count("reclaimed", job)
         self._settle(job, "reclaimed", error=error)
 
     @hookimpl
     def jobcore_job_cancelled(self, job: Job) -> None:
-        if not self.enabled:
-            return
         self._count("cancelled", job)
         self._settle(job, "cancelled")
 
 
-plugin = OtelPlugin()
+class InertOtel:
+    """The plugin when no exporter is configured: it implements no hook, so it costs nothing."""
+
+
+class MisconfiguredOtel:
+    """The plugin when an `OTEL_*` setting is bad: configuring jobcore fails naming it."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+    @hookimpl
+    def jobcore_configure(self, config: Config) -> None:
+        raise self.error
+
+
+_shared: dict[tuple[tuple[str, str], ...], OtelPlugin] = {}
+_shared_lock = threading.Lock()
+
+
+def load_plugin(env: Mapping[str, str] | None = None) -> OtelPlugin | InertOtel | MisconfiguredOtel:
+    """The plugin object for `env` (default `os.environ`): inert, misconfigured or exporting."""
+    from jobcore_otel.providers import configured_exporters
+
+    env = os.environ if env is None else env
+    try:
+        if not configured_exporters(env):
+            return InertOtel()
+    except ConfigError as exc:
+        return MisconfiguredOtel(exc)
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("OTEL_")))
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = OtelPlugin(env=dict(env))
+        return _shared[key]
+
+
+def __getattr__(name: str) -> Any:
+    """`jobcore_otel.plugin`, the entry point, chosen anew from the environment on each load."""
+    if name == "plugin":
+        return load_plugin()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -55,13 +55,38 @@ def _check_protocol(env: Mapping[str, str], signal: str) -> None:
             return
 
 
+def _endpoint(env: Mapping[str, str], signal: str) -> str | None:
+    """The OTLP/HTTP URL for `signal` from `env` (None: the SDK's default, localhost:4318)."""
+    specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    if specific:
+        return specific
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return f"{base.rstrip('/')}/v1/{signal}" if base else None
+
+
+def configured_exporters(env: Mapping[str, str]) -> list[str]:
+    """`signal:exporter` for each exporter `env` configures; ConfigError naming a bad setting."""
+    found = []
+    for signal in ("traces", "metrics"):
+        names = _exporter_names(env, signal)
+        if "otlp" in names:
+            _check_protocol(env, signal)
+        found += [f"{signal}:{name}" for name in names]
+    interval = env.get("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+    if not interval.isdigit() or int(interval) <= 0:
+        raise ConfigError(
+            f"bad setting OTEL_METRIC_EXPORT_INTERVAL: {interval!r}; use a positive number of ms"
+        )
+    return found
+
+
 def providers_from_env(
     env: Mapping[str, str] | None = None,
 ) -> tuple[TracerProvider, MeterProvider, bool]:
     """The providers, and whether any exporter is configured at all."""
     env = os.environ if env is None else env
-    attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "jobcore"}
-    resource = Resource.create(attributes)
+    configured_exporters(env)  # raises on a bad setting before anything is built
+    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "jobcore"})
     tracer_provider = TracerProvider(resource=resource)
     trace_exporters = _exporter_names(env, "traces")
     for name in trace_exporters:
@@ -69,7 +94,8 @@ def providers_from_env(
             _check_protocol(env, "traces")
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            exporter = OTLPSpanExporter(endpoint=_endpoint(env, "traces"))
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
         else:
             tracer_provider.add_span_processor(
                 BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr))
@@ -82,7 +108,10 @@ def providers_from_env(
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
             readers.append(
-                PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
+                PeriodicExportingMetricReader(
+                    OTLPMetricExporter(endpoint=_endpoint(env, "metrics")),
+                    export_interval_millis=interval,
+                )
             )
         else:
             readers.append(

@@ -572,7 +572,7 @@ def test_corrupt_database_is_one_error_line(tmp_path: Path) -> None:
     db.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
     for args in (["enqueue", "noop"], ["list"], ["stats"]):
         done = jobcore(tmp_path, "--db", str(db), *args)
-        assert_one_error_line(done, db, "not a SQLite database")
+        assert_one_error_line(done, db, "not a", "SQLite database")
     assert db.read_bytes()[:16] == b"SQLite format 3\x00"
 
 

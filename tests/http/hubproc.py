@@ -75,7 +75,8 @@ class Hub:
         raise AssertionError(f"jobcore serve did not come up: {self.output()}")
 
     def output(self) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         return self.log.read_text()
 
     def client(self, token: str | None = None, **options: Any) -> httpx.Client:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from conftest import make_tokens
 from hubproc import Hub
+from sse import read_events
 from testenv import subprocess_env, wait_for
 
 
@@ -87,3 +88,12 @@ def test_silent_agents_lose_their_leases_and_are_marked_lost(
     )
     assert back["attempts"] in (0, 1)
     assert wait_for(lambda: state() == "lost", timeout=15)
+    hub, _ = fast_hub
+    token = admin.headers["Authorization"].split()[1]
+    _, events = read_events(
+        hub.url,
+        token,
+        lambda evs: any(e.kind == "worker:lost" and e.data["worker_id"] == "ghost" for e in evs),
+        last_event_id=0,
+    )
+    assert [e.kind for e in events if e.data.get("worker_id") == "ghost"][-1] == "worker:lost"

@@ -72,7 +72,7 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
     storage = SQLiteStorage(corrupt)
-    with pytest.raises(NotADatabase, match="not a usable SQLite database"):
+    with pytest.raises(NotADatabase, match=r"not a SQLite database|corrupt"):
         storage.count_by_status()
     storage.close()
 
@@ -87,7 +87,7 @@ def test_disk_full_is_storage_full_and_the_store_recovers(storage: SQLiteStorage
     pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
     conn.execute(f"PRAGMA max_page_count={pages + 2}")  # a "disk" two pages from full
     big = {"blob": "x" * 20_000}
-    with pytest.raises(StorageFull, match="disk full"):
+    with pytest.raises(StorageFull, match="is full"):
         storage.insert([new_job(payload=big) for _ in range(20)])
     assert storage.count_by_status() == {}  # nothing half-written
     conn.execute("PRAGMA max_page_count=1073741823")
@@ -302,3 +302,31 @@ def test_cli_reads_work_while_another_process_holds_the_write_lock(tmp_path: Pat
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_event_pruning_catches_up_in_chunks(tmp_path: Path) -> None:
+    from jobcore.storage import sqlite as backend
+
+    clock = FakeClock()
+    storage = SQLiteStorage(tmp_path / "events.db", clock=clock, synchronous="OFF")
+    storage.migrate()
+    with storage.transaction() as conn:  # 50k old events at once (3 chunks' worth)
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000) "
+            "INSERT INTO events (at, kind, job_id) SELECT ?, 'job:enqueued', 'x' || i FROM n",
+            (T0,),
+        )
+    last = storage.last_event_seq()
+    clock.now = T0 + 2 * 3_600_000
+    storage.insert([new_job(run_at=None)])
+    changes: list[int] = []
+    conn = storage._conn()
+    conn.set_update_hook(
+        lambda op, db, table, rowid: changes.append(op) if table == "events" else None
+    )
+    storage.sweep(force=True)
+    conn.set_update_hook(None)
+    remaining = storage.events_after(0)
+    assert [e.kind for e in remaining] == ["job:enqueued"] and remaining[0].seq > last
+    assert len(changes) >= 50_000 > backend.PRUNE_CHUNK
+    storage.close()

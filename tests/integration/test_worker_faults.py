@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import apsw
 import jobcore_test_plugin as tp
 import pytest
 from pydantic import model_validator
@@ -415,6 +416,26 @@ def test_prefetched_jobs_behind_a_long_one_are_given_back_to_an_idle_worker(
         assert not thread.is_alive()
 
 
+def test_two_workers_giving_back_prefetched_jobs_run_each_job_once(
+    jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """Give-backs race the other worker's claims: nothing is lost, nothing runs twice."""
+    log = tmp_path / "runs.log"
+    queues = [jobcore_make_queue(tp, prefetch_wait=0.05) for _ in range(2)]
+    for index in range(300):
+        queues[0].enqueue("record", {"log": str(log), "sleep": 0.2 if index % 50 == 0 else 0.0})
+    workers = [
+        start_worker(queue, concurrency=2, prefetch=16, worker_id=f"w{n}", until_empty=True)
+        for n, queue in enumerate(queues)
+    ]
+    for worker, thread in workers:
+        finish(worker, thread, timeout=60)
+    runs = [line.split()[0] for line in log.read_text().splitlines()]
+    assert len(runs) == 300 and len(set(runs)) == 300
+    counts = queues[0].storage.count_by_status()
+    assert counts == {"completed": 300}
+
+
 # -- defect 9: a database error inside the wait kills the loop ---------------------------
 
 
@@ -454,6 +475,21 @@ def test_a_database_error_while_waiting_backs_off_and_the_loop_lives(
     worker.stop()
     thread.join(10)
     assert not thread.is_alive() and worker.exit_code == 0
+
+
+def test_a_worker_starting_on_a_locked_new_database_backs_off(
+    jobcore_make_queue: MakeQueue, jobcore_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = apsw.Connection(jobcore_db)
+    blocker.execute("BEGIN IMMEDIATE")  # the schema cannot be created yet
+    queue = jobcore_make_queue(tp, busy_timeout=0.05)
+    worker, thread = start_worker(queue, until_empty=True)
+    wait_for(lambda: any("database error at start" in r.getMessage() for r in caplog.records))
+    assert thread.is_alive()
+    blocker.execute("COMMIT")
+    blocker.close()
+    finish(worker, thread)
+    assert worker.exit_code == 0
 
 
 # -- defect 11: the retry ran beside the abandoned handler ---------------------------------

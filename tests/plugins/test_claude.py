@@ -101,6 +101,28 @@ def test_rate_limit_honours_retry_after(
     assert before + 7000 <= waiting.run_at <= now_ms() + 7000
 
 
+@pytest.mark.parametrize("header", ["inf", "1e400", "99999999999999999999"])
+def test_a_huge_retry_after_is_clamped_to_max_retry_delay(
+    make: Callable[..., Queue], anthropic_stub: StubServer, header: str
+) -> None:
+    """Issue 8 defect 1: a header from outside can no longer stall or jam the worker."""
+    anthropic_stub.fail_next(429, retry_after=header)
+    before = now_ms()
+    job = extract(make(backend="api"))
+    assert job["status"] == "scheduled" and job["attempts"] == 1
+    week = 7 * 86_400_000
+    waiting = make(backend="api").get(job["id"])
+    assert before + week <= waiting.run_at <= now_ms() + week
+
+
+def test_a_nan_retry_after_retries_at_once(
+    make: Callable[..., Queue], anthropic_stub: StubServer
+) -> None:
+    anthropic_stub.fail_next(429, retry_after="nan")
+    job = extract(make(backend="api"))
+    assert job["status"] == "completed" and job["attempts"] == 2
+
+
 def test_rate_limit_from_the_cli_is_retried(
     make: Callable[..., Queue], claude_bin: str, anthropic_stub: StubServer
 ) -> None:

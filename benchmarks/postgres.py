@@ -1,0 +1,470 @@
+"""`python -m benchmarks.postgres [--quick] [--reps N] [--server URL]`: jobcore on PostgreSQL.
+
+Measured in one run on the same machine, systems interleaved in each
+repetition, medians with min-max (the machine is noisy; nothing is asserted):
+
+- drain of pre-enqueued `noop` jobs by 1 and 2 worker processes (10 executor
+  threads each): jobcore on PostgreSQL, jobcore on SQLite (FULL), and the raw
+  psycopg floor (claim + complete one job per transaction, and 100 per
+  transaction, same schema and statements shape);
+- enqueue one job per call and 1000 per call: jobcore vs a raw INSERT per
+  transaction and one `unnest` INSERT per 1000;
+- enqueue -> handler start latency (p50/p99) against an idle worker in another
+  process, woken by LISTEN/NOTIFY (PostgreSQL) or `data_version` (SQLite);
+- claim cost: ms per claim of one job (inside one transaction, so no commit)
+  with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite.
+
+The server is `--server` (default postgres on 127.0.0.1:5432); each run uses a
+database of its own and drops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks.cases import _percentiles, _stop
+from jobcore.ids import new_id
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@dataclass
+class Row:
+    name: str
+    system: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], Row] = {}
+
+    def add(self, name: str, system: str, unit: str, value: float) -> None:
+        self.rows.setdefault((name, system), Row(name, system, unit)).values.append(value)
+        print(f"  {name:<44} {system:<16} {value:>12,.1f} {unit}", file=sys.stderr, flush=True)
+
+    def median(self, name: str, system: str) -> float:
+        row = self.rows.get((name, system))
+        return row.median if row else float("nan")
+
+
+def _queue(db: str, plugins: tuple[tuple[str, Any], ...] = ()) -> Any:
+    from jobcore import Config, Queue, make_plugin_manager
+
+    if db.startswith("postgresql://"):
+        import jobcore_postgres
+
+        plugins = (*plugins, ("postgres", jobcore_postgres))
+    pm = make_plugin_manager(load_entrypoints=False, plugins=plugins)
+    return Queue(db, config=Config(env={}), pm=pm)
+
+
+class Stores:
+    """A fresh PostgreSQL schema or SQLite file per measurement."""
+
+    def __init__(self, server: str, tmp: Path) -> None:
+        self.server = server
+        self.tmp = tmp
+        self.database = f"jobcore_bench_{os.getpid()}"
+        self.count = 0
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {self.database}")
+        self.base = server.rsplit("/", 1)[0] + f"/{self.database}"
+
+    def fresh(self, kind: str) -> str:
+        self.count += 1
+        if kind == "postgres":
+            return f"{self.base}?schema=b{self.count}"
+        path = self.tmp / f"b{self.count}.db"
+        return str(path)
+
+    def drop(self) -> None:
+        with psycopg.connect(self.server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("nan")
+
+
+def _env() -> dict[str, str]:
+    path = [str(ROOT), str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def drain(db: str, n: int, processes: int, threads: int = 10) -> float:
+    queue = _queue(db)
+    for start in range(0, n, 5000):
+        queue.enqueue_many("noop", [{}] * min(5000, n - start))
+    queue.close()
+    start_at = str(time.time() + 1.0)
+    cmd = [sys.executable, "-m", "benchmarks.postgres", "drain-worker", db, str(threads), start_at]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env())
+        for _ in range(processes)
+    ]
+    reports = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"drain worker failed on {db}")
+        reports.append(json.loads(out.decode().strip().splitlines()[-1]))
+    done = sum(r["completed"] for r in reports)
+    if done != n:
+        raise RuntimeError(f"drain completed {done} of {n}")
+    return _rate(n, max(r["end"] for r in reports) - min(r["start"] for r in reports))
+
+
+def drain_worker(db: str, threads: str, start_at: str) -> None:
+    import logging
+
+    from jobcore import Worker
+
+    queue = _queue(db)
+    queue.storage.migrate()
+    logging.getLogger("jobcore").setLevel(logging.WARNING)
+    worker = Worker(queue, concurrency=int(threads), until_empty=True)
+    while (delay := float(start_at) - time.time()) > 0:
+        time.sleep(min(delay, 0.01))
+    start = time.time()
+    worker.run()
+    stats = {"start": start, "end": time.time(), "completed": worker.stats["completed"]}
+    print(json.dumps(stats))
+    queue.close()
+
+
+def idle_worker(db: str) -> None:
+    """A worker with default settings and the `stamp` job type, until SIGTERM."""
+    import logging
+
+    from benchmarks import plugin
+    from jobcore import Worker
+
+    queue = _queue(db, plugins=(("bench", plugin),))
+    logging.getLogger("jobcore").setLevel(logging.WARNING)
+    Worker(queue, install_signal_handlers=True).run()
+
+
+_RAW_SCHEMA = """
+CREATE TABLE raw_jobs (id text PRIMARY KEY, status text NOT NULL, priority int NOT NULL,
+  run_at bigint NOT NULL, attempts int NOT NULL DEFAULT 0, locked_by text, lease_id text,
+  result json, updated_at bigint);
+CREATE INDEX raw_claim ON raw_jobs (priority DESC, run_at, id) WHERE status = 'pending';
+"""
+_RAW_CLAIM = (
+    "WITH p AS MATERIALIZED (SELECT id FROM raw_jobs WHERE status = 'pending' "
+    "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "UPDATE raw_jobs j SET status = 'claimed', attempts = attempts + 1, locked_by = 'w', "
+    "lease_id = md5(random()::text) FROM p WHERE j.id = p.id RETURNING j.id, j.lease_id"
+)
+_RAW_COMPLETE = (
+    "UPDATE raw_jobs j SET status = 'completed', result = 'null' FROM "
+    "unnest(%s::text[], %s::text[]) v(id, lease_id) "
+    "WHERE j.id = v.id AND j.lease_id = v.lease_id AND j.status = 'claimed'"
+)
+
+
+def _raw_store(url: str) -> psycopg.Connection[Any]:
+    base, schema = url.split("?schema=")
+    conn = psycopg.connect(base, autocommit=True)
+    conn.execute(f"CREATE SCHEMA {schema}")
+    conn.execute(f"SET search_path TO {schema}")
+    conn.execute(_RAW_SCHEMA)
+    return conn
+
+
+def raw_drain(url: str, n: int, batch: int) -> float:
+    """Claim `batch` jobs in one transaction, complete them in the next."""
+    conn = _raw_store(url)
+    conn.execute(
+        "INSERT INTO raw_jobs (id, status, priority, run_at) "
+        "SELECT g::text, 'pending', 0, g FROM generate_series(1, %s) g",
+        (n,),
+    )
+    done = 0
+    start = time.perf_counter()
+    while done < n:
+        with conn.transaction():
+            rows = conn.execute(_RAW_CLAIM, (batch,)).fetchall()
+        with conn.transaction():
+            conn.execute(_RAW_COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]))
+        done += len(rows)
+    seconds = time.perf_counter() - start
+    conn.close()
+    return _rate(n, seconds)
+
+
+def enqueue(db: str, n: int, batch: int) -> float:
+    queue = _queue(db)
+    queue.storage.migrate()
+    start = time.perf_counter()
+    if batch == 1:
+        for _ in range(n):
+            queue.enqueue("noop", {})
+    else:
+        for _ in range(0, n, batch):
+            queue.enqueue_many("noop", [{}] * batch)
+    seconds = time.perf_counter() - start
+    queue.close()
+    return _rate(n, seconds)
+
+
+def raw_enqueue(url: str, n: int, batch: int) -> float:
+    conn = _raw_store(url)
+    start = time.perf_counter()
+    if batch == 1:
+        for _ in range(n):
+            conn.execute(
+                "INSERT INTO raw_jobs (id, status, priority, run_at) VALUES (%s, 'pending', 0, 0)",
+                (new_id(),),
+            )
+    else:
+        for _ in range(0, n, batch):
+            conn.execute(
+                "INSERT INTO raw_jobs (id, status, priority, run_at) "
+                "SELECT id, 'pending', 0, 0 FROM unnest(%s::text[]) id",
+                ([new_id() for _ in range(batch)],),
+            )
+    seconds = time.perf_counter() - start
+    conn.close()
+    return _rate(n, seconds)
+
+
+def latency(db: str, k: int) -> tuple[float, float]:
+    from benchmarks import plugin
+
+    queue = _queue(db, plugins=(("bench", plugin),))
+    queue.storage.migrate()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.postgres", "idle-worker", db],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.5)
+        ids = []
+        for i in range(k):
+            time.sleep(0.01 + (i % 7) * 0.003)
+            ids.append(queue.enqueue("stamp", {"t0": time.time()}).job.id)
+        deadline = time.time() + 60
+        while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < k:
+            time.sleep(0.05)
+        values = [queue.get(job_id).result["latency_ms"] for job_id in ids]
+    finally:
+        _stop(worker)
+        queue.close()
+    return _percentiles(values)
+
+
+def claim_cost(db: str, finished: int, not_due: int, claims: int = 300) -> float:
+    """ms per claim of one job, each in its own transaction, commits not waiting for the disk."""
+    from jobcore_postgres.copy import import_jobs
+
+    from jobcore.models import Completed, Job, JobStatus, Lease
+
+    if db.startswith("postgresql://"):
+        from jobcore_postgres.storage import PostgresStorage
+
+        storage: Any = PostgresStorage(db, synchronous_commit="off")
+    else:
+        from jobcore.storage.sqlite import SQLiteStorage
+
+        storage = SQLiteStorage(db, synchronous="OFF")
+    storage.migrate()
+    queue = _queue(db)
+    now = storage.now()
+    done = Job(
+        id="",
+        type="noop",
+        queue="default",
+        payload={},
+        status=JobStatus.COMPLETED,
+        priority=0,
+        attempts=1,
+        max_attempts=3,
+        run_at=now,
+        timeout_ms=None,
+        idempotency_key=None,
+        locked_by="load",
+        locked_at=None,
+        lease_expires_at=None,
+        heartbeat_at=None,
+        cancel_requested=False,
+        last_error=None,
+        errors=[],
+        result=None,
+        parent_id=None,
+        meta={},
+        created_at=now,
+        claimed_at=now,
+        completed_at=now,
+        updated_at=now,
+    )
+    for start in range(0, finished, 10_000):
+        size = min(10_000, finished - start)
+        import_jobs(storage, [replace(done, id=new_id()) for _ in range(size)], replace=False)
+    queue.enqueue_many("noop", [{}] * not_due, run_at=now + 86_400_000, priority=10)
+    queue.enqueue_many("noop", [{}] * claims)
+    queue.close()
+    spent = 0.0
+    for _ in range(claims):
+        began = time.perf_counter()
+        _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
+        spent += time.perf_counter() - began
+        storage.record([Completed(Lease.of(job), None)])
+    storage.close()
+    return spent / claims * 1000
+
+
+@dataclass(frozen=True)
+class Sizes:
+    reps: int
+    drain: int
+    raw: int
+    enqueue: int
+    batch: int
+    latency: int
+    finished: tuple[int, ...]
+    not_due: int
+
+
+FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, (1000, 100_000), 10_000)
+QUICK = Sizes(1, 3000, 1000, 300, 3000, 20, (1000, 10_000), 1000)
+
+
+def run(sizes: Sizes, stores: Stores, results: Results) -> None:
+    add = results.add
+    for rep in range(1, sizes.reps + 1):
+        print(f"repetition {rep}/{sizes.reps}", file=sys.stderr)
+        for procs in (1, 2):
+            name = f"drain, {procs} process(es) x 10 threads"
+            add(
+                name,
+                "jobcore-postgres",
+                "jobs/s",
+                drain(stores.fresh("postgres"), sizes.drain, procs),
+            )
+            add(name, "jobcore-sqlite", "jobs/s", drain(stores.fresh("sqlite"), sizes.drain, procs))
+        add(
+            "drain, raw 1 per txn",
+            "raw-postgres",
+            "jobs/s",
+            raw_drain(stores.fresh("postgres"), sizes.raw, 1),
+        )
+        add(
+            "drain, raw 100 per txn",
+            "raw-postgres",
+            "jobs/s",
+            raw_drain(stores.fresh("postgres"), sizes.drain, 100),
+        )
+        add(
+            "enqueue, 1 per call",
+            "jobcore-postgres",
+            "jobs/s",
+            enqueue(stores.fresh("postgres"), sizes.enqueue, 1),
+        )
+        add(
+            "enqueue, 1 per call",
+            "raw-postgres",
+            "jobs/s",
+            raw_enqueue(stores.fresh("postgres"), sizes.enqueue, 1),
+        )
+        add(
+            "enqueue, 1000 per call",
+            "jobcore-postgres",
+            "jobs/s",
+            enqueue(stores.fresh("postgres"), sizes.batch, 1000),
+        )
+        add(
+            "enqueue, 1000 per call",
+            "raw-postgres",
+            "jobs/s",
+            raw_enqueue(stores.fresh("postgres"), sizes.batch, 1000),
+        )
+        for kind in ("postgres", "sqlite"):
+            p50, p99 = latency(stores.fresh(kind), sizes.latency)
+            add("enqueue -> start p50", f"jobcore-{kind}", "ms", p50)
+            add("enqueue -> start p99", f"jobcore-{kind}", "ms", p99)
+        for finished in sizes.finished:
+            for kind in ("postgres", "sqlite"):
+                name = f"claim, {finished:,} finished + {sizes.not_due:,} not due"
+                add(
+                    name,
+                    f"jobcore-{kind}",
+                    "ms/claim",
+                    claim_cost(stores.fresh(kind), finished, sizes.not_due),
+                )
+
+
+def report(results: Results, sizes: Sizes, seconds: float) -> str:
+    lines = [
+        f"{sizes.reps} repetition(s), {seconds:.0f}s. Medians (min-max).",
+        "",
+        "| measurement | system | median | min-max |",
+        "|---|---|---|---|",
+    ]
+    for row in results.rows.values():
+        lines.append(
+            f"| {row.name} | {row.system} | {row.median:,.1f} {row.unit} | "
+            f"{min(row.values):,.1f}-{max(row.values):,.1f} |"
+        )
+    pg1 = results.median("drain, 1 process(es) x 10 threads", "jobcore-postgres")
+    floor = results.median("drain, raw 1 per txn", "raw-postgres")
+    lines += ["", f"drain by one process vs the raw one-commit floor: {pg1 / floor:.2f}x"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "drain-worker":
+        drain_worker(*args[1:])
+        return
+    if args and args[0] == "idle-worker":
+        idle_worker(args[1])
+        return
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--reps", type=int)
+    parser.add_argument("--server", default=SERVER)
+    options = parser.parse_args(args)
+    sizes = QUICK if options.quick else FULL
+    if options.reps:
+        sizes = Sizes(options.reps, *list(sizes.__dict__.values())[1:])
+    results = Results()
+    began = time.time()
+    with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
+        stores = Stores(options.server, Path(tmp))
+        try:
+            run(sizes, stores, results)
+        finally:
+            stores.drop()
+    text = report(results, sizes, time.time() - began)
+    out = (
+        ROOT / "benchmarks" / "results" / ("postgres-quick.md" if options.quick else "postgres.md")
+    )
+    out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,687 @@
+"""The agent: claims from the hub, runs handlers like a local worker, reports through the outbox.
+
+Threads: a claimer (long-polls `POST /api/jobs/claim` while slots are
+free), one executor thread per claimed job (the core's `AttemptRunner`, so a
+handler sees the same `JobContext` and its outcome is decided by the same
+rules as in a local worker), a supervisor (heartbeats at the hub's interval,
+timeouts) and a reporter (delivers outcomes from the local outbox, backing
+off with jitter while the hub is away). The main thread waits for a stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, replace
+from types import FrameType
+from typing import Any
+
+from jobcore.attempt import AttemptRunner
+from jobcore.context import JobContext
+from jobcore.errors import JobcoreError, UnknownJobType
+from jobcore.inflight import Attempt
+from jobcore.models import Failed, Outcome, Released
+from jobcore.queue import Queue
+from jobcore.timeutil import now_ms
+from jobcore_agent.cache import ArtifactCache
+from jobcore_agent.capabilities import capabilities
+from jobcore_agent.client import (
+    HubAuthError,
+    HubClient,
+    HubError,
+    HubRejected,
+    HubUnavailable,
+    Intervals,
+    StaleReport,
+)
+from jobcore_agent.exec_job import ArtifactSource
+from jobcore_agent.outbox import Outbox, Pending
+from jobcore_agent.wire import job_from_json, make_lease, report_of
+
+log = logging.getLogger("jobcore.agent")
+
+DELIVERY_GRACE = 5.0  # seconds a stopping agent keeps trying to deliver before leaving them queued
+
+
+class AgentFatal(JobcoreError):
+    """The agent cannot go on (its token was refused)."""
+
+
+class Backoff:
+    """Exponential reconnect delays with jitter: each in [d/2, d], d doubling up to `cap`."""
+
+    def __init__(self, cap: float, base: float = 0.25) -> None:
+        self.cap = cap
+        self.base = base
+        self.failures = 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2**self.failures)
+        self.failures += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class AgentContext(JobContext):
+    """A `JobContext` that also knows where `exec` gets executables (the hub, the cache)."""
+
+    artifact_source: ArtifactSource | None = None
+
+
+@dataclass(eq=False)
+class Claim:
+    """A job this agent claimed, from the claim until the hub has its outcome."""
+
+    run: Attempt
+    key: str  # the outbox key: `job_id:lease_id` (`job_id:attempt` from a hub without lease ids)
+    lease_id: str | None
+    settled: bool = False  # an outcome is recorded in the outbox (or the lease is gone)
+    fallback: Outcome | None = None  # recorded at `stop_until` if the handler asked to stop has not
+    stop_until: float | None = None  # monotonic
+
+
+class Agent:
+    """Runs jobs of `queue`'s registered types claimed from the hub behind `client`."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        client: HubClient,
+        *,
+        worker_id: str,
+        cache_dir: str,
+        types: tuple[str, ...] = (),
+        queues: tuple[str, ...] = (),
+        tags: tuple[str, ...] = (),
+        concurrency: int = 4,
+        shutdown_timeout: float = 30.0,
+        max_backoff: float = 30.0,
+        install_signal_handlers: bool = False,
+    ) -> None:
+        unknown = [name for name in types if name not in queue.registry]
+        if unknown:
+            known = ", ".join(sorted(t.name for t in queue.registry))
+            raise JobcoreError(
+                f"no plugin here provides job type(s) {', '.join(unknown)} (installed: {known})"
+            )
+        self.queue = queue
+        self.client = client
+        self.worker_id = worker_id
+        self.types = types or tuple(sorted(t.name for t in queue.registry))
+        self.queues = queues
+        self.tags = tags
+        self.concurrency = concurrency
+        self.shutdown_timeout = shutdown_timeout
+        self.max_backoff = max_backoff
+        self.install_signal_handlers = install_signal_handlers
+        core = queue.config.core
+        self.attempts = AttemptRunner(
+            queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
+        )
+        self.stop_grace = core.stop_grace
+        self.outbox = Outbox(cache_dir)
+        self.source = ArtifactSource(ArtifactCache(cache_dir), client)
+        self.intervals = Intervals(heartbeat_interval=10.0, lease=60.0, poll_wait=25.0)
+        self._cond = threading.Condition()
+        self._claims: dict[str, Claim] = {}  # by key
+        self._outbox_ready = threading.Event()
+        self._inflight: set[str] = set()  # outbox keys being delivered by the settling thread
+        self._hub_away = False  # the reporter's last delivery failed: leave delivery to it
+        self._heartbeat_requested = False
+        self._stopping = False
+        self._stop_deadline: float | None = None  # monotonic; None while draining
+        self._released = False
+        self._closed = False
+        self._fatal: str | None = None
+        self.stats: dict[str, int] = {"claimed": 0, "delivered": 0, "stale": 0}
+
+    # -- control ---------------------------------------------------------------------
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """Stop claiming; running jobs get `shutdown_timeout` (0: now), then they are released."""
+        with self._cond:
+            now = time.monotonic()
+            if not graceful or (self._stopping and self._stop_deadline is not None):
+                self._stop_deadline = now  # a second request stops now
+            else:  # the first request, or a SIGTERM while draining
+                self._stop_deadline = now + self.shutdown_timeout
+            self._stopping = True
+            self._cond.notify_all()
+
+    def drain(self) -> None:
+        """The hub asked: stop claiming, finish every running job, then exit."""
+        with self._cond:
+            if not self._stopping:
+                log.warning(
+                    "the hub asked this agent to drain: finishing running jobs, then exiting"
+                )
+                self._stopping = True
+                self._stop_deadline = None
+                self._cond.notify_all()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        log.warning(
+            "received %s: %s",
+            signal.Signals(signum).name,
+            "stopping now"
+            if self._stopping
+            else f"finishing running jobs (up to {self.shutdown_timeout:g}s; again to stop now)",
+        )
+        self.stop()
+
+    def _set_fatal(self, exc: HubAuthError) -> None:
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = (
+                    f"the hub refused this agent's token ({exc}); "
+                    "create a new agent token with `jobcore tokens create --scope agent`"
+                )
+            self._cond.notify_all()
+
+    # -- main --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Register, work until stopped, deliver what is left; returns 0 (raises AgentFatal)."""
+        previous = self._install_signals()
+        threads: list[threading.Thread] = []
+        try:
+            if not self._register_until_ok():
+                return self._finish()
+            self._outbox_ready.set()  # deliver what an earlier run left in the outbox
+            for target, name in (
+                (self._reporter_main, "agent-reporter"),
+                (self._supervisor_main, "agent-supervisor"),
+                (self._claimer_main, "agent-claimer"),
+            ):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread.start()
+                threads.append(thread)
+            log.info(
+                "agent %s working for %s: concurrency %d, types %s, queues %s",
+                self.worker_id,
+                self.client.base,
+                self.concurrency,
+                ",".join(self.types),
+                ",".join(self.queues) or "all",
+            )
+            self._wait_until_done()
+            return self._finish()
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._outbox_ready.set()
+            self._restore_signals(previous)
+            for thread in threads:
+                if thread.name != "agent-claimer":  # may sit in a long-poll; it is a daemon
+                    thread.join(timeout=5)
+            self.outbox.close()
+
+    def _finish(self) -> int:
+        if self._fatal is not None:
+            with self._cond:
+                for claim in self._claims.values():
+                    claim.run.ctx.request_stop("shutdown")
+            raise AgentFatal(self._fatal)
+        left = self.outbox.count(self.worker_id)
+        if left:
+            log.warning(
+                "%d outcome(s) not delivered yet; kept in %s for the next start",
+                left,
+                self.outbox.path,
+            )
+        log.info(
+            "agent %s stopped: %s",
+            self.worker_id,
+            ", ".join(f"{k} {v}" for k, v in self.stats.items() if v) or "no jobs",
+        )
+        return 0
+
+    def _wait_until_done(self) -> None:
+        grace_until: float | None = None
+        with self._cond:
+            while self._fatal is None:
+                now = time.monotonic()
+                if self._stopping:
+                    deadline = self._stop_deadline
+                    if deadline is not None and now >= deadline and not self._released:
+                        self._cond.release()
+                        try:
+                            self._release_rest()
+                        finally:
+                            self._cond.acquire()
+                        grace_until = time.monotonic() + DELIVERY_GRACE
+                        continue
+                    if not any(not c.settled for c in self._claims.values()):
+                        if grace_until is None:
+                            grace_until = now + DELIVERY_GRACE
+                        if not self._claims or now >= grace_until:
+                            return
+                    wait = 0.5 if deadline is None else max(0.0, min(deadline - now, 0.5))
+                else:
+                    wait = 1.0
+                self._cond.wait(wait)
+
+    def _register_until_ok(self) -> bool:
+        backoff = Backoff(self.max_backoff)
+        body = capabilities(worker_id=self.worker_id, types=self.types, tags=self.tags)
+        while True:
+            try:
+                self.intervals, drain = self.client.register(body)
+            except HubAuthError as exc:
+                self._set_fatal(exc)
+                return False
+            except HubError as exc:
+                delay = backoff.next()
+                log.error("cannot register with the hub (%s); retrying in %.1fs", exc, delay)
+                if self._sleep(delay):
+                    return False
+                continue
+            if drain:
+                self.drain()
+            log.info(
+                "registered as %s: heartbeat every %gs, lease %gs, long-poll %gs",
+                self.worker_id,
+                self.intervals.heartbeat_interval,
+                self.intervals.lease,
+                self.intervals.poll_wait,
+            )
+            return True
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True when the agent is stopping (or closed) meanwhile."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._stopping or self._closed or bool(self._fatal), seconds
+            )
+            return self._stopping or self._closed or bool(self._fatal)
+
+    # -- claiming ------------------------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        """Slots not taken by a claim whose outcome the hub does not have yet.
+
+        Counting undelivered outcomes too keeps an agent that cannot report
+        (hub slow or away) from claiming jobs whose leases would lapse.
+        """
+        return max(0, self.concurrency - len(self._claims))
+
+    def _claimer_main(self) -> None:
+        backoff = Backoff(self.max_backoff)
+        outage = False
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: self._stopping or self._closed or self._fatal or self._free_slots() > 0
+                )
+                if self._stopping or self._closed or self._fatal:
+                    return
+                free = self._free_slots()
+            try:
+                claimed = self.client.claim(
+                    worker_id=self.worker_id,
+                    types=self.types,
+                    queues=self.queues,
+                    max_jobs=free,
+                    wait=self.intervals.poll_wait,
+                )
+            except HubAuthError as exc:
+                self._set_fatal(exc)
+                return
+            except HubError as exc:
+                delay = backoff.next()
+                if not outage or backoff.failures <= 2:
+                    log.error("claim failed (%s); retrying in %.1fs", exc, delay)
+                outage = outage or isinstance(exc, HubUnavailable)
+                self._sleep(delay)
+                continue
+            backoff.reset()
+            if outage:
+                outage = False
+                log.info("the hub is reachable again")
+                with self._cond:
+                    self._hub_away = False
+                self._outbox_ready.set()
+                self._reregister()
+            for data in claimed.jobs:
+                try:
+                    self._start(data)
+                except Exception:  # a malformed job must not end the claimer
+                    log.exception(
+                        "cannot start claimed job %r; its lease will lapse", data.get("id")
+                    )
+            if claimed.drain:
+                self.drain()
+
+    def _reregister(self) -> None:
+        try:
+            self.intervals, drain = self.client.register(
+                capabilities(worker_id=self.worker_id, types=self.types, tags=self.tags)
+            )
+        except HubAuthError as exc:
+            self._set_fatal(exc)
+        except HubError as exc:
+            log.warning("re-registering failed (%s); carrying on", exc)
+        else:
+            if drain:
+                self.drain()
+
+    def _start(self, data: dict[str, Any]) -> None:
+        job = job_from_json(data)
+        lease_id = str(data["lease_id"]) if data.get("lease_id") else None
+        key = f"{job.id}:{lease_id or job.attempts}"  # unique even if a hub's lease ids are not
+        lease = make_lease(job, lease_id=key, worker=self.worker_id)
+        self.stats["claimed"] += 1
+        try:
+            job_type = self.queue.job_type(job.type)
+        except UnknownJobType as exc:
+            job_type = None
+            problem: str | None = str(exc)
+        else:
+            problem = None
+        ctx = AgentContext(
+            job=job,
+            job_type=job_type,  # type: ignore[arg-type]  # None only when reported failed below
+            payload=None,
+            worker=self.worker_id,
+            config=self.queue.config,
+            build_child=self.queue.build,
+            request_heartbeat=self._request_heartbeat,
+        )
+        ctx.artifact_source = self.source
+        attempt = Attempt(job=job, lease=lease, ctx=ctx, claimed_at=time.monotonic())
+        claim = Claim(run=attempt, key=key, lease_id=lease_id)
+        with self._cond:
+            self._claims[key] = claim
+            stopping = self._stopping
+        if stopping:  # claimed while the stop began: give it straight back
+            self._settle(claim, Released(lease=lease))
+            return
+        if problem is not None:
+            self._settle(claim, Failed(lease=lease, error=problem))
+            return
+        threading.Thread(
+            target=self._execute, args=(claim,), name=f"agent-job-{job.id}", daemon=True
+        ).start()
+
+    def _execute(self, claim: Claim) -> None:
+        run = claim.run
+        with self._cond:
+            if claim.settled:
+                return
+            run.began_at = time.monotonic()
+            if run.job.timeout_ms is not None:  # the timeout counts from the handler's start
+                run.deadline = run.began_at + run.job.timeout_ms / 1000
+        outcome = self.attempts.execute(run)  # validates the payload, runs, judges; never raises
+        if not self._settle(claim, outcome):
+            log.info(
+                "job %s finished after it was given up (%s); outcome dropped",
+                run.job.id,
+                run.ctx.stop_reason,
+            )
+
+    def _request_heartbeat(self) -> None:
+        with self._cond:
+            self._heartbeat_requested = True
+            self._cond.notify_all()
+
+    # -- outcomes ---------------------------------------------------------------------
+
+    def _settle(self, claim: Claim, outcome: Outcome | None) -> bool:
+        """Record the claim's one outcome in the outbox (None: forget it); False if already settled."""
+        with self._cond:
+            if claim.settled:
+                return False
+            claim.settled = True
+            self._cond.notify_all()
+        if outcome is None:
+            return True
+        kind, body = report_of(outcome, worker_id=self.worker_id, lease_id=claim.lease_id)
+        row = Pending(
+            lease_id=claim.key,
+            job_id=claim.run.job.id,
+            worker_id=self.worker_id,
+            kind=kind,
+            body=body,
+            recorded_at=now_ms(),
+            tries=0,
+        )
+        try:
+            self.outbox.add(
+                lease_id=row.lease_id,
+                job_id=row.job_id,
+                worker_id=row.worker_id,
+                kind=kind,
+                body=body,
+            )
+        except Exception:
+            log.exception(
+                "cannot write the outbox %s; outcome of job %s lost", self.outbox.path, row.job_id
+            )
+            self._forget(row.lease_id)
+            return True
+        # Deliver right away from this thread (outcomes of several jobs go out in parallel);
+        # the reporter thread retries whatever this could not deliver.
+        with self._cond:
+            direct = not self._fatal and not self._hub_away
+            if direct:
+                self._inflight.add(row.lease_id)
+        if direct:
+            try:
+                delivered = self._deliver(row)
+            finally:
+                with self._cond:
+                    self._inflight.discard(row.lease_id)
+            if delivered:
+                return True
+        self._outbox_ready.set()
+        return True
+
+    def _forget(self, key: str) -> None:
+        with self._cond:
+            self._claims.pop(key, None)
+            self._cond.notify_all()
+
+    def _release_rest(self) -> None:
+        """Shutdown's deadline passed: stop what still runs and give those jobs back."""
+        with self._cond:
+            self._released = True
+            open_claims = [claim for claim in self._claims.values() if not claim.settled]
+        for claim in open_claims:
+            log.warning(
+                "job %s still running at the shutdown deadline; asking it to stop, then releasing it",
+                claim.run.job.id,
+            )
+            self._ask_to_stop(claim, "shutdown", Released(lease=claim.run.lease))
+
+    def _ask_to_stop(self, claim: Claim, reason: str, fallback: Outcome) -> None:
+        """Ask the handler to stop; its own outcome wins if it comes within `stop_grace`."""
+        claim.run.ctx.request_stop(reason)
+        with self._cond:
+            if claim.fallback is None:
+                claim.fallback = fallback
+                claim.stop_until = time.monotonic() + self.stop_grace
+            claim.run.deadline = None
+            self._cond.notify_all()
+
+    def _reporter_main(self) -> None:
+        backoff = Backoff(self.max_backoff)
+        while not self._closed:
+            self._outbox_ready.wait(timeout=30.0)
+            self._outbox_ready.clear()
+            while not self._closed and not self._fatal:
+                with self._cond:
+                    busy = set(self._inflight)
+                rows = [
+                    row for row in self.outbox.pending(self.worker_id) if row.lease_id not in busy
+                ]
+                if not rows:
+                    break
+                if all(self._deliver(row) for row in rows):
+                    backoff.reset()
+                    with self._cond:
+                        self._hub_away = False
+                    continue
+                with self._cond:
+                    self._hub_away = True
+                delay = backoff.next()
+                if backoff.failures <= 3 or backoff.failures % 10 == 0:
+                    log.warning(
+                        "%d outcome(s) not delivered yet (the hub is unreachable or failing); "
+                        "retrying in %.1fs",
+                        len(rows),
+                        delay,
+                    )
+                # woken early by a new outcome or by the claimer seeing the hub again
+                self._outbox_ready.wait(delay)
+                self._outbox_ready.clear()
+
+    def _deliver(self, row: Pending) -> bool:
+        """Send one outbox row; False when the hub is unavailable (the row stays)."""
+        try:
+            self.client.report(row.kind, row.job_id, row.body, key=row.lease_id)
+        except HubUnavailable as exc:
+            self.outbox.tried(row.lease_id)
+            log.debug("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
+            return False
+        except HubAuthError as exc:
+            self._set_fatal(exc)
+            return False
+        except StaleReport as exc:
+            self.stats["stale"] += 1
+            log.warning("stale %s of job %s dropped: %s", row.kind, row.job_id, exc)
+        except HubRejected as exc:
+            if row.kind == "result":
+                log.error("the hub rejected the result of job %s (%s); failing it", row.job_id, exc)
+                body = {
+                    "worker_id": row.body.get("worker_id", self.worker_id),
+                    "lease_id": row.body.get("lease_id"),
+                    "reason": f"the hub rejected the result: {exc}",
+                    "retryable": False,
+                }
+                self.outbox.replace(row.lease_id, kind="fail", body=body)
+                return self._deliver(replace(row, kind="fail", body=body))
+            log.error("the hub rejected %s of job %s (%s); dropped", row.kind, row.job_id, exc)
+        else:
+            self.stats["delivered"] += 1
+        self.outbox.delete(row.lease_id)
+        self._forget(row.lease_id)
+        return True
+
+    # -- heartbeats and timeouts ----------------------------------------------------------
+
+    def _supervisor_main(self) -> None:
+        next_beat = time.monotonic() + self.intervals.heartbeat_interval
+        while True:
+            with self._cond:
+                if self._closed or self._fatal:
+                    return
+                deadlines = [
+                    when
+                    for c in self._claims.values()
+                    if not c.settled
+                    for when in (c.run.deadline, c.stop_until)
+                    if when is not None
+                ]
+                until = min([next_beat, *deadlines])
+                remaining = until - time.monotonic()
+                if remaining > 0 and not self._heartbeat_requested:
+                    self._cond.wait(min(remaining, 1.0))
+                beat_now, self._heartbeat_requested = self._heartbeat_requested, False
+            now = time.monotonic()
+            self._check_timeouts(now)
+            if beat_now or now >= next_beat:
+                self._heartbeat()
+                next_beat = time.monotonic() + self.intervals.heartbeat_interval
+
+    def _check_timeouts(self, now: float) -> None:
+        with self._cond:
+            timed_out = [
+                c
+                for c in self._claims.values()
+                if not c.settled and c.run.deadline is not None and now >= c.run.deadline
+            ]
+            given_up = [
+                c
+                for c in self._claims.values()
+                if not c.settled and c.stop_until is not None and now >= c.stop_until
+            ]
+        for claim in timed_out:
+            run = claim.run
+            log.warning(
+                "job %s (%s) timed out after %gs; asking its handler to stop",
+                run.job.id,
+                run.job.type,
+                (run.job.timeout_ms or 0) / 1000,
+            )
+            self._ask_to_stop(claim, "timeout", self.attempts.timeout_outcome(run))
+        for claim in given_up:
+            if claim.fallback is not None and self._settle(claim, claim.fallback):
+                log.warning(
+                    "job %s did not stop within %gs (%s); its slot is given up",
+                    claim.run.job.id,
+                    self.stop_grace,
+                    claim.run.ctx.stop_reason,
+                )
+
+    def _heartbeat(self) -> None:
+        with self._cond:
+            claims = list(self._claims.values())
+        for claim in claims:
+            job_id = claim.run.job.id
+            try:
+                answer = self.client.heartbeat(
+                    job_id, worker_id=self.worker_id, lease_id=claim.lease_id
+                )
+            except HubUnavailable as exc:
+                log.debug("heartbeat of job %s failed (%s); the job keeps running", job_id, exc)
+                continue
+            except HubAuthError as exc:
+                self._set_fatal(exc)
+                return
+            except StaleReport as exc:
+                self._lease_lost(claim, str(exc))
+                continue
+            except HubRejected as exc:
+                log.error("heartbeat of job %s rejected: %s", job_id, exc)
+                continue
+            if answer.get("cancel_requested") and not claim.settled:
+                if claim.run.ctx.stop_reason is None:
+                    log.info("cancel requested for job %s; stopping it", job_id)
+                claim.run.ctx.request_stop("cancel")
+            if answer.get("drain"):
+                self.drain()
+
+    def _lease_lost(self, claim: Claim, why: str) -> None:
+        run = claim.run
+        run.ctx.request_stop("lease lost")
+        if self._settle(claim, None):
+            log.error("lost the lease of job %s (%s); stopping it", run.job.id, why)
+        with self._cond:
+            self._claims.pop(claim.key, None)
+            self._cond.notify_all()
+
+    # -- signals -------------------------------------------------------------------------
+
+    def _install_signals(self) -> dict[int, Any]:
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return {}
+        return {
+            signum: signal.signal(signum, self._on_signal)
+            for signum in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def _restore_signals(self, previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+__all__ = ["Agent", "AgentContext", "AgentFatal", "Backoff"]

@@ -1,0 +1,226 @@
+"""The hub's HTTP API as the agent uses it (DESIGN §11); one method per route.
+
+Every failure is one of four exceptions so callers decide without looking at
+status codes: `HubUnavailable` (connection trouble, timeouts, 5xx, 429: try
+again later), `HubAuthError` (401/403: the token is bad or revoked),
+`StaleReport` (404/409: not this agent's live claim any more) and
+`HubRejected` (any other 4xx: the request itself is wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from jobcore.errors import JobcoreError
+
+log = logging.getLogger("jobcore.agent")
+
+DRAIN_HEADER = "X-Jobcore-Drain"
+
+
+class HubError(JobcoreError):
+    """Talking to the hub failed."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HubUnavailable(HubError):
+    """The hub did not answer, or answered 5xx/429: retry later."""
+
+
+class HubAuthError(HubError):
+    """The hub refused the token (401/403)."""
+
+
+class StaleReport(HubError):
+    """404/409: the job is not this agent's live claim (lease lost, job gone)."""
+
+
+class HubRejected(HubError):
+    """Any other 4xx: the request is wrong and repeating it will not help."""
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """What the hub's register answer chose for this agent, in seconds."""
+
+    heartbeat_interval: float
+    lease: float
+    poll_wait: float
+
+
+@dataclass(frozen=True)
+class Claimed:
+    jobs: list[dict[str, Any]]
+    drain: bool
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return response.text[:200] or response.reason_phrase
+    if isinstance(data, dict) and "error" in data:
+        return str(data["error"])
+    if isinstance(data, dict) and "detail" in data:
+        return str(data["detail"])
+    return response.text[:200]
+
+
+def check(response: httpx.Response, what: str) -> httpx.Response:
+    """Raise the exception matching a non-2xx answer."""
+    status = response.status_code
+    if status < 300:
+        return response
+    message = f"{what}: hub answered {status}: {_error_text(response)}"
+    if status >= 500 or status == 429:
+        raise HubUnavailable(message, status)
+    if status in (401, 403):
+        raise HubAuthError(message, status)
+    if status in (404, 409):
+        raise StaleReport(message, status)
+    raise HubRejected(message, status)
+
+
+class HubClient:
+    """A thread-safe client of one hub; `token` goes in `Authorization: Bearer …`."""
+
+    def __init__(self, hub: str, *, token: str | None, timeout: float = 30.0) -> None:
+        self.base = hub.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.auth_headers = headers
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.base,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def owns(self, url: str) -> bool:
+        """True when `url` points at this hub (so the token may be sent with it)."""
+        return url == self.base or url.startswith(self.base + "/")
+
+    def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        what: str,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        try:
+            response = self._http.post(
+                path,
+                json=body,
+                headers=headers,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            )
+        except httpx.TransportError as exc:  # connect, read, timeouts, protocol errors
+            raise HubUnavailable(f"{what}: {type(exc).__name__}: {exc or 'no answer'}") from None
+        return check(response, what)
+
+    # -- routes ------------------------------------------------------------------
+
+    def register(self, info: dict[str, Any]) -> tuple[Intervals, bool]:
+        """`POST /api/workers/register`; returns the hub's intervals and whether to drain."""
+        response = self._post("/api/workers/register", info, what="register")
+        data: dict[str, Any] = response.json() if response.content else {}
+        intervals = Intervals(
+            heartbeat_interval=float(data.get("heartbeat_interval") or 10.0),
+            lease=float(data.get("lease") or 60.0),
+            poll_wait=float(data.get("poll_wait") or 25.0),
+        )
+        return intervals, _drain(response, data)
+
+    def claim(
+        self,
+        *,
+        worker_id: str,
+        types: tuple[str, ...],
+        queues: tuple[str, ...],
+        max_jobs: int,
+        wait: float,
+    ) -> Claimed:
+        """`POST /api/jobs/claim` long-poll: up to `max_jobs` jobs, [] when `wait` passed."""
+        body = {
+            "worker_id": worker_id,
+            "types": list(types),
+            "queues": list(queues),
+            "max_jobs": max_jobs,
+            "wait": wait,
+        }
+        response = self._post("/api/jobs/claim", body, what="claim", timeout=wait + self.timeout)
+        if response.status_code == 204 or not response.content:
+            return Claimed(jobs=[], drain=_drain(response, {}))
+        data = response.json()
+        jobs = data if isinstance(data, list) else data.get("jobs", [data])
+        return Claimed(jobs=list(jobs), drain=_drain(response, {}))
+
+    def heartbeat(self, job_id: str, *, worker_id: str, lease_id: str | None) -> dict[str, Any]:
+        """`POST /api/jobs/{id}/heartbeat` -> `{lease_expires_at, cancel_requested, drain?}`."""
+        body = {"worker_id": worker_id}
+        if lease_id is not None:
+            body["lease_id"] = lease_id
+        response = self._post(
+            f"/api/jobs/{job_id}/heartbeat",
+            body,
+            what=f"heartbeat of job {job_id}",
+        )
+        data: dict[str, Any] = response.json() if response.content else {}
+        data["drain"] = _drain(response, data)
+        return data
+
+    def report(self, kind: str, job_id: str, body: dict[str, Any], *, key: str) -> dict[str, Any]:
+        """`POST /api/jobs/{id}/{result|fail|release}`; a repeat (same lease_id or key) is a 200."""
+        response = self._post(
+            f"/api/jobs/{job_id}/{kind}",
+            body,
+            what=f"{kind} of job {job_id}",
+            headers={"X-Idempotency-Key": key},
+        )
+        data: dict[str, Any] = response.json() if response.content else {}
+        return data
+
+    # -- artifacts -----------------------------------------------------------------
+
+    def upload_artifact(self, data: bytes) -> dict[str, Any]:
+        """`POST /api/artifacts` (admin): stores the bytes; answers `{sha256, size}`."""
+        try:
+            response = self._http.post(
+                "/api/artifacts",
+                content=data,
+                headers={"Content-Type": "application/octet-stream"},
+            )
+        except httpx.TransportError as exc:
+            raise HubUnavailable(f"upload: {type(exc).__name__}: {exc}") from None
+        result: dict[str, Any] = check(response, "upload").json()
+        return result
+
+    @contextmanager
+    def stream(self, url: str) -> Iterator[httpx.Response]:
+        """GET `url` streaming (with the token only when it points at this hub)."""
+        headers = self.auth_headers if self.owns(url) else {}
+        with httpx.stream(
+            "GET", url, headers=headers, timeout=self.timeout, follow_redirects=True
+        ) as response:
+            if response.status_code >= 300:
+                response.read()
+            check(response, f"download {url}")
+            yield response
+
+
+def _drain(response: httpx.Response, data: dict[str, Any]) -> bool:
+    return bool(data.get("drain")) or response.headers.get(DRAIN_HEADER, "") in ("1", "true")

@@ -1,0 +1,150 @@
+"""`jobcore agent` and `jobcore artifacts upload`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from jobcore.cli import CliState, pass_state
+from jobcore.cli.params import DURATION
+from jobcore.errors import ConfigError, JobcoreError
+from jobcore_agent.settings import AgentSettings, split_list
+
+
+def read_token(settings: AgentSettings) -> str | None:
+    """The token from `token_file` (first line) or `JOBCORE_AGENT_TOKEN`; never logged."""
+    if settings.token_file:
+        try:
+            text = Path(settings.token_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the token file {settings.token_file}: {exc.strerror}"
+            ) from None
+        if not text:
+            raise ConfigError(f"the token file {settings.token_file} is empty")
+        return text.splitlines()[0].strip()
+    return settings.token or None
+
+
+def load_settings(state: CliState, options: dict[str, object]) -> AgentSettings:
+    base = state.config.plugin_settings("agent", AgentSettings)
+    given = {key: value for key, value in options.items() if value not in (None, ())}
+    return AgentSettings.model_validate({**base.model_dump(), **given})
+
+
+def need_hub(settings: AgentSettings) -> str:
+    if not settings.hub:
+        raise ConfigError("no hub given: pass --hub URL or set JOBCORE_AGENT_HUB")
+    if not settings.hub.startswith(("http://", "https://")):
+        raise ConfigError(f"--hub {settings.hub!r} is not an http(s) URL")
+    return settings.hub
+
+
+@click.command()
+@click.option("--hub", help="The hub's URL, e.g. http://hub:8080 ($JOBCORE_AGENT_HUB).")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False),
+    help="File holding an agent-scope token (else $JOBCORE_AGENT_TOKEN).",
+)
+@click.option("--worker-id", help="This agent's id (default: the host name).")
+@click.option("--types", "types", multiple=True, help="Only these job types (repeatable).")
+@click.option("--queue", "queues", multiple=True, help="Only these queues (repeatable).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), help="Jobs run at once (default 4).")
+@click.option("--tags", help="Comma-separated tags advertised to the hub, e.g. gpu,ssd.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Artifacts and the outbox.")
+@click.option(
+    "--shutdown-timeout", type=DURATION, help="On SIGTERM, time running jobs get (default 30s)."
+)
+@pass_state
+def agent(
+    state: CliState,
+    hub: str | None,
+    token_file: str | None,
+    worker_id: str | None,
+    types: tuple[str, ...],
+    queues: tuple[str, ...],
+    concurrency: int | None,
+    tags: str | None,
+    cache_dir: str | None,
+    shutdown_timeout: float | None,
+) -> None:
+    """Run jobs claimed from a hub over HTTP (outbound requests only)."""
+    from jobcore_agent.agent import Agent
+    from jobcore_agent.capabilities import default_worker_id
+    from jobcore_agent.client import HubClient
+
+    settings = load_settings(
+        state,
+        {
+            "hub": hub,
+            "token_file": token_file,
+            "worker_id": worker_id,
+            "types": ",".join(types) or None,
+            "queues": ",".join(queues) or None,
+            "concurrency": concurrency,
+            "tags": tags,
+            "cache_dir": cache_dir,
+            "shutdown_timeout": shutdown_timeout,
+        },
+    )
+    url = need_hub(settings)
+    token = read_token(settings)
+    client = HubClient(url, token=token, timeout=settings.request_timeout)
+    try:
+        runner = Agent(
+            state.queue(create=False),
+            client,
+            worker_id=settings.worker_id or default_worker_id(),
+            cache_dir=os.path.abspath(os.path.expanduser(settings.cache_dir)),
+            types=split_list(settings.types),
+            queues=split_list(settings.queues),
+            tags=split_list(settings.tags),
+            concurrency=settings.concurrency,
+            shutdown_timeout=settings.shutdown_timeout,
+            max_backoff=settings.max_backoff,
+            install_signal_handlers=True,
+        )
+        code = runner.run()
+    finally:
+        client.close()
+    raise SystemExit(code)
+
+
+@click.group()
+def artifacts() -> None:
+    """Executables stored on the hub for `exec` jobs."""
+
+
+@artifacts.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--hub", help="The hub's URL ($JOBCORE_AGENT_HUB).")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False),
+    help="File holding an admin-scope token (else $JOBCORE_AGENT_TOKEN).",
+)
+@pass_state
+def upload(state: CliState, file: str, hub: str | None, token_file: str | None) -> None:
+    """Store FILE on the hub and print its sha256 (put it in `exec` payloads)."""
+    from jobcore_agent.cache import file_sha256
+    from jobcore_agent.client import HubClient, HubError
+
+    settings = load_settings(state, {"hub": hub, "token_file": token_file})
+    client = HubClient(
+        need_hub(settings), token=read_token(settings), timeout=settings.request_timeout
+    )
+    try:
+        answer = client.upload_artifact(Path(file).read_bytes())
+    except HubError as exc:
+        raise JobcoreError(str(exc)) from None
+    finally:
+        client.close()
+    expected = file_sha256(file)
+    if answer.get("sha256") != expected:
+        raise JobcoreError(
+            f"the hub stored {answer.get('sha256')!r} but {file} has sha256 {expected}; upload again"
+        )
+    click.echo(expected)

@@ -1,0 +1,130 @@
+"""A local SQLite outbox of outcomes not yet delivered to the hub.
+
+An outcome is written here (and committed, synchronous=FULL) before the
+first attempt to deliver it, and deleted only once the hub accepted it or
+said it is stale. So an agent that loses the hub, or is restarted, delivers
+it later. Rows are keyed by the claim's `lease_id`: the first outcome of a
+claim wins, and the hub recognises a repeated delivery by it.
+Several agents may share one outbox file (a shared cache dir); each delivers
+only the rows of its own worker id.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from jobcore.timeutil import now_ms
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS outcomes (
+    lease_id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    worker_id TEXT NOT NULL,
+    kind TEXT NOT NULL,           -- result | fail | release
+    body TEXT NOT NULL,           -- the JSON body of the hub route
+    recorded_at INTEGER NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outcomes_by_worker ON outcomes(worker_id, recorded_at);
+"""
+
+
+@dataclass(frozen=True)
+class Pending:
+    lease_id: str
+    job_id: str
+    worker_id: str
+    kind: str
+    body: dict[str, Any]
+    recorded_at: int
+    tries: int
+
+
+class Outbox:
+    """The outbox file `outbox.db` in a cache dir."""
+
+    def __init__(self, directory: str | Path) -> None:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path / "outbox.db"
+        self._lock = threading.Lock()
+        self._db = apsw.Connection(str(self.path))
+        self._db.setbusytimeout(30_000)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        with self._db:
+            self._db.execute(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def add(
+        self, *, lease_id: str, job_id: str, worker_id: str, kind: str, body: dict[str, Any]
+    ) -> bool:
+        """Record an outcome durably; False when this claim already has one (the first wins)."""
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO outcomes(lease_id, job_id, worker_id, kind, body, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (lease_id, job_id, worker_id, kind, json.dumps(body), now_ms()),
+            )
+            added = bool(self._db.changes())
+        return added
+
+    def pending(self, worker_id: str, limit: int = 100) -> list[Pending]:
+        """This worker's undelivered outcomes, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT lease_id, job_id, worker_id, kind, body, recorded_at, tries FROM outcomes"
+                " WHERE worker_id = ? ORDER BY recorded_at, rowid LIMIT ?",
+                (worker_id, limit),
+            ).fetchall()
+        return [
+            Pending(
+                lease_id=str(row[0]),
+                job_id=str(row[1]),
+                worker_id=str(row[2]),
+                kind=str(row[3]),
+                body=json.loads(str(row[4])),
+                recorded_at=int(row[5]),  # type: ignore[arg-type]
+                tries=int(row[6]),  # type: ignore[arg-type]
+            )
+            for row in rows
+        ]
+
+    def count(self, worker_id: str | None = None) -> int:
+        with self._lock:
+            if worker_id is None:
+                row = self._db.execute("SELECT count(*) FROM outcomes").fetchone()
+            else:
+                row = self._db.execute(
+                    "SELECT count(*) FROM outcomes WHERE worker_id = ?", (worker_id,)
+                ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def tried(self, lease_id: str) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE outcomes SET tries = tries + 1 WHERE lease_id = ?", (lease_id,)
+            )
+
+    def replace(self, lease_id: str, *, kind: str, body: dict[str, Any]) -> None:
+        """Swap an outcome the hub cannot accept for another (a result it rejected -> a fail)."""
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE outcomes SET kind = ?, body = ? WHERE lease_id = ?",
+                (kind, json.dumps(body), lease_id),
+            )
+
+    def delete(self, lease_id: str) -> None:
+        """Forget a delivered (or stale) outcome."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM outcomes WHERE lease_id = ?", (lease_id,))

@@ -1,0 +1,251 @@
+"""The hub's tokens and workers registry in the PostgreSQL store (`PostgresStorage.hub_store()`).
+
+Implements the `HubStore` interface of `jobcore_http.store` on the storage's
+pool and schema (tables `hub_tokens`, `hub_workers`, created by the schema's
+migrations), so several `jobcore serve` hubs on one database share tokens and
+know each other's agents. The record types come from `jobcore_http.store`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from jobcore.errors import IllegalTransition
+from jobcore.models import Job
+
+if TYPE_CHECKING:
+    from jobcore_postgres.storage import PostgresStorage
+
+_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at"
+_WORKER_COLUMNS = (
+    "worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, lost_at, drain"
+)
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+class PostgresHubStore:
+    """`HubStore` beside the jobs, on the storage's own connections."""
+
+    def __init__(self, storage: PostgresStorage) -> None:
+        self.storage = storage
+        self._types = importlib.import_module("jobcore_http.store")
+        self._tokens = storage._d.table("hub_tokens")
+        self._workers = storage._d.table("hub_workers")
+
+    def migrate(self) -> None:
+        self.storage.migrate()  # the hub's tables are part of the schema's migrations
+
+    def close(self) -> None:
+        """Nothing of its own: the storage owns the connections."""
+
+    def ping(self) -> None:
+        with self.storage._connection() as conn:
+            conn.execute("SELECT 1")
+
+    # -- tokens ------------------------------------------------------------------
+
+    def _token(self, row: Sequence[Any]) -> Any:
+        return self._types.TokenRecord(*row)
+
+    def add_token(self, record: Any) -> None:
+        try:
+            with self.storage._write() as conn:
+                conn.execute(
+                    f"INSERT INTO {self._tokens} (name, hash, scope, agent_id, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    (record.name, record.hash, record.scope, record.agent_id, record.created_at),
+                )
+        except IllegalTransition:
+            raise
+        except Exception as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise IllegalTransition(
+                    f"a token named {record.name!r} exists; revoke it first or choose another name"
+                ) from None
+            raise
+
+    def token_by_hash(self, digest: str) -> Any:
+        with self.storage._connection() as conn:
+            row = conn.execute(
+                f"SELECT {_TOKEN_COLUMNS} FROM {self._tokens} "
+                "WHERE hash = %s AND revoked_at IS NULL",
+                (digest,),
+            ).fetchone()
+        return None if row is None else self._token(row)
+
+    def list_tokens(self) -> list[Any]:
+        with self.storage._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_TOKEN_COLUMNS} FROM {self._tokens} ORDER BY id"
+            ).fetchall()
+        return [self._token(row) for row in rows]
+
+    def revoke_token(self, name: str, now: int) -> bool:
+        with self.storage._write() as conn:
+            cursor = conn.execute(
+                f"UPDATE {self._tokens} SET revoked_at = %s WHERE name = %s AND revoked_at IS NULL",
+                (now, name),
+            )
+            return cursor.rowcount > 0
+
+    # -- workers -----------------------------------------------------------------
+
+    def upsert_worker(self, record: Any) -> bool:
+        with self.storage._write() as conn:
+            row = conn.execute(
+                f"INSERT INTO {self._workers} AS w (worker_id, name, cores, ram_gb, tags, types, "
+                "registered_at, last_seen, lost_at, drain) "
+                "VALUES (%(id)s, %(name)s, %(cores)s, %(ram)s, %(tags)s::jsonb, %(types)s::jsonb, "
+                "%(now)s, %(now)s, NULL, false) "
+                "ON CONFLICT (worker_id) DO UPDATE SET name = EXCLUDED.name, "
+                "cores = EXCLUDED.cores, ram_gb = EXCLUDED.ram_gb, tags = EXCLUDED.tags, "
+                "types = EXCLUDED.types, registered_at = EXCLUDED.registered_at, "
+                "last_seen = EXCLUDED.last_seen, lost_at = NULL, drain = false "
+                "RETURNING (xmax = 0)",  # true when the row was inserted, not updated
+                {
+                    "id": record.worker_id,
+                    "name": record.name,
+                    "cores": record.cores,
+                    "ram": record.ram_gb,
+                    "tags": json.dumps(record.tags),
+                    "types": json.dumps(record.types),
+                    "now": record.registered_at,
+                },
+            ).fetchone()
+        return bool(row and row[0])
+
+    def touch_workers(self, seen: dict[str, int]) -> list[str]:
+        if not seen:
+            return []
+        ids, times = list(seen), list(seen.values())
+        with self.storage._write() as conn:
+            back = conn.execute(
+                f"SELECT worker_id FROM {self._workers} "
+                "WHERE worker_id = ANY(%s) AND lost_at IS NOT NULL ORDER BY worker_id FOR UPDATE",
+                (ids,),
+            ).fetchall()
+            conn.execute(
+                f"INSERT INTO {self._workers} AS w (worker_id, registered_at, last_seen) "
+                "SELECT id, at, at FROM unnest(%s::text[], %s::bigint[]) AS v(id, at) "
+                "ON CONFLICT (worker_id) DO UPDATE SET "
+                "last_seen = greatest(w.last_seen, EXCLUDED.last_seen), lost_at = NULL",
+                (ids, times),
+            )
+        return [row[0] for row in back]
+
+    def set_drain(self, worker_id: str, drain: bool) -> bool:
+        with self.storage._write() as conn:
+            cursor = conn.execute(
+                f"UPDATE {self._workers} SET drain = %s WHERE worker_id = %s", (drain, worker_id)
+            )
+            return cursor.rowcount > 0
+
+    def mark_lost(self, before: int, now: int) -> list[str]:
+        with self.storage._write() as conn:
+            rows = conn.execute(
+                f"UPDATE {self._workers} SET lost_at = %s "
+                "WHERE lost_at IS NULL AND last_seen < %s RETURNING worker_id",
+                (now, before),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def list_workers(self) -> list[Any]:
+        with self.storage._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_WORKER_COLUMNS} FROM {self._workers} ORDER BY worker_id"
+            ).fetchall()
+        return [
+            self._types.WorkerRecord(
+                worker_id=row[0],
+                name=row[1],
+                cores=row[2],
+                ram_gb=row[3],
+                tags=list(row[4]),
+                types=list(row[5]),
+                registered_at=int(row[6]),
+                last_seen=int(row[7]),
+                lost_at=row[8],
+                drain=bool(row[9]),
+            )
+            for row in rows
+        ]
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def search_jobs(
+        self, where: Any, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Any:
+        """One page (`jobcore_http.store.Page`); `budget_ms` is not applied here."""
+        from jobcore_postgres.storage import row_to_job
+
+        params: dict[str, Any] = {"limit": limit + 1}
+        conds = ["true"]
+        for column, values in (
+            ("status", where.statuses),
+            ("type", where.types),
+            ("queue", where.queues),
+        ):
+            if values:
+                params[column] = list(values)
+                conds.append(f"{column} = ANY(%({column})s::text[])")
+        if where.worker is not None:
+            params["worker"] = where.worker
+            conds.append("locked_by = %(worker)s")
+        if where.q:
+            params["like"] = _like(where.q)
+            conds.append(
+                "(payload::text ILIKE %(like)s OR errors::text ILIKE %(like)s "
+                "OR coalesce(last_error, '') ILIKE %(like)s)"
+            )
+        if before is not None:
+            params["before"] = before
+            conds.append("id < %(before)s")
+        sql = self.storage._select(
+            "WHERE " + " AND ".join(conds), "ORDER BY id DESC LIMIT %(limit)s"
+        )
+        with self.storage._connection() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        jobs = [row_to_job(row) for row in rows]
+        more = len(jobs) > limit
+        return self._types.Page(jobs[:limit], jobs[limit - 1].id if more else None)
+
+    def claims_by_worker(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        with self.storage._connection() as conn:
+            rows = conn.execute(
+                f"SELECT locked_by, id FROM {self.storage._d.table('jobs')}"
+                " WHERE status = 'claimed'"
+            ).fetchall()
+        for worker, job_id in rows:
+            out.setdefault(worker, []).append(job_id)
+        return out
+
+    def overdue_claims(self, now: int) -> list[Job]:
+        from jobcore_postgres.storage import row_to_job
+
+        sql = self.storage._select(
+            "WHERE status = 'claimed' AND timeout_ms IS NOT NULL"
+            " AND coalesce(started_at, claimed_at) + timeout_ms < %s"
+        )
+        with self.storage._connection() as conn:
+            rows = conn.execute(sql, (now,)).fetchall()
+        return [row_to_job(row) for row in rows]
+
+    def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:
+        from jobcore_postgres.storage import row_to_job
+
+        if not ids:
+            return {}
+        with self.storage._connection() as conn:
+            rows = conn.execute(
+                self.storage._select("WHERE id = ANY(%s)"), (list(dict.fromkeys(ids)),)
+            ).fetchall()
+        return {job.id: job for job in map(row_to_job, rows)}

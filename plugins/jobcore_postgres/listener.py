@@ -1,0 +1,118 @@
+"""LISTEN/NOTIFY wake-ups: one listening connection per process and store, shared by all waiters.
+
+Every transaction that appends events sends one empty notification on the
+store's channel (the server folds a transaction's identical notifications
+into one). The listener thread counts them; `Listener.wait` blocks until the
+count moves past what the caller saw. While the listening connection is down
+(server restart) waiters are told "maybe changed" at a short interval, so a
+worker falls back to polling until the listener reconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg
+
+from jobcore_postgres.errors import first_line
+
+log = logging.getLogger("jobcore.postgres")
+
+DOWN_POLL = 0.25  # seconds between "maybe changed" answers while the listener is down
+
+
+class Listener:
+    """A thread holding one `LISTEN` connection; counts notifications."""
+
+    def __init__(self, conninfo: str, channel: str, where: str) -> None:
+        self.conninfo = conninfo
+        self.channel = channel
+        self.where = where
+        self.count = 0
+        self.connected = False
+        self.users = 0
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"jobcore-listen-{channel}", daemon=True
+        )
+
+    def start(self, wait: float = 5.0) -> None:
+        """Start listening; waits (bounded) until LISTEN is in place, so no commit is missed."""
+        self._thread.start()
+        self._ready.wait(wait)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _bump(self) -> None:
+        with self._cond:
+            self.count += 1
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        delay = 0.05
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {self.channel}")
+                    self.connected = True
+                    delay = 0.05
+                    self._bump()  # anything may have happened while we were not listening
+                    self._ready.set()
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=0.5):
+                            self._bump()
+            except psycopg.Error as exc:
+                if self.connected:
+                    log.warning("listening on %s: %s; reconnecting", self.where, first_line(exc))
+                self.connected = False
+                self._ready.set()
+                self._bump()
+                self._stop.wait(delay)
+                delay = min(delay * 2, 2.0)
+        self.connected = False
+
+    def wait(self, seen: int, timeout: float) -> tuple[int, bool]:
+        """Block until the count differs from `seen` or `timeout` passes: (count, maybe changed)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.count == seen:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if not self.connected:
+                    self._cond.wait(min(remaining, DOWN_POLL))
+                    if not self.connected:
+                        return self.count, True  # maybe changed: let the caller look
+                    continue
+                self._cond.wait(remaining)
+            return self.count, self.count != seen
+
+
+_listeners: dict[tuple[str, str], Listener] = {}
+_registry_lock = threading.Lock()
+
+
+def acquire(conninfo: str, channel: str, where: str) -> Listener:
+    """The process's listener for this store, started on first use."""
+    with _registry_lock:
+        listener = _listeners.get((conninfo, channel))
+        if listener is None:
+            listener = Listener(conninfo, channel, where)
+            _listeners[(conninfo, channel)] = listener
+            listener.start()
+        listener.users += 1
+        return listener
+
+
+def release(listener: Listener) -> None:
+    """Drop one user; the last one stops the thread and its connection."""
+    with _registry_lock:
+        listener.users -= 1
+        if listener.users <= 0:
+            listener.stop()
+            _listeners.pop((listener.conninfo, listener.channel), None)

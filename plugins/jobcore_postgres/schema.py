@@ -1,0 +1,191 @@
+"""jobcore's tables in their own PostgreSQL schema, with forward-only versioned migrations.
+
+Migration N (1-based) upgrades a schema at version N-1; `{s}` stands for the
+schema name. Append new ones; never edit a released one. Migrating takes a
+transaction-scoped advisory lock, so processes starting at once queue up
+behind one migrator; a schema already current is checked without the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from jobcore.errors import SchemaTooNew
+
+log = logging.getLogger("jobcore.postgres")
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "jobs, events and locks",
+        """
+        CREATE SCHEMA IF NOT EXISTS {s};
+        CREATE TABLE {s}.schema_version (version integer NOT NULL);
+        INSERT INTO {s}.schema_version VALUES (0);
+
+        -- the store's clock in ms; stable within one statement
+        CREATE FUNCTION {s}.now_ms() RETURNS bigint LANGUAGE sql STABLE AS
+          $$ SELECT (extract(epoch FROM statement_timestamp()) * 1000)::bigint $$;
+
+        CREATE TABLE {s}.jobs (
+            id               text PRIMARY KEY,
+            type             text NOT NULL,
+            queue            text NOT NULL DEFAULT 'default',
+            payload          json NOT NULL,
+            status           text NOT NULL CHECK (status IN
+                               ('scheduled', 'pending', 'claimed',
+                                'completed', 'failed', 'cancelled')),
+            priority         integer NOT NULL DEFAULT 0,
+            attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            max_attempts     integer NOT NULL CHECK (max_attempts >= 1),
+            run_at           bigint NOT NULL,
+            timeout_ms       bigint,
+            idempotency_key  text,
+            locked_by        text,
+            locked_at        bigint,
+            lease_expires_at bigint,
+            heartbeat_at     bigint,
+            cancel_requested boolean NOT NULL DEFAULT false,
+            last_error       text,
+            errors           jsonb NOT NULL DEFAULT '[]',
+            result           json,
+            parent_id        text,
+            meta             json NOT NULL DEFAULT '{{}}',
+            created_at       bigint NOT NULL,
+            claimed_at       bigint,
+            completed_at     bigint,
+            updated_at       bigint NOT NULL,
+            lease_id         text,
+            started_at       bigint,
+            history          jsonb NOT NULL DEFAULT '[]'
+        ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+
+        -- claim paths: only pending rows, in claim order; one per leading filter,
+        -- so a claim filtered by queue or type never walks other queues' rows
+        CREATE INDEX jobs_claim ON {s}.jobs (priority DESC, run_at, id)
+            WHERE status = 'pending';
+        CREATE INDEX jobs_claim_queue ON {s}.jobs (queue, priority DESC, run_at, id)
+            WHERE status = 'pending';
+        CREATE INDEX jobs_claim_type ON {s}.jobs (type, priority DESC, run_at, id)
+            WHERE status = 'pending';
+        -- promotion of due scheduled rows
+        CREATE INDEX jobs_scheduled ON {s}.jobs (run_at) WHERE status = 'scheduled';
+        -- the sweep and cancel checks: claimed rows
+        CREATE INDEX jobs_leases ON {s}.jobs (lease_expires_at) WHERE status = 'claimed';
+        CREATE INDEX jobs_claimed_by ON {s}.jobs (locked_by) WHERE status = 'claimed';
+        -- at most one unfinished job per (type, idempotency_key)
+        CREATE UNIQUE INDEX jobs_idempotency ON {s}.jobs (type, idempotency_key)
+            WHERE idempotency_key IS NOT NULL
+              AND status IN ('scheduled', 'pending', 'claimed');
+        -- list/retry by status, newest first; pruning and stats by finish time
+        CREATE INDEX jobs_status ON {s}.jobs (status, id);
+        CREATE INDEX jobs_finished ON {s}.jobs (completed_at)
+            WHERE status IN ('completed', 'failed', 'cancelled');
+        CREATE INDEX jobs_parent ON {s}.jobs (parent_id) WHERE parent_id IS NOT NULL;
+
+        CREATE TABLE {s}.events (
+            seq       bigint GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {s}.events_seq)
+                      PRIMARY KEY,
+            at        bigint NOT NULL,
+            kind      text NOT NULL CHECK (kind <> ''),
+            job_id    text,
+            worker_id text,
+            data      jsonb
+        );
+        CREATE INDEX events_at ON {s}.events (at);
+
+        -- one tiny notification per transaction that changed jobs (the server folds
+        -- identical notifications of one transaction into one)
+        CREATE FUNCTION {s}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_notify('{s}_changes', '');
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER events_notify AFTER INSERT ON {s}.events
+            FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_change();
+
+        CREATE TABLE {s}.locks (
+            name       text PRIMARY KEY,
+            holder     text NOT NULL,
+            expires_at bigint NOT NULL
+        );
+        """,
+    ),
+    (
+        "the hub's tokens and workers",
+        """
+        CREATE TABLE {s}.hub_tokens (
+            id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            name       text NOT NULL,
+            hash       text NOT NULL UNIQUE,
+            scope      text NOT NULL CHECK (scope IN ('read', 'produce', 'agent', 'admin')),
+            agent_id   text,
+            created_at bigint NOT NULL,
+            revoked_at bigint
+        );
+        CREATE UNIQUE INDEX hub_tokens_active_name ON {s}.hub_tokens (name)
+            WHERE revoked_at IS NULL;
+        CREATE TABLE {s}.hub_workers (
+            worker_id     text PRIMARY KEY,
+            name          text,
+            cores         integer,
+            ram_gb        double precision,
+            tags          jsonb NOT NULL DEFAULT '[]',
+            types         jsonb NOT NULL DEFAULT '[]',
+            registered_at bigint NOT NULL,
+            last_seen     bigint NOT NULL,
+            lost_at       bigint,
+            drain         boolean NOT NULL DEFAULT false
+        );
+        """,
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's store."""
+    return f"{schema}_changes"
+
+
+def stored_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
+    """The schema's migration version; 0 when jobcore's tables are not there yet."""
+    # a plain scan of pg_tables, not to_regclass: a name lookup that misses leaves a negative
+    # cache entry in this backend that a lock taken later does not invalidate
+    row = conn.execute(
+        "SELECT count(*) FROM pg_catalog.pg_tables "
+        "WHERE schemaname = %s AND tablename = 'schema_version'",
+        (schema,),
+    ).fetchone()
+    if row is None or not row[0]:
+        return 0
+    found = conn.execute(f"SELECT version FROM {schema}.schema_version").fetchone()
+    return int(found[0]) if found else 0  # type: ignore[call-overload]
+
+
+def _too_new(version: int, schema: str, where: str) -> SchemaTooNew:
+    return SchemaTooNew(
+        f"PostgreSQL at {where}: schema {schema!r} is at version {version}, newer than this "
+        f"jobcore knows ({SCHEMA_VERSION}); upgrade jobcore"
+    )
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:
+    """Bring `schema` to `SCHEMA_VERSION`; locks only when there is work to do."""
+    version = stored_version(conn, schema)
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        raise _too_new(version, schema, where)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore migrate {schema}",))
+        version = stored_version(conn, schema)  # another process may have migrated meanwhile
+        if version > SCHEMA_VERSION:
+            raise _too_new(version, schema, where)
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            name, script = MIGRATIONS[number - 1]
+            log.info("migrating %s schema %s to version %d: %s", where, schema, number, name)
+            conn.execute(script.format(s=schema).encode())
+            conn.execute(f"UPDATE {schema}.schema_version SET version = %s", (number,))

@@ -1,0 +1,1191 @@
+"""The PostgreSQL storage backend: psycopg 3 with a connection pool, the server's clock.
+
+Every method borrows a pooled connection (autocommit) for one statement or
+one transaction; `transaction()` pins a connection to the calling thread so
+everything inside it joins that transaction. Errors leave as the core's
+`StorageError` kinds; a lost connection is `StorageConnectionLost` (transient:
+the worker backs off and the pool reconnects).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from jobcore.errors import ConfigError, IllegalTransition, StorageError
+from jobcore.models import (
+    Completed,
+    Event,
+    Failed,
+    Job,
+    JobStatus,
+    Lease,
+    NewJob,
+    Outcome,
+    replace_job,
+)
+from jobcore.storage.base import Inserted, Recorded, Stats, Swept
+from jobcore.transitions import (
+    CANCEL_WAITING,
+    EXTEND,
+    MARK_STARTED,
+    OPERATOR_RETRY,
+    OWNER,
+    REQUEST_CANCEL,
+    STORE_MAX_DELAY_MS,
+    SWEEP,
+    Transition,
+    clamp_delay_ms,
+    recorded_as,
+)
+from jobcore_postgres import listener as listeners
+from jobcore_postgres import outbox
+from jobcore_postgres.errors import mapped
+from jobcore_postgres.schema import channel, migrate
+from jobcore_postgres.statements import (
+    JOB_COLUMNS,
+    SLIM_COLUMNS,
+    Dialect,
+    by_id_statement,
+    claim_statement,
+    owner_statement,
+    promote_statement,
+    sweep_statement,
+)
+from jobcore_postgres.url import PostgresTarget, parse_url
+
+log = logging.getLogger("jobcore.postgres")
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
+SWEEP_LIMIT = 1000  # expired leases handled per sweep transition and call
+PRUNE_BATCH = 5000  # finished jobs deleted per transaction
+EVENT_PRUNE_BATCH = 10_000
+_FINISHED = ("completed", "failed", "cancelled")
+_UNFINISHED = ("scheduled", "pending", "claimed")
+_json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+# Plans must not depend on table statistics (autovacuum may be off, or behind a
+# high-churn table): claims walk a partial index in claim order and owner
+# transitions find rows by primary key, whatever the planner thinks the table holds.
+_PLANNER = (
+    "enable_seqscan=off",
+    "enable_material=off",
+    "enable_bitmapscan=off",
+    "enable_sort=off",
+    "enable_hashjoin=off",
+    "enable_mergejoin=off",
+    "jit=off",
+)
+
+
+_SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
+
+
+def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None = None) -> str:
+    settings = list(_PLANNER)
+    if lock_timeout_ms is not None:
+        settings.append(f"lock_timeout={int(lock_timeout_ms)}")
+    if synchronous_commit is not None:
+        if synchronous_commit not in _SYNCHRONOUS_COMMIT:
+            raise ConfigError(
+                f"synchronous_commit must be one of {', '.join(_SYNCHRONOUS_COMMIT)}, "
+                f"not {synchronous_commit!r}"
+            )
+        settings.append(f"synchronous_commit={synchronous_commit}")
+    return " ".join(f"-c {setting}" for setting in settings)
+
+
+def _text(value: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL characters; show them instead of failing."""
+    return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
+
+
+def _event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str, Any] | None:
+    """What was stored with an event, plus its job's type and queue if the job exists."""
+    value: dict[str, Any] | None = None
+    if data is not None:
+        value = data if isinstance(data, dict) else {"value": data}
+    if type_name is not None:
+        value = {**(value or {}), "type": type_name, "queue": queue}
+    return value
+
+
+def _slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) -> Job:
+    """The updated job from a slim answer and the claimed row the reporter holds."""
+    claimed = outcome.lease.job
+    assert claimed is not None
+    values = dict(zip(SLIM_COLUMNS, row, strict=False))
+    values["status"] = JobStatus(values["status"])
+    *_, last_error_entry, last_history_entry = row
+    errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
+    history = [*claimed.history, last_history_entry] if transition.history else claimed.history
+    result = outcome.result if isinstance(outcome, Completed) else claimed.result
+    return replace_job(claimed, errors=errors, history=history, result=result, **values)
+
+
+def row_to_job(row: Sequence[Any]) -> Job:
+    values = dict(zip(JOB_COLUMNS, row, strict=False))
+    values["status"] = JobStatus(values["status"])
+    return Job(**values)
+
+
+def _new_job(job: NewJob, status: str, now: int, run_at: int) -> Job:
+    return Job(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        payload=job.payload,
+        status=JobStatus(status),
+        priority=job.priority,
+        attempts=0,
+        max_attempts=job.max_attempts,
+        run_at=run_at,
+        timeout_ms=job.timeout_ms,
+        idempotency_key=job.idempotency_key,
+        locked_by=None,
+        locked_at=None,
+        lease_expires_at=None,
+        heartbeat_at=None,
+        cancel_requested=False,
+        last_error=None,
+        errors=[],
+        result=None,
+        parent_id=job.parent_id,
+        meta=dict(job.meta),
+        created_at=now,
+        claimed_at=None,
+        completed_at=None,
+        updated_at=now,
+    )
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _has_children(outcomes: Sequence[Outcome]) -> bool:
+    return any(isinstance(o, Completed) and o.children for o in outcomes)
+
+
+@dataclass
+class _Sent:
+    """A queued owner statement and the outcomes (by index) it reported."""
+
+    indexes: list[int]
+    cursor: psycopg.Cursor[Any]
+    transition: Transition | None = None  # set when the answer is slim (see owner_statement)
+
+
+@dataclass
+class _Tx:
+    conn: Conn
+    callbacks: list[Callable[[], None]] = field(default_factory=list)
+
+
+class PostgresStorage:
+    """Jobs in a PostgreSQL schema; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "jobcore",
+        poll_only: bool = False,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        connect_timeout: float = 5.0,
+        poll_step: float = 0.05,
+        sweep_hold_ms: int = 30_000,
+        event_retention_ms: int = 3_600_000,
+        lock_timeout_ms: int | None = None,
+        synchronous_commit: str | None = None,
+        clock: Callable[[], int] | None = None,
+        create: bool = True,
+    ) -> None:
+        self.target: PostgresTarget = parse_url(url, schema=schema, poll_only=poll_only)
+        self.where = self.target.display
+        self.schema = self.target.schema
+        self.poll_only = self.target.poll_only
+        self.poll_step = poll_step
+        self.sweep_hold_ms = sweep_hold_ms
+        self.event_retention_ms = event_retention_ms
+        self.connect_timeout = connect_timeout
+        self._create = create
+        self._clock = clock
+        self._d = Dialect(self.schema)
+        self._holder = secrets.token_hex(8)
+        self._local = threading.local()
+        self._ready_lock = threading.Lock()
+        self._ready = False
+        self._closed = False
+        self._listener: listeners.Listener | None = None
+        self._checking = threading.Lock()
+        self._pool = ConnectionPool(
+            self.target.conninfo,
+            min_size=pool_min,
+            max_size=max(pool_min, pool_max),
+            open=False,
+            timeout=connect_timeout,
+            name=f"jobcore-{self.schema}",
+            kwargs={
+                "autocommit": True,
+                # transaction-pooling proxies cannot keep prepared statements
+                "prepare_threshold": None if self.poll_only else 5,
+                "connect_timeout": max(1, int(connect_timeout)),
+                # proxies in transaction mode refuse startup options: set them on the role there
+                **(
+                    {}
+                    if self.poll_only
+                    else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
+                ),
+            },
+        )
+        self._sql: dict[Any, str] = {}
+
+    @property
+    def wake_key(self) -> str:
+        """Identifies the store for in-process wake-ups."""
+        return f"{self.target.conninfo}#{self.schema}"
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({self.where!r}, schema={self.schema!r})"
+
+    # -- connections ---------------------------------------------------------------
+
+    def _connect_direct(self) -> Conn:
+        with mapped(self.where):
+            conn: Conn = psycopg.connect(
+                self.target.conninfo,
+                autocommit=True,
+                connect_timeout=max(1, int(self.connect_timeout)),
+            )
+        return conn
+
+    def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        with self._ready_lock:
+            if self._ready:
+                return
+            if self._closed:
+                raise StorageError(f"the storage for {self.where} was closed")
+            # one direct connection first: a wrong URL fails at once with the server's reason
+            with self._connect_direct() as conn, mapped(self.where):
+                if not self._create and not self._schema_exists(conn):
+                    raise StorageError(
+                        f"no jobcore store in schema {self.schema!r} at {self.where}; enqueue a "
+                        "job or run a worker to create it, or point --db at an existing one"
+                    )
+                migrate(conn, self.schema, self.where)
+            self._pool.open(wait=False)
+            self._ready = True
+
+    def _schema_exists(self, conn: Conn) -> bool:
+        row = conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.jobs",)).fetchone()
+        return row is not None and row[0] is not None
+
+    def migrate(self) -> None:
+        if self._ready:
+            with self._connection() as conn:
+                migrate(conn, self.schema, self.where)
+            return
+        self._ensure_ready()
+
+    def _check_pool(self) -> None:
+        """After a lost connection, replace broken idle connections in the background."""
+        if not self._checking.acquire(blocking=False):
+            return
+
+        def check() -> None:
+            try:
+                self._pool.check()
+            except Exception as exc:  # pragma: no cover - best effort
+                log.debug("pool check: %s", exc)
+            finally:
+                self._checking.release()
+
+        threading.Thread(target=check, name="jobcore-pool-check", daemon=True).start()
+
+    @contextmanager
+    def _connection(self) -> Iterator[Conn]:
+        """This thread's transaction connection, else a pooled one for the duration."""
+        tx: _Tx | None = getattr(self._local, "tx", None)
+        if tx is not None:
+            with mapped(self.where):
+                yield tx.conn
+            return
+        self._ensure_ready()
+        try:
+            with mapped(self.where), self._pool.connection() as conn:
+                if getattr(self._local, "seen_seq", None) is None:
+                    self._local.seen_seq = self._committed_seq(conn)  # this thread's first use
+                yield conn
+        except StorageError as exc:
+            if isinstance(exc.__cause__, psycopg.OperationalError):
+                self._check_pool()
+            raise
+
+    def close(self) -> None:
+        """Give up held locks, stop listening, close every pooled connection."""
+        with self._ready_lock:
+            self._closed = True
+            ready, self._ready = self._ready, False
+        if ready:
+            try:
+                with self._pool.connection(timeout=1.0) as conn:
+                    conn.execute(
+                        f"DELETE FROM {self._d.table('locks')} WHERE holder = %s", (self._holder,)
+                    )
+            except Exception as exc:  # closing is best effort
+                log.debug("releasing locks on close: %s", exc)
+        if self._listener is not None:
+            listeners.release(self._listener)
+            self._listener = None
+        self._pool.close()
+
+    # -- transactions ---------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[Conn]:
+        tx: _Tx | None = getattr(self._local, "tx", None)
+        if tx is not None:  # nested: a savepoint
+            mark = len(tx.callbacks)
+            try:
+                with mapped(self.where), tx.conn.transaction():
+                    yield tx.conn
+            except BaseException:
+                del tx.callbacks[mark:]
+                raise
+            return
+        with self._connection() as conn:
+            tx = _Tx(conn)
+            self._local.tx = tx
+            try:
+                with conn.transaction():
+                    yield conn
+            finally:
+                self._local.tx = None
+        for callback in tx.callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+
+    @contextmanager
+    def _batch(self) -> Iterator[Conn]:
+        """A write transaction in pipeline mode: statements go out without waiting for
+        each other's answers, so a group commit costs one round trip plus the commit.
+        Inside an open transaction it is a plain nested write."""
+        if getattr(self._local, "tx", None) is not None:
+            with self._write() as conn:
+                yield conn
+            return
+        with self._connection() as conn:
+            tx = _Tx(conn)
+            self._local.tx = tx
+            try:
+                with conn.pipeline(), conn.transaction():
+                    yield conn
+            finally:
+                self._local.tx = None
+        for callback in tx.callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+
+    def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
+        """`send` statements in one pipelined transaction, `collect` their answers after the
+        commit: BEGIN, the statements and COMMIT reach the server in one round trip.
+        Inside an open transaction both run in it."""
+        if getattr(self._local, "tx", None) is not None:
+            with self._write() as conn:
+                return collect(conn, send(conn))
+        with self._connection() as conn:
+            tx = _Tx(conn)
+            self._local.tx = tx
+            try:
+                with conn.pipeline():
+                    with conn.transaction():
+                        sent = send(conn)
+                    result = collect(conn, sent)
+            finally:
+                self._local.tx = None
+        for callback in tx.callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+        return result
+
+    @contextmanager
+    def transaction(self) -> Iterator[Conn]:
+        with self._write() as conn:
+            yield conn
+
+    def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        """Run `callback` after this thread's transaction (or `conn`'s) commits; now if none."""
+        if conn is not None:
+            outbox.after_commit(conn, callback)
+            return
+        tx: _Tx | None = getattr(self._local, "tx", None)
+        if tx is not None:
+            tx.callbacks.append(callback)
+        else:
+            callback()
+
+    def _params(self, **values: Any) -> dict[str, Any]:
+        values["now"] = self._clock() if self._clock is not None else None
+        return values
+
+    def now(self) -> int:
+        if self._clock is not None:
+            return self._clock()
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _statement(self, key: Any, build: Callable[..., str], *args: Any) -> str:
+        """`build(*args)`, made once per key."""
+        sql = self._sql.get(key)
+        if sql is None:
+            sql = self._sql[key] = build(*args)
+        return sql
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    def _insert_sql(self) -> str:
+        d = self._d
+        return (
+            # text arrays go in binary: no per-element quoting on the client
+            "WITH v AS (SELECT * FROM unnest(%(ids)b::text[], %(types)b::text[], "
+            "%(queues)b::text[], %(payloads)b::text[], %(priorities)s::int[], "
+            "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(delays)s::bigint[], "
+            "%(timeouts)s::bigint[], %(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) "
+            "AS v(id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
+            f"timeout_ms, idempotency_key, parent_id, meta)), "
+            f"w AS (SELECT v.*, coalesce(v.given_run_at, {d.now} + v.delay_ms) AS run_at FROM v), "
+            f"u AS (INSERT INTO {d.table('jobs')} (id, type, queue, payload, status, priority, "
+            "max_attempts, run_at, timeout_ms, idempotency_key, parent_id, meta, created_at, "
+            "updated_at) "
+            "SELECT v.id, v.type, v.queue, v.payload::json, "
+            f"CASE WHEN v.run_at <= {d.now} THEN 'pending' ELSE 'scheduled' END, v.priority, "
+            f"v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
+            f"v.meta::json, {d.now}, {d.now} FROM w AS v "
+            "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
+            "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
+            "RETURNING id, status, created_at, run_at), "
+            f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
+            "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
+            "SELECT id, status, created_at, run_at FROM u"
+        )
+
+    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
+        sql = self._statement("insert", self._insert_sql)
+        params = self._params(
+            ids=[j.id for j in jobs],
+            types=[j.type for j in jobs],
+            queues=[j.queue for j in jobs],
+            payloads=[
+                j.payload_json if j.payload_json is not None else _json_strict(j.payload)
+                for j in jobs
+            ],
+            priorities=[j.priority for j in jobs],
+            max_attempts=[j.max_attempts for j in jobs],
+            run_ats=[j.run_at for j in jobs],
+            delays=[clamp_delay_ms(j.delay_ms) for j in jobs],
+            timeouts=[j.timeout_ms for j in jobs],
+            keys=[j.idempotency_key for j in jobs],
+            parents=[j.parent_id for j in jobs],
+            metas=[_json_strict(j.meta) if j.meta else "{}" for j in jobs],
+        )
+        created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
+        results: list[Inserted] = []
+        for job in jobs:
+            made = created.get(job.id)
+            if made is not None:
+                status, now, run_at = made
+                results.append(Inserted(_new_job(job, status, now, run_at), created=True))
+                continue
+            existing = conn.execute(
+                f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} "
+                "WHERE type = %s AND idempotency_key = %s AND status = ANY(%s)",
+                (job.type, job.idempotency_key, list(_UNFINISHED)),
+            ).fetchone()
+            if existing is None:  # the holder finished in between: insert after all
+                results.extend(self._insert_on(conn, [job]))
+            else:
+                results.append(Inserted(row_to_job(existing), created=False))
+        return results
+
+    def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        if not jobs:
+            return []
+        if conn is not None:
+            outbox.check(conn)
+            self._ensure_ready()
+            with mapped(self.where):
+                return self._insert_on(conn, jobs)
+        if getattr(self._local, "tx", None) is None and len(jobs) == 1:
+            # one job, one statement: atomic on its own, no BEGIN/COMMIT round trips
+            with self._connection() as c:
+                return self._insert_on(c, jobs)
+        with self._write() as c:
+            return self._insert_on(c, jobs)
+
+    def import_jobs(self, jobs: Sequence[Job], *, replace: bool = False) -> None:
+        """Write whole rows as they are (`jobcore copy`); `replace` overwrites equal ids."""
+        if not jobs:
+            return
+        casts = {"payload": "::json", "result": "::json", "meta": "::json"}
+        casts.update(errors="::jsonb", history="::jsonb")
+        values = ", ".join(f"%s{casts.get(name, '')}" for name in JOB_COLUMNS)
+        sql = f"INSERT INTO {self._d.table('jobs')} ({', '.join(JOB_COLUMNS)}) VALUES ({values})"
+        if replace:
+            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_COLUMNS[1:])
+            sql += f" ON CONFLICT (id) DO UPDATE SET {updates}"
+        rows = [
+            tuple(
+                _json_strict(value) if name in casts else str(value) if name == "status" else value
+                for name, value in ((n, getattr(job, n)) for n in JOB_COLUMNS)
+            )
+            for job in jobs
+        ]
+        with self._write() as conn, conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
+
+    def hub_store(self) -> Any:
+        """The hub's tokens and workers registry in this store (`jobcore_http.store.HubStore`)."""
+        from jobcore_postgres.hub_store import PostgresHubStore
+
+        return PostgresHubStore(self)
+
+    # -- the worker's path -------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        worker: str,
+        limit: int,
+        lease_ms: int,
+        queues: Sequence[str] = (),
+        types: Sequence[str] = (),
+        start: int | None = None,
+    ) -> list[Job]:
+        if limit <= 0:
+            return []
+        return self._one_trip(
+            lambda conn: self._send_claim(
+                conn, worker, limit, lease_ms, queues, types, start, True
+            ),
+            lambda conn, cursor: self._claimed(cursor),
+        )
+
+    def _send_claim(
+        self,
+        conn: Conn,
+        worker: str,
+        limit: int,
+        lease_ms: int,
+        queues: Sequence[str],
+        types: Sequence[str],
+        start: int | None,
+        promote: bool,
+    ) -> psycopg.Cursor[Any] | None:
+        """Queue the promotion and the claim; the claim's rows come from `_claimed`."""
+        if promote:
+            sql = self._statement("promote", promote_statement, self._d, PROMOTE_LIMIT)
+            conn.execute(sql, self._params())
+        if limit <= 0:
+            return None
+        by_queue, by_type = bool(queues), bool(types)
+        sql = self._statement(
+            ("claim", by_queue, by_type), claim_statement, self._d, by_queue, by_type
+        )
+        params = self._params(
+            worker=worker,
+            limit=limit,
+            lease_ms=lease_ms,
+            start=limit if start is None else start,
+            queues=list(queues),
+            types=list(types),
+        )
+        return conn.execute(sql, params)
+
+    @staticmethod
+    def _claimed(cursor: psycopg.Cursor[Any] | None) -> list[Job]:
+        return [] if cursor is None else [row_to_job(row) for row in cursor.fetchall()]
+
+    def commit_batch(
+        self,
+        outcomes: Sequence[Outcome],
+        *,
+        worker: str,
+        claim_limit: int,
+        lease_ms: int,
+        queues: Sequence[str] = (),
+        types: Sequence[str] = (),
+        promote: bool = True,
+        started: Sequence[Lease] = (),
+        start: int | None = None,
+    ) -> tuple[list[Recorded], list[Job]]:
+        checked = self._checked(outcomes)
+
+        def send(conn: Conn) -> tuple[list[_Sent], psycopg.Cursor[Any] | None]:
+            if started:
+                sql = self._lease_statement(MARK_STARTED, "j.id")
+                conn.execute(sql, self._lease_params(started))
+            sent = self._send_owner(conn, checked)
+            claim = self._send_claim(
+                conn, worker, claim_limit, lease_ms, queues, types, start, promote
+            )
+            return sent, claim
+
+        def collect(
+            conn: Conn, sent: tuple[list[_Sent], psycopg.Cursor[Any] | None]
+        ) -> tuple[list[Recorded], list[Job]]:
+            return self._collect(conn, checked, sent[0]), self._claimed(sent[1])
+
+        if _has_children(checked):  # children go in with their parent: collect before COMMIT
+            with self._batch() as conn:
+                return collect(conn, send(conn))
+        return self._one_trip(send, collect)
+
+    def next_due(self) -> int | None:
+        with self._connection() as conn:
+            row = conn.execute(
+                f"SELECT min(run_at) FROM {self._d.table('jobs')} WHERE status = 'scheduled'"
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _lease_statement(self, transition: Transition, returning: str) -> str:
+        return self._statement(
+            ("lease", transition.name),
+            lambda: owner_statement(transition, self._d).replace(
+                "RETURNING " + ", ".join(f"j.{c}" for c in JOB_COLUMNS), f"RETURNING {returning}"
+            ),
+        )
+
+    def _lease_params(self, leases: Sequence[Lease], **extra: Any) -> dict[str, Any]:
+        nothing: list[None] = [None] * len(leases)
+        return self._params(
+            ids=[lease.job_id for lease in leases],
+            lease_ids=[lease.lease_id for lease in leases],
+            errors=nothing,
+            results=nothing,
+            delays=nothing,
+            **extra,
+        )
+
+    def extend_leases(self, leases: Sequence[Lease], *, lease_ms: int) -> dict[str, bool]:
+        if not leases:
+            return {}
+        sql = self._lease_statement(EXTEND, "j.id, j.cancel_requested")
+        with self._write() as conn:
+            rows = conn.execute(sql, self._lease_params(leases, lease_ms=lease_ms)).fetchall()
+        return {row[0]: bool(row[1]) for row in rows}
+
+    def _mark_started(self, conn: Conn, leases: Sequence[Lease]) -> set[str]:
+        sql = self._lease_statement(MARK_STARTED, "j.id")
+        return {row[0] for row in conn.execute(sql, self._lease_params(leases)).fetchall()}
+
+    def mark_started(self, leases: Sequence[Lease]) -> set[str]:
+        if not leases:
+            return set()
+        with self._write() as conn:
+            return self._mark_started(conn, leases)
+
+    def cancel_requested(self, worker: str) -> set[str]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM {self._d.table('jobs')} "
+                "WHERE status = 'claimed' AND locked_by = %s AND cancel_requested",
+                (worker,),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
+        if not outcomes:
+            return []
+        checked = self._checked(outcomes)
+        if _has_children(checked):
+            with self._batch() as conn:
+                return self._collect(conn, checked, self._send_owner(conn, checked))
+        return self._one_trip(
+            lambda conn: self._send_owner(conn, checked),
+            lambda conn, sent: self._collect(conn, checked, sent),
+        )
+
+    def _send_owner(
+        self, conn: Conn, outcomes: Sequence[Outcome], *, children: bool = False
+    ) -> list[_Sent]:
+        """Queue one statement per transition (completions with children only if `children`)."""
+        sent: list[_Sent] = []
+        by_type: dict[type[Any], list[int]] = {}
+        for index, outcome in enumerate(outcomes):
+            if children or not (isinstance(outcome, Completed) and outcome.children):
+                by_type.setdefault(type(outcome), []).append(index)
+        for kind, indexes in by_type.items():
+            group = [outcomes[i] for i in indexes]
+            params = self._params(
+                ids=[o.lease.job_id for o in group],
+                lease_ids=[o.lease.lease_id for o in group],
+                errors=[_text(getattr(o, "error", None)) for o in group],
+                results=[
+                    _json_strict(o.result) if isinstance(o, Completed) else None for o in group
+                ],
+                delays=[
+                    clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
+                ],
+            )
+            slim = all(o.lease.job is not None for o in group)
+            for transition in OWNER[kind]:
+                sql = self._statement(
+                    ("owner", transition.name, slim), owner_statement, transition, self._d, slim
+                )
+                cursor = conn.execute(sql, params)
+                sent.append(_Sent(indexes, cursor, transition if slim else None))
+        return sent
+
+    @staticmethod
+    def _updated(outcomes: Sequence[Outcome], sent: list[_Sent]) -> dict[int, Job]:
+        """{index in outcomes: the row its statement updated}."""
+        done: dict[int, Job] = {}
+        for item in sent:
+            for row in item.cursor.fetchall():
+                for i in item.indexes:
+                    if i not in done and outcomes[i].lease.job_id == row[0]:
+                        done[i] = (
+                            row_to_job(row)
+                            if item.transition is None
+                            else _slim_to_job(row, outcomes[i], item.transition)
+                        )
+                        break
+        return done
+
+    @staticmethod
+    def _checked(outcomes: Sequence[Outcome]) -> list[Outcome]:
+        """Results that cannot be stored fail their job alone, before any statement runs."""
+        checked: list[Outcome] = []
+        for outcome in outcomes:
+            if isinstance(outcome, Completed):
+                try:
+                    _json_strict(outcome.result)
+                except (TypeError, ValueError) as exc:
+                    outcome = Failed(outcome.lease, f"could not record outcome: {exc}")
+            checked.append(outcome)
+        return checked
+
+    def _record(self, conn: Conn, outcomes: Sequence[Outcome]) -> list[Recorded]:
+        checked = self._checked(outcomes)
+        return self._collect(conn, checked, self._send_owner(conn, checked))
+
+    def _collect(self, conn: Conn, checked: list[Outcome], sent: list[_Sent]) -> list[Recorded]:
+        done = self._updated(checked, sent)
+        answers: dict[int, Recorded] = {i: Recorded(checked[i], job) for i, job in done.items()}
+        for i, outcome in enumerate(checked):
+            if isinstance(outcome, Completed) and outcome.children:
+                answers[i] = self._record_with_children(conn, outcome)
+        missing = [i for i in range(len(checked)) if i not in answers or answers[i].job is None]
+        if missing:
+            ids = list({checked[i].lease.job_id for i in missing})
+            rows = conn.execute(
+                f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} WHERE id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+            current = {job.id: job for job in map(row_to_job, rows)}
+            for i in missing:
+                outcome = checked[i]
+                job = current.get(outcome.lease.job_id)
+                ended = recorded_as(outcome)
+                if job is not None and any(
+                    entry.get("lease_id") == outcome.lease.lease_id
+                    and entry.get("outcome") in ended
+                    for entry in job.history
+                ):
+                    answers[i] = Recorded(outcome, job, state="already")
+                else:
+                    answers[i] = Recorded(outcome, None, state="stale")
+        return [answers[i] for i in range(len(checked))]
+
+    def _apply(self, conn: Conn, outcomes: Sequence[Outcome]) -> dict[int, Job]:
+        """Run the owner statements for `outcomes` now (children are the caller's)."""
+        return self._updated(outcomes, self._send_owner(conn, outcomes, children=True))
+
+    def _record_with_children(self, conn: Conn, outcome: Completed) -> Recorded:
+        try:
+            with conn.transaction():
+                done = self._apply(conn, [outcome])
+                if 0 not in done:
+                    return Recorded(outcome, None, state="stale")
+                children = tuple(self._insert_on(conn, outcome.children))
+                return Recorded(outcome, done[0], children=children)
+        except (psycopg.DataError, psycopg.IntegrityError, TypeError, ValueError) as exc:
+            log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
+            fallback = Failed(outcome.lease, f"could not record outcome: {exc}")
+            done = self._apply(conn, [fallback])
+            return Recorded(fallback, done.get(0), state="recorded" if 0 in done else "stale")
+
+    # -- the sweep and store-level locks ------------------------------------------------
+
+    def _take_lock(self, conn: Conn, name: str, holder: str, ttl_ms: int, force: bool) -> bool:
+        locks = self._d.table("locks")
+        condition = (
+            ""
+            if force
+            else (f" WHERE {locks}.holder = EXCLUDED.holder OR {locks}.expires_at < {self._d.now}")
+        )
+        row = conn.execute(
+            f"INSERT INTO {locks} (name, holder, expires_at) "
+            f"VALUES (%(name)s, %(holder)s, {self._d.now} + %(ttl)s::bigint) "
+            "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
+            f"expires_at = EXCLUDED.expires_at{condition} RETURNING holder",
+            self._params(name=name, holder=holder, ttl=ttl_ms),
+        ).fetchone()
+        return row is not None
+
+    def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
+        with self._write() as conn:
+            return self._take_lock(conn, name, holder, ttl_ms, force=False)
+
+    def release_lock(self, name: str, holder: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                f"DELETE FROM {self._d.table('locks')} WHERE name = %s AND holder = %s",
+                (name, holder),
+            )
+
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+        swept: list[Swept] = []
+        with self._write() as conn:
+            hold = self.sweep_hold_ms if hold_ms is None else hold_ms
+            if not self._take_lock(conn, "sweep", self._holder, hold, force):
+                return []
+            for transition, action in SWEEP:
+                sql = self._statement(
+                    ("sweep", transition.name), sweep_statement, transition, self._d, SWEEP_LIMIT
+                )
+                for row in conn.execute(sql, self._params()).fetchall():
+                    swept.append(Swept(row_to_job(row), action))
+            events = self._d.table("events")
+            conn.execute(
+                f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
+                f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY seq LIMIT {EVENT_PRUNE_BATCH})",
+                self._params(keep=self.event_retention_ms),
+            )
+        return swept
+
+    # -- operators ---------------------------------------------------------------------
+
+    def _select(self, where: str = "", tail: str = "") -> str:
+        return f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} {where} {tail}"
+
+    def get(self, job_id: str) -> Job | None:
+        with self._connection() as conn:
+            row = conn.execute(self._select("WHERE id = %s"), (job_id,)).fetchone()
+        return None if row is None else row_to_job(row)
+
+    @staticmethod
+    def _filters(params: dict[str, Any], **given: Sequence[str]) -> str:
+        conds = []
+        for column, values in given.items():
+            if values:
+                params[column] = list(values)
+                conds.append(f"{column} = ANY(%({column})s::text[])")
+        return "".join(f" AND {c}" for c in conds)
+
+    def list_jobs(
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        types: Sequence[str] = (),
+        queues: Sequence[str] = (),
+        finished_after: int | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        params: dict[str, Any] = {"limit": limit}
+        where = "WHERE true" + self._filters(params, status=statuses, type=types, queue=queues)
+        if finished_after is not None:
+            params["finished_after"] = finished_after
+            where += " AND completed_at >= %(finished_after)s"
+        with self._connection() as conn:
+            rows = conn.execute(
+                self._select(where, "ORDER BY id DESC LIMIT %(limit)s"), params
+            ).fetchall()
+        return [row_to_job(row) for row in rows]
+
+    def failed_ids(self, types: Sequence[str] = ()) -> list[str]:
+        params: dict[str, Any] = {}
+        where = "WHERE status = 'failed'" + self._filters(params, type=types)
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM {self._d.table('jobs')} {where} ORDER BY id", params
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
+        sql = self._statement(
+            ("by_id", transition.name), lambda: by_id_statement(transition, self._d)
+        )
+        row = conn.execute(sql, self._params(id=job_id)).fetchone()
+        return None if row is None else row_to_job(row)
+
+    def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
+        results: list[Job | None] = []
+        with self._write() as conn:
+            for job_id in job_ids:
+                try:
+                    results.append(self._by_id(conn, OPERATOR_RETRY, job_id))
+                except psycopg.errors.UniqueViolation:
+                    raise IllegalTransition(
+                        f"cannot retry job {job_id}: another unfinished job holds its "
+                        "idempotency key"
+                    ) from None
+        return results
+
+    def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
+        results: list[Job | None] = []
+        with self._write() as conn:
+            for job_id in job_ids:
+                job = self._by_id(conn, CANCEL_WAITING, job_id)
+                if job is None:
+                    job = self._by_id(conn, REQUEST_CANCEL, job_id)
+                results.append(job)
+        return results
+
+    def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
+        """Delete finished jobs in bounded batches (short transactions, no long row locks)."""
+        params: dict[str, Any] = {"before": before, "finished": list(_FINISHED)}
+        where = (
+            "WHERE status = ANY(%(finished)s::text[]) AND completed_at < %(before)s"
+            + self._filters(params, status=statuses, type=types)
+        )
+        jobs = self._d.table("jobs")
+        sql = (
+            f"DELETE FROM {jobs} WHERE id IN (SELECT id FROM {jobs} {where} "
+            f"LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED)"
+        )
+        total = 0
+        while True:
+            with self._write() as conn:
+                deleted = conn.execute(sql, params).rowcount
+            total += max(deleted, 0)
+            if deleted < PRUNE_BATCH:
+                return total
+
+    def scan(
+        self, *, statuses: Sequence[str] = (), types: Sequence[str] = (), batch: int = 500
+    ) -> Iterator[Job]:
+        after = ""
+        while True:
+            params: dict[str, Any] = {"after": after, "limit": batch}
+            where = "WHERE id > %(after)s" + self._filters(params, status=statuses, type=types)
+            with self._connection() as conn:
+                rows = conn.execute(
+                    self._select(where, "ORDER BY id LIMIT %(limit)s"), params
+                ).fetchall()
+            jobs = [row_to_job(row) for row in rows]
+            yield from jobs
+            if len(jobs) < batch:
+                return
+            after = jobs[-1].id
+
+    def count_by_status(self) -> dict[str, int]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT status, count(*) FROM {self._d.table('jobs')} GROUP BY status"
+            ).fetchall()
+        return {status: int(n) for status, n in rows}
+
+    def stats(self) -> Stats:
+        jobs = self._d.table("jobs")
+        now = self.now()
+        stats = Stats()
+        with self._connection() as conn:
+            for type_name, status, count in conn.execute(
+                f"SELECT type, status, count(*) FROM {jobs} GROUP BY type, status"
+            ).fetchall():
+                stats.counts[status] = stats.counts.get(status, 0) + int(count)
+                stats.by_type.setdefault(type_name, {})[status] = int(count)
+            stats.failures = [
+                {"type": t, "error": error, "count": int(n)}
+                for t, error, n in conn.execute(
+                    f"SELECT type, coalesce(last_error, ''), count(*) FROM {jobs} "
+                    "WHERE status = 'failed' GROUP BY type, last_error "
+                    "ORDER BY count(*) DESC, type LIMIT 50"
+                ).fetchall()
+            ]
+            stats.stuck = [
+                row_to_job(row)
+                for row in conn.execute(
+                    self._select(
+                        "WHERE status = 'claimed' AND lease_expires_at < %s",
+                        "ORDER BY lease_expires_at LIMIT 100",
+                    ),
+                    (now,),
+                ).fetchall()
+            ]
+            for type_name, count, p50, p95 in conn.execute(
+                "SELECT type, count(*), "
+                "percentile_disc(0.5) WITHIN GROUP (ORDER BY completed_at - claimed_at), "
+                "percentile_disc(0.95) WITHIN GROUP (ORDER BY completed_at - claimed_at) "
+                f"FROM {jobs} WHERE status = 'completed' AND completed_at >= %s "
+                "AND claimed_at IS NOT NULL GROUP BY type ORDER BY type",
+                (now - 86_400_000,),
+            ).fetchall():
+                stats.durations[type_name] = {
+                    "count": int(count),
+                    "p50_ms": None if p50 is None else int(p50),
+                    "p95_ms": None if p95 is None else int(p95),
+                }
+            since = now - 3_600_000
+            row = conn.execute(
+                f"SELECT (SELECT count(*) FROM {jobs} WHERE created_at >= %(s)s), "
+                f"(SELECT count(*) FROM {jobs} WHERE status = 'completed' AND completed_at >= %(s)s), "
+                f"(SELECT count(*) FROM {jobs} WHERE status = 'failed' AND completed_at >= %(s)s)",
+                {"s": since},
+            ).fetchone()
+            assert row is not None
+            stats.last_hour = {
+                "enqueued": int(row[0]),
+                "completed": int(row[1]),
+                "failed": int(row[2]),
+            }
+            stats.duplicates = [
+                {"type": t, "idempotency_key": key, "count": int(n)}
+                for t, key, n in conn.execute(
+                    f"SELECT type, idempotency_key, count(*) FROM {jobs} "
+                    "WHERE idempotency_key IS NOT NULL GROUP BY type, idempotency_key "
+                    "HAVING count(*) > 1 ORDER BY count(*) DESC LIMIT 50"
+                ).fetchall()
+            ]
+        return stats
+
+    # -- change notification and events ----------------------------------------------
+
+    def _committed_seq(self, conn: Conn) -> int:
+        row = conn.execute(
+            f"SELECT coalesce(max(seq), 0) FROM {self._d.table('events')}"
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _start_listening(self) -> listeners.Listener:
+        with self._ready_lock:
+            if self._listener is None:
+                self._listener = listeners.acquire(
+                    self.target.conninfo, channel(self.schema), self.where
+                )
+            return self._listener
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """True once another transaction changed jobs or events since this thread last looked.
+
+        A thread's first wait compares the newest committed event with what it
+        saw at its first use of the store; from then on LISTEN/NOTIFY wakes it
+        (one listening connection per process). With `poll_only` the newest
+        committed event is polled every `poll_step`; while the listener is down
+        the answer is "maybe" every few hundred ms, so the caller looks itself.
+        """
+        timeout = max(0.0, timeout)
+        if self.poll_only:
+            return self._poll_for_change(timeout)
+        listener = self._listener or self._start_listening()
+        seen_count: int | None = getattr(self._local, "seen_count", None)
+        if seen_count is None:  # first wait on this thread: listening starts now
+            seen_count = self._local.seen_count = listener.count
+            current = self._seq_now()  # what committed between first use and listening
+            seen_seq: int = self._local.seen_seq
+            self._local.seen_seq = current
+            if current != seen_seq:
+                return True
+        # from here on the notifications alone tell: no query per wait
+        count, changed = listener.wait(seen_count, timeout)
+        self._local.seen_count = count
+        return changed
+
+    def _seq_now(self) -> int:
+        with self._connection() as conn:
+            return self._committed_seq(conn)
+
+    def _poll_for_change(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        current = self._seq_now()
+        seen_seq: int = self._local.seen_seq
+        while current == seen_seq:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(self.poll_step, remaining))
+            current = self._seq_now()
+        self._local.seen_seq = current
+        return True
+
+    def last_event_seq(self) -> int:
+        with self._connection() as conn:
+            row = conn.execute(
+                f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END "
+                f"FROM {self._d.table('events_seq')}"
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
+        """Events after `seq`; a job event's data is its job's type and queue (while it exists)."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue "
+                f"FROM {self._d.table('events')} e LEFT JOIN {self._d.table('jobs')} j "
+                "ON j.id = e.job_id WHERE e.seq > %s ORDER BY e.seq LIMIT %s",
+                (seq, limit),
+            ).fetchall()
+        return [
+            Event(
+                seq=int(s),
+                at=int(at),
+                kind=kind,
+                job_id=job_id,
+                worker_id=worker_id,
+                data=_event_data(data, type_name, queue),
+            )
+            for s, at, kind, job_id, worker_id, data, type_name, queue in rows
+        ]
+
+    def add_event(
+        self,
+        kind: str,
+        *,
+        job_id: str | None = None,
+        worker_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> int:
+        if not kind:
+            raise StorageError("an event needs a kind, e.g. 'worker:registered'")
+        with self._write() as conn:
+            row = conn.execute(
+                f"INSERT INTO {self._d.table('events')} (at, kind, job_id, worker_id, data) "
+                f"VALUES ({self._d.now}, %(kind)s, %(job_id)s, %(worker_id)s, %(data)s::jsonb) "
+                "RETURNING seq",
+                self._params(
+                    kind=kind,
+                    job_id=job_id,
+                    worker_id=worker_id,
+                    data=None if data is None else _json_strict(data),
+                ),
+            ).fetchone()
+        assert row is not None
+        return int(row[0])

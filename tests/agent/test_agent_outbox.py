@@ -1,0 +1,41 @@
+"""The agent's local outbox: durable, first outcome per claim wins, per-worker delivery."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from jobcore_agent.outbox import Outbox
+
+
+def test_outcomes_survive_a_restart_until_deleted(tmp_path: Path) -> None:
+    box = Outbox(tmp_path)
+    assert box.add(lease_id="L1", job_id="j1", worker_id="a", kind="result", body={"result": 1})
+    assert box.add(lease_id="L2", job_id="j2", worker_id="a", kind="fail", body={"reason": "x"})
+    assert not box.add(lease_id="L1", job_id="j1", worker_id="a", kind="fail", body={})
+    box.close()
+    # a separate process (a restarted agent) sees both, in order, the first outcome of L1 kept
+    script = (
+        "import sys; from jobcore_agent.outbox import Outbox; b = Outbox(sys.argv[1]);"
+        "print([(p.lease_id, p.kind, p.body) for p in b.pending('a')])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[('L1', 'result', {'result': 1}), ('L2', 'fail', {'reason': 'x'})]"
+    box = Outbox(tmp_path)
+    box.delete("L1")
+    assert [p.lease_id for p in box.pending("a")] == ["L2"]
+    box.close()
+
+
+def test_each_worker_sees_only_its_own_outcomes(tmp_path: Path) -> None:
+    box = Outbox(tmp_path)
+    box.add(lease_id="L1", job_id="j1", worker_id="a", kind="result", body={})
+    box.add(lease_id="L2", job_id="j2", worker_id="b", kind="result", body={})
+    assert [p.lease_id for p in box.pending("b")] == ["L2"]
+    assert box.count("a") == 1 and box.count() == 2
+    box.replace("L2", kind="fail", body={"reason": "rejected"})
+    assert box.pending("b")[0].kind == "fail"
+    box.close()

@@ -1,0 +1,76 @@
+"""A PostgreSQL database of its own for this test run, and a fresh schema per test.
+
+The server is `$JOBCORE_TEST_POSTGRES` (default: postgres on 127.0.0.1:5432,
+trust auth). The tests skip, saying why, only when no server is reachable
+(or psycopg is not installed); under `CI=true` that is a failure instead, so
+CI cannot pass by skipping them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from pg_testing import unavailable
+
+SERVER = os.environ.get("JOBCORE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def with_database(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """URL of a database created for this run (dropped at the end)."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        unavailable(f"psycopg is not installed ({exc}); pip install 'jobcore[postgres]'")
+    name = f"jobcore_test_{os.getpid()}_{secrets.token_hex(3)}"
+    try:
+        with psycopg.connect(SERVER, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.OperationalError as exc:
+        unavailable(f"no PostgreSQL server reachable at {SERVER} ({str(exc).strip()})")
+    yield with_database(SERVER, name)
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+_schemas = itertools.count(1)
+
+
+@pytest.fixture
+def pg_schema(pg_database: str) -> str:
+    """A schema name no other test of this run uses."""
+    return f"t{next(_schemas)}_{secrets.token_hex(2)}"
+
+
+@pytest.fixture
+def pg_url(pg_database: str, pg_schema: str) -> str:
+    """`--db` URL of an empty store of its own (schema created on first use)."""
+    return f"{pg_database}?schema={pg_schema}"
+
+
+@pytest.fixture
+def pg_storage_factory(pg_url: str) -> Iterator[Callable[..., Any]]:
+    """Factory of `PostgresStorage` handles on the test's store; all closed at teardown."""
+    from jobcore_postgres.storage import PostgresStorage
+
+    made: list[PostgresStorage] = []
+
+    def factory(clock: Callable[[], int] | None = None, **options: Any) -> PostgresStorage:
+        storage = PostgresStorage(pg_url, clock=clock, **options)
+        storage.migrate()
+        made.append(storage)
+        return storage
+
+    yield factory
+    for storage in made:
+        storage.close()
