@@ -51,7 +51,8 @@ def _evil_jobs(queue: Queue) -> tuple[str, str]:
     failed = queue.enqueue("noop", {"fail": True}, queue=EVIL, max_attempts=1)
     drain(queue, worker_id=EVIL)
     errors = json.dumps([{"attempt": 1, "error": EVIL, "worker": EVIL, "at": 1}])
-    with sqlite3.connect(queue.storage.path) as db:  # an error text a handler could raise
+    path = queue.storage.path  # type: ignore[attr-defined]
+    with sqlite3.connect(path) as db:  # an error text a handler could raise
         db.execute(
             "UPDATE jobs SET last_error = ?, errors = ? WHERE id = ?",
             (EVIL, errors, failed.job.id),
@@ -138,6 +139,7 @@ def test_actions_without_the_right_csrf_token_are_refused(app: FastAPI, token: s
 def test_a_signed_out_cookie_replayed_is_refused(app: FastAPI) -> None:
     client = _client(app, "p")
     cookie = client.cookies.get("jobcore_session")
+    assert cookie is not None
     page = client.get("/ui/jobs")
     csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
     assert client.post("/ui/logout", data={"csrf_token": csrf}).status_code == 200
