@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from click.testing import CliRunner
 from jobcore_postgres.storage import PostgresStorage
+
+from jobcore import Queue, timeutil
+from jobcore.cli import cli
+from jobcore.testing import drain
 
 
 @pytest.mark.xfail(
@@ -37,3 +43,29 @@ def test_an_event_committed_after_a_newer_one_is_not_skipped(pg_url: str) -> Non
         assert kinds == {"review:slow", "review:fast"}
     finally:
         storage.close()
+
+
+class _AheadClock:
+    """`time` as seen by `jobcore.timeutil` on a machine whose clock runs two days ahead."""
+
+    def time_ns(self) -> int:
+        return time.time_ns() + 2 * 86_400 * 1_000_000_000
+
+
+def test_dlq_purge_and_since_use_the_store_clock_not_this_process_clock(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Queue(pg_url) as queue:
+        failed = queue.enqueue("noop", {"fail": True}, max_attempts=1).job.id
+        drain(queue)
+        assert queue.get(failed).status == "failed"  # failed just now, by the server's clock
+    monkeypatch.setattr(timeutil, "time", _AheadClock())
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["--db", pg_url, "dlq", "list", "--since", "1h", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert failed in listed.output  # it failed within the last hour
+    purged = runner.invoke(cli, ["--db", pg_url, "dlq", "purge", "--older-than", "1d", "--yes"])
+    assert purged.exit_code == 0, purged.output
+    assert "deleted 0 job(s)" in purged.output
+    with Queue(pg_url) as queue:
+        assert queue.get(failed).status == "failed"  # a dead letter one minute old is kept
