@@ -105,3 +105,29 @@ def test_a_claim_answer_lost_on_a_dropped_connection_does_not_fail_a_job_that_ne
         assert lost  # the claim's answer really was lost once
         job = queue.get(job_id)
         assert job.status == "completed", (job.status, job.last_error)
+
+
+def test_the_dashboard_reader_reconnects_after_its_connection_was_terminated(
+    pg_url: str,
+) -> None:
+    import psycopg
+    from jobcore_http.dashboard.sql import sql_for
+
+    with Queue(pg_url) as queue:
+        queue.enqueue("noop", {})
+        sql = sql_for(queue.storage)
+        try:
+            assert sql.rows("SELECT count(*) FROM jobs")[0][0] == 1
+            [(pid,)] = sql.rows("SELECT pg_backend_pid()")
+            with psycopg.connect(queue.storage.target.conninfo, autocommit=True) as admin:  # type: ignore[attr-defined]
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # a server restart or failover: the reader reconnects and the page still answers
+            answers = []
+            for _ in range(2):
+                try:
+                    answers.append(sql.rows("SELECT count(*) FROM jobs")[0][0])
+                except Exception as exc:
+                    answers.append(type(exc).__name__)
+            assert answers == [1, 1], answers
+        finally:
+            sql.close()
