@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,3 +132,45 @@ def test_the_dashboard_reader_reconnects_after_its_connection_was_terminated(
             assert answers == [1, 1], answers
         finally:
             sql.close()
+
+
+EVIL = "<script>alert(1)</script>\"'%_\\; DROP TABLE jobs;--"
+
+
+def test_dashboard_pages_on_postgres_take_hostile_filters_and_escape_names(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from jobcore_http.dashboard import router
+    from jobcore_http.dashboard.session import token_hash
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    with Queue(pg_url) as queue:
+        queue.enqueue("noop", {"fail": True}, queue=EVIL, max_attempts=1)
+        drain(queue, worker_id=EVIL)
+        app = FastAPI()
+        app.state.queue = queue
+        app.state.token_lookup = {token_hash("r"): ("viewer", "read")}.get
+        app.include_router(router)
+        client = TestClient(app)
+        client.post("/ui/login", data={"token": "r"})
+        try:
+            for url, params in [
+                ("/", {}),
+                ("/ui/jobs", {}),
+                ("/ui/jobs", {"queue": EVIL}),
+                ("/ui/jobs", {"type": EVIL, "q": EVIL}),
+                ("/ui/jobs", {"q": "%"}),
+                ("/ui/jobs", {"worker": EVIL, "status": "failed"}),
+                ("/ui/workers", {}),
+                ("/ui/dead-letters", {}),
+            ]:
+                answer = client.get(url, params=params)
+                assert answer.status_code in (200, 400), (url, params, answer.status_code)
+                assert "<script>alert" not in answer.text, (url, params)
+            listed = client.get("/ui/jobs", params={"queue": EVIL}).text
+            assert "&lt;script&gt;alert(1)" in listed  # found by the hostile name, escaped
+            assert queue.storage.count_by_status() == {"failed": 1}
+        finally:
+            app.state.dashboard.close()
