@@ -157,6 +157,27 @@ def test_a_dropped_connection_is_transient_and_the_next_call_reconnects(
     assert storage.get(inserted.job.id) is not None
 
 
+def test_an_exhausted_pool_is_transient_and_names_the_setting(
+    pg_storage_factory: Factory,
+) -> None:
+    storage = pg_storage_factory(pool_min=1, pool_max=1, connect_timeout=1)
+    caught: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            storage.get("x")
+        except BaseException as exc:
+            caught.append(exc)
+
+    with storage.transaction():  # holds the only connection
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(10)
+    assert len(caught) == 1 and isinstance(caught[0], StorageConnectionLost)
+    assert "pool_max" in str(caught[0])
+    assert storage.get("x") is None  # and the pool serves again
+
+
 def test_a_read_only_server_is_permanent_and_reads_still_work(
     pg_database: str, pg_url: str, pg_storage_factory: Factory
 ) -> None:
