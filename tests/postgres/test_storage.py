@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore_postgres import storage as storage_module
+from jobcore_postgres import admin as admin_module
 from jobcore_postgres.schema import SCHEMA_VERSION
 from jobcore_postgres.statements import claim_statement, owner_statement
 from jobcore_postgres.storage import PostgresStorage
@@ -342,7 +342,7 @@ def test_claim_takes_exactly_the_limit_under_contention(pg_storage_factory: Fact
 def test_prune_deletes_in_bounded_batches(
     pg_storage_factory: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_module, "PRUNE_BATCH", 3)
+    monkeypatch.setattr(admin_module, "PRUNE_BATCH", 3)
     storage = pg_storage_factory()
     storage.insert([new_job() for _ in range(8)] + [new_job()])
     jobs = storage.claim(worker="w", limit=8, lease_ms=60_000)
