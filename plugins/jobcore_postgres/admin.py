@@ -33,6 +33,7 @@ class PostgresAdmin:
     sweep_hold_ms: int
     event_retention_ms: int
     _write: Callable[[], AbstractContextManager[Conn]]
+    _connection: Callable[[], AbstractContextManager[Conn]]
     _params: Callable[..., dict[str, Any]]
     _statement: Callable[..., str]
 
@@ -74,11 +75,11 @@ class PostgresAdmin:
         return row is not None
 
     def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
-        with self._write() as conn:
+        with self._connection() as conn:  # one statement: atomic without BEGIN/COMMIT
             return self._take_lock(conn, name, holder, ttl_ms, force=False)
 
     def release_lock(self, name: str, holder: str) -> None:
-        with self._write() as conn:
+        with self._connection() as conn:
             conn.execute(
                 f"DELETE FROM {self._d.table('locks')} WHERE name = %s AND holder = %s",
                 (name, holder),
@@ -147,7 +148,7 @@ class PostgresAdmin:
         )
         total = 0
         while True:
-            with self._write() as conn:
+            with self._connection() as conn:  # each batch its own short transaction
                 deleted = conn.execute(sql, params).rowcount
             total += max(deleted, 0)
             if deleted < PRUNE_BATCH:
@@ -163,7 +164,7 @@ class PostgresAdmin:
     ) -> int:
         if not kind:
             raise StorageError("an event needs a kind, e.g. 'worker:registered'")
-        with self._write() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 f"INSERT INTO {self._d.table('events')} (at, kind, job_id, worker_id, data) "
                 f"VALUES ({self._d.now}, %(kind)s, %(job_id)s, %(worker_id)s, %(data)s::jsonb) "

@@ -592,7 +592,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         if not leases:
             return {}
         sql = self._lease_statement(EXTEND, "j.id, j.cancel_requested")
-        with self._write() as conn:
+        with self._connection() as conn:  # one statement: atomic without BEGIN/COMMIT
             rows = conn.execute(sql, self._lease_params(leases, lease_ms=lease_ms)).fetchall()
         return {row[0]: bool(row[1]) for row in rows}
 
@@ -603,7 +603,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
     def mark_started(self, leases: Sequence[Lease]) -> set[str]:
         if not leases:
             return set()
-        with self._write() as conn:
+        with self._connection() as conn:
             return self._mark_started(conn, leases)
 
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
