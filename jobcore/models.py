@@ -244,8 +244,9 @@ Outcome = Completed | Retrying | Failed | Released | Cancelled
 class Event:
     """One row of the store's event log: a job transition or a worker event.
 
-    `kind` is e.g. `job:completed` or `worker:lost`; `data` carries details
-    (for job events: type, queue, status, attempt and, where one applies, error).
+    `kind` is e.g. `job:completed` or `worker:lost`. `data`: what `add_event`
+    stored, plus, while the job exists, its `type` and `queue` (read the job for
+    the rest). `worker_id`: the claimer, or the worker whose claim ended.
     """
 
     seq: int

@@ -50,8 +50,13 @@ FIRST_PARTY_JOB_TYPES: dict[str, str] = {
     "shell": "shell",
     "claude_extraction": "claude",
     "sync_aws": "aws",
+    "exec": "agent",
 }
-FIRST_PARTY_EXTRAS: dict[str, str] = {"claude": "claude", "aws": "aws", "otel": "otel"}
+FIRST_PARTY_EXTRAS: dict[str, str] = {
+    name: name for name in ("claude", "aws", "otel", "agent", "http", "postgres")
+}
+# URL schemes of first-party storage backends, for the error when none handles a URL
+FIRST_PARTY_BACKENDS: dict[str, str] = {"postgres": "postgres", "postgresql": "postgres"}
 
 Status = Literal["loaded", "unavailable"]
 
@@ -271,6 +276,22 @@ class JobcorePluginManager(pluggy.PluginManager):
         return problems
 
     # -- explaining what is missing -------------------------------------------------
+
+    def no_storage_backend(self, url: str) -> str:
+        """The message for a URL no backend handles, naming the plugin that would."""
+        message = f"no storage backend handles {url!r}"
+        provider = FIRST_PARTY_BACKENDS.get(url.split(":", 1)[0].lower()) if ":" in url else None
+        if provider is None:
+            return f"{message}; give a file path, or install the plugin for this kind of URL"
+        info = self.infos.get(provider)
+        reason = re.split(r" \(install|; install", info.reason or "")[0] if info else ""
+        if reason.startswith(("disabled by", "not in")):
+            return f"{message}: the {provider!r} plugin handles it and is {reason}"
+        state = f"is unavailable ({reason})" if reason else "is not loaded"
+        return (
+            f"{message}: the {provider!r} plugin handles it and {state}; install it: "
+            f"pip install 'jobcore[{provider}]' (from a checkout: pip install -e '.[{provider}]')"
+        )
 
     def unknown_job_type(self, type_name: str, registered: Iterable[str]) -> str:
         """The message for a job type no loaded plugin registered, saying how to get it."""

@@ -99,7 +99,7 @@ class Queue:
         if self._storage is None:
             storage = self.pm.storage_backend(self.url, self.config, self._create)
             if storage is None:
-                raise StorageError(f"no storage backend handles {self.url!r}")
+                raise StorageError(self.pm.no_storage_backend(self.url))
             self._storage = storage
         return self._storage
 

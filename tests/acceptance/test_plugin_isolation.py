@@ -257,3 +257,22 @@ def test_a_raising_storage_backend_is_one_error_line_naming_the_plugin(tmp_path:
         "RuntimeError: backend bug; fix or disable it (JOBCORE_DISABLE_PLUGINS)"
     )
     assert not (tmp_path / "jobs.db").exists()
+
+
+def test_a_url_no_backend_handles_names_the_plugin_that_would(tmp_path: Path) -> None:
+    disabled = jobcore(
+        tmp_path,
+        "--db",
+        "postgresql://127.0.0.1/jobs",
+        "list",
+        plugins="",
+        JOBCORE_DISABLE_PLUGINS="postgres",
+    )
+    assert disabled.returncode == 1
+    assert disabled.stderr.strip() == (
+        "Error: no storage backend handles 'postgresql://127.0.0.1/jobs': the 'postgres' "
+        "plugin handles it and is disabled by JOBCORE_DISABLE_PLUGINS (remove it from there "
+        "to load it)"
+    )
+    unknown = jobcore(tmp_path, "--db", "redis://127.0.0.1/0", "list", plugins="")
+    assert unknown.returncode == 1 and "give a file path" in unknown.stderr

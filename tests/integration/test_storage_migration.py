@@ -180,3 +180,31 @@ def test_a_worker_waits_out_a_busy_database_at_start(tmp_path: Path) -> None:
     counts = queue.storage.count_by_status()
     assert counts.get("pending", 0) == 0 and counts.get("claimed", 0) == 1  # c1's lease is live
     queue.close()
+
+
+def test_processes_opening_an_old_database_at_once_migrate_it_once(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "v1.db"
+    make_v1(path)
+    handles = [SQLiteStorage(path) for _ in range(5)]
+    barrier = threading.Barrier(len(handles))
+    errors: list[BaseException] = []
+
+    def open_it(storage: SQLiteStorage) -> None:
+        barrier.wait()
+        try:
+            storage.migrate()
+            storage.count_by_status()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it, args=(h,)) for h in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert handles[0].count_by_status() == {"pending": 1, "claimed": 1, "failed": 1}
+    for handle in handles:
+        handle.close()

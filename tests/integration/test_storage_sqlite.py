@@ -368,3 +368,12 @@ def test_passing_the_transactions_own_connection_is_the_usual_path(tmp_path: Pat
         raise RuntimeError
     assert queue.storage.get(dropped.id) is None and len(recorder.of("job_enqueued")) == 1
     queue.close()
+
+
+def test_event_retention_is_a_setting(tmp_path: Path) -> None:
+    from jobcore.testing import make_queue
+
+    queue = make_queue(tmp_path / "retention.db", event_retention="90s")
+    storage = queue.storage
+    assert isinstance(storage, SQLiteStorage) and storage.event_retention_ms == 90_000
+    queue.close()
