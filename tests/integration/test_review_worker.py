@@ -1,0 +1,63 @@
+"""Review of issue 8 through the Python API: damaged rows, hostile plugins, odd values."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import apsw
+import jobcore_test_plugin as tp
+import pytest
+
+from jobcore import JobStatus, Queue, Worker, hookimpl
+from jobcore.testing import HookRecorder
+
+MakeQueue = Callable[..., Queue]
+
+
+@pytest.fixture
+def queue(jobcore_make_queue: MakeQueue, jobcore_recorder: HookRecorder) -> Queue:
+    return jobcore_make_queue(tp, jobcore_recorder)
+
+
+def drain(queue: Queue, timeout: float = 20.0, **options: Any) -> Worker:
+    """Run an until-empty worker; one that would hang is stopped and the test fails."""
+    worker = Worker(queue, until_empty=True, **options)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        worker.stop(graceful=False)
+        thread.join(10)
+        raise AssertionError("the worker did not finish: a job is stuck or claims are jammed")
+    return worker
+
+
+def damage(queue: Queue, job_id: str, column: str, value: Any) -> None:
+    """Write a value of the wrong type into one column, as a hand edit or another tool might."""
+    conn = apsw.Connection(queue.url)
+    try:
+        conn.execute(f"UPDATE jobs SET {column} = ? WHERE id = ?", (value, job_id))
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("priority", "high"), ("run_at", "tomorrow"), ("timeout_ms", "soon"), ("priority", b"\x00")],
+)
+def test_a_row_with_a_damaged_integer_column_does_not_jam_claims(
+    queue: Queue, column: str, value: Any
+) -> None:
+    """One row holding text in an integer column made every claim raise (the claim sorts
+    by priority and run_at in Python; the executor divides timeout_ms), so no worker ever
+    claimed anything again, or the executor died with the job `claimed` for ever."""
+    jobs = [queue.enqueue("noop", {}).job for _ in range(3)]
+    damage(queue, jobs[1].id, column, value)
+    drain(queue)
+    statuses = {job.id: queue.get(job.id).status for job in jobs}
+    assert statuses[jobs[0].id] is JobStatus.COMPLETED
+    assert statuses[jobs[2].id] is JobStatus.COMPLETED
+    assert statuses[jobs[1].id] in (JobStatus.COMPLETED, JobStatus.FAILED)
+    assert queue.get(jobs[1].id) is not None  # still readable (list, show)
