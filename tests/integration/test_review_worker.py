@@ -61,3 +61,61 @@ def test_a_row_with_a_damaged_integer_column_does_not_jam_claims(
     assert statuses[jobs[2].id] is JobStatus.COMPLETED
     assert statuses[jobs[1].id] in (JobStatus.COMPLETED, JobStatus.FAILED)
     assert queue.get(jobs[1].id) is not None  # still readable (list, show)
+
+
+class MetaGarbage:
+    """A plugin whose meta hook returns values that cannot be stored as JSON."""
+
+    @hookimpl
+    def jobcore_enqueue_meta(self, job: Any) -> dict[str, Any]:
+        return {"handle": object()}
+
+
+class MetaFine:
+    @hookimpl
+    def jobcore_enqueue_meta(self, job: Any) -> dict[str, Any]:
+        return {"trace": "00-abc"}
+
+
+def test_a_meta_hook_returning_unstorable_values_is_skipped(
+    jobcore_make_queue: MakeQueue, tmp_path: Any
+) -> None:
+    """A plugin's meta that is not JSON made every enqueue raise TypeError (a traceback
+    from `jobcore enqueue`) and every parent that enqueues children fail; it is skipped
+    like a raising meta hook, and other plugins' meta is kept."""
+    queue = jobcore_make_queue(tp, MetaGarbage(), MetaFine())
+    job = queue.enqueue("noop", {}).job
+    assert queue.get(job.id).meta == {"trace": "00-abc"}
+    parent = queue.enqueue("parent", {"children": 2}).job
+    drain(queue)
+    assert queue.get(parent.id).status is JobStatus.COMPLETED
+    children = [j for j in queue.list_jobs(limit=100) if j.parent_id == parent.id]
+    assert len(children) == 2 and all(c.status is JobStatus.COMPLETED for c in children)
+
+
+class ExitingObserver:
+    """Notification hooks that raise BaseException subclasses (a plugin calling sys.exit)."""
+
+    def __init__(self) -> None:
+        self.completed: list[str] = []
+
+    @hookimpl
+    def jobcore_job_claimed(self, job: Any, worker: str) -> None:
+        raise SystemExit(3)
+
+    @hookimpl
+    def jobcore_job_completed(self, job: Any, duration_ms: float) -> None:
+        self.completed.append(job.id)
+        raise KeyboardInterrupt
+
+
+def test_a_notification_hook_raising_systemexit_does_not_silence_later_notifications(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    """SystemExit/KeyboardInterrupt from a notification hook killed the notifier thread
+    silently: every later lifecycle event (logs, metrics, completed hooks) was lost."""
+    observer = ExitingObserver()
+    queue = jobcore_make_queue(tp, observer)
+    jobs = [queue.enqueue("noop", {}).job for _ in range(3)]
+    drain(queue)
+    assert sorted(observer.completed) == sorted(job.id for job in jobs)
