@@ -296,6 +296,7 @@ class Queue:
 
     def retry(self, job_ids: Sequence[str]) -> list[Job]:
         """failed/cancelled -> pending, attempts reset, history kept. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.retry(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
@@ -315,6 +316,7 @@ class Queue:
 
     def cancel(self, job_ids: Sequence[str]) -> list[Job]:
         """scheduled/pending -> cancelled; claimed -> cancel requested. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.cancel(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):

@@ -119,3 +119,12 @@ def test_a_notification_hook_raising_systemexit_does_not_silence_later_notificat
     jobs = [queue.enqueue("noop", {}).job for _ in range(3)]
     drain(queue)
     assert sorted(observer.completed) == sorted(job.id for job in jobs)
+
+
+def test_an_id_given_twice_to_cancel_or_retry_is_one_request(queue: Queue) -> None:
+    """`jobcore cancel X X` failed with "already cancelled" and wrote nothing."""
+    job = queue.enqueue("noop", {}).job
+    [cancelled] = queue.cancel([job.id, job.id])
+    assert cancelled.status is JobStatus.CANCELLED
+    [retried] = queue.retry([job.id, job.id])
+    assert retried.status is JobStatus.PENDING
