@@ -24,7 +24,8 @@ from jobcore.models import (
     Outcome,
     Released,
     Retrying,
-    compact_json,
+    finite,
+    strict_json,
 )
 from jobcore.queue import Queue
 from jobcore.transitions import clamp_delay_ms
@@ -121,7 +122,11 @@ class AttemptRunner:
 
     def bounded_result(self, job: Job, result: Any) -> Any:
         try:
-            encoded = compact_json(result)
+            try:
+                encoded = strict_json(result)
+            except ValueError:  # NaN or Infinity somewhere: stored as null, as JSON allows
+                result = finite(result)
+                encoded = strict_json(result)
         except (TypeError, ValueError, RecursionError) as exc:
             raise JobcoreError(
                 f"handler returned a result that is not JSON-serialisable: {describe_error(exc)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,8 @@ import apsw
 import jobcore_test_plugin as tp
 import pytest
 
-from jobcore import JobStatus, Queue, Worker, hookimpl
+from jobcore import JobStatus, JobType, Payload, Queue, Worker, hookimpl
+from jobcore.errors import InvalidPayload
 from jobcore.testing import HookRecorder
 
 MakeQueue = Callable[..., Queue]
@@ -128,3 +130,35 @@ def test_an_id_given_twice_to_cancel_or_retry_is_one_request(queue: Queue) -> No
     assert cancelled.status is JobStatus.CANCELLED
     [retried] = queue.retry([job.id, job.id])
     assert retried.status is JobStatus.PENDING
+
+
+class Measure(Payload):
+    value: float = 0.0
+
+
+class NonFinite:
+    @hookimpl
+    def jobcore_register_job_types(self, register: Callable[[JobType], None]) -> None:
+        register(JobType(name="measure", payload_model=Measure, handler=self.measure))
+
+    @staticmethod
+    def measure(payload: Measure, ctx: Any) -> dict[str, Any]:
+        return {"mean": math.nan, "range": [-math.inf, 1.5, math.inf]}
+
+
+def test_nan_and_infinity_never_reach_the_store(jobcore_make_queue: MakeQueue) -> None:
+    """A result, payload or meta holding NaN/Infinity was stored as `NaN`, which is not
+    JSON: `jobcore show --json` printed an invalid document (and PostgreSQL's jsonb
+    refuses it). Results store them as null; payloads and meta are refused at enqueue."""
+    queue = jobcore_make_queue(tp, NonFinite())
+    job = queue.enqueue("measure", {}).job
+    drain(queue)
+    done = queue.get(job.id)
+    assert done.status is JobStatus.COMPLETED
+    assert done.result == {"mean": None, "range": [None, 1.5, None]}
+    with pytest.raises(InvalidPayload, match="NaN or Infinity"):
+        queue.enqueue("measure", {"value": math.nan})
+    with pytest.raises(InvalidPayload, match="meta"):
+        queue.enqueue("measure", {}, meta={"ratio": math.inf})
+    with pytest.raises(InvalidPayload, match="meta"):
+        queue.enqueue("measure", {}, meta={"handle": object()})
