@@ -70,6 +70,14 @@ def handler_traceback(exc: BaseException) -> str:
         return "(traceback unavailable)"
 
 
+def _safe_repr(value: Any, limit: int = 1024) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a hostile __repr__
+        return f"<{type(value).__name__}: repr raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 class AttemptRunner:
     """Executes attempts on executor threads; pure with respect to the database."""
 
@@ -128,9 +136,16 @@ class AttemptRunner:
                 result = finite(result)
                 encoded = strict_json(result)
         except (TypeError, ValueError, RecursionError) as exc:
-            raise JobcoreError(
-                f"handler returned a result that is not JSON-serialisable: {describe_error(exc)}"
-            ) from None
+            # The handler returned: its side effects happened. Running it again for a
+            # result that cannot be stored would repeat them, so it completes with a
+            # description of the result instead (like an oversized one).
+            error = describe_error(exc)
+            log.warning(
+                "job %s returned a result that is not JSON-serialisable (%s); stored its repr",
+                job.id,
+                error,
+            )
+            return {"unserialisable": error, "repr": _safe_repr(result)}
         if len(encoded) > self.max_result_bytes:
             log.warning(
                 "job %s result is %d bytes, over max_result_bytes; stored truncated",

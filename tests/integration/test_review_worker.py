@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import apsw
 import jobcore_test_plugin as tp
@@ -140,10 +140,18 @@ class NonFinite:
     @hookimpl
     def jobcore_register_job_types(self, register: Callable[[JobType], None]) -> None:
         register(JobType(name="measure", payload_model=Measure, handler=self.measure))
+        register(JobType(name="opaque", payload_model=Measure, handler=self.opaque))
+
+    runs: ClassVar[list[str]] = []
 
     @staticmethod
     def measure(payload: Measure, ctx: Any) -> dict[str, Any]:
         return {"mean": math.nan, "range": [-math.inf, 1.5, math.inf]}
+
+    @staticmethod
+    def opaque(payload: Measure, ctx: Any) -> object:
+        NonFinite.runs.append(ctx.job.id)  # the side effect
+        return object()
 
 
 def test_nan_and_infinity_never_reach_the_store(jobcore_make_queue: MakeQueue) -> None:
@@ -162,3 +170,18 @@ def test_nan_and_infinity_never_reach_the_store(jobcore_make_queue: MakeQueue) -
         queue.enqueue("measure", {}, meta={"ratio": math.inf})
     with pytest.raises(InvalidPayload, match="meta"):
         queue.enqueue("measure", {}, meta={"handle": object()})
+
+
+def test_a_result_that_cannot_be_stored_does_not_run_the_handler_again(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    """A handler that did its work and returned something not JSON-serialisable was
+    retried (its side effects repeated max_attempts times), then failed."""
+    queue = jobcore_make_queue(tp, NonFinite())
+    job = queue.enqueue("opaque", {}).job
+    drain(queue)
+    done = queue.get(job.id)
+    assert NonFinite.runs == [job.id]
+    assert done.status is JobStatus.COMPLETED and done.attempts == 1
+    assert done.result["unserialisable"].startswith("TypeError")
+    assert done.result["repr"].startswith("<object object")
