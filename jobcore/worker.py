@@ -27,7 +27,16 @@ from typing import Any
 from jobcore import wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import JobcoreError, StorageError, TransientStorageError
+from jobcore.errors import (
+    JobcoreError,
+    NotADatabase,
+    SchemaTooNew,
+    StorageError,
+    StorageFull,
+    StorageReadOnly,
+    StorageUnavailable,
+    TransientStorageError,
+)
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.models import (
     Cancelled,
@@ -59,6 +68,22 @@ def default_worker_id() -> str:
 def is_transient(exc: BaseException) -> bool:
     """A database error that says nothing about the outcomes being written (busy, I/O)."""
     return isinstance(exc, TransientStorageError)
+
+
+ENVIRONMENT_ERRORS = (
+    TransientStorageError,
+    StorageFull,
+    StorageReadOnly,
+    NotADatabase,
+    StorageUnavailable,
+    SchemaTooNew,
+)
+
+
+def is_environmental(exc: BaseException) -> bool:
+    """The store as a whole cannot take writes now (full, read-only, busy, I/O): no outcome
+    is to blame, so none may be replaced by a failure; the loop backs off instead."""
+    return isinstance(exc, ENVIRONMENT_ERRORS)
 
 
 def _ended_unreported(job: Job) -> bool:
@@ -671,7 +696,7 @@ class Worker:
                 start=0,
             )
         except Exception as exc:
-            if not batch or is_transient(exc):
+            if not batch or is_environmental(exc):
                 raise
             log.warning(
                 "group commit of %d outcome(s) failed (%s); recording them apart",
@@ -711,7 +736,7 @@ class Worker:
                     promote=False,
                 )
             except Exception as exc:
-                if is_transient(exc):
+                if is_environmental(exc):
                     raise
                 if len(part) > 1:
                     middle = len(part) // 2

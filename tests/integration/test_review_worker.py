@@ -12,7 +12,8 @@ import jobcore_test_plugin as tp
 import pytest
 
 from jobcore import JobStatus, JobType, Payload, Queue, Worker, hookimpl
-from jobcore.errors import InvalidPayload
+from jobcore.errors import InvalidPayload, StorageFull
+from jobcore.models import Completed
 from jobcore.testing import HookRecorder
 
 MakeQueue = Callable[..., Queue]
@@ -185,3 +186,40 @@ def test_a_result_that_cannot_be_stored_does_not_run_the_handler_again(
     assert done.status is JobStatus.COMPLETED and done.attempts == 1
     assert done.result["unserialisable"].startswith("TypeError")
     assert done.result["repr"].startswith("<object object")
+
+
+class Bulky:
+    @hookimpl
+    def jobcore_register_job_types(self, register: Callable[[JobType], None]) -> None:
+        register(JobType(name="bulky", payload_model=Measure, handler=self.bulky))
+
+    @staticmethod
+    def bulky(payload: Measure, ctx: Any) -> str:
+        return "x" * 50_000
+
+
+def test_a_disk_full_for_big_writes_does_not_turn_completions_into_failures(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    """A nearly full disk refused the commit holding a big result; the worker split the
+    batch as if that outcome were poison and recorded the job `failed` ("the store
+    refused this outcome: disk full"), a short failure fitting where the result did not.
+    A full, read-only or busy store says nothing about any one outcome: back off instead."""
+    queue = jobcore_make_queue(tp, Bulky())
+    storage = queue.storage
+    real = storage.commit_batch
+    refusals: list[int] = []
+
+    def nearly_full(outcomes: Any, **options: Any) -> Any:
+        if len(refusals) < 2 and any(isinstance(o, Completed) for o in outcomes):
+            refusals.append(len(outcomes))
+            raise StorageFull("database or disk is full")
+        return real(outcomes, **options)
+
+    storage.commit_batch = nearly_full  # type: ignore[method-assign]
+    job = queue.enqueue("bulky", {}).job
+    drain(queue)
+    assert refusals, "the fault was not hit"
+    done = queue.get(job.id)
+    assert done.status is JobStatus.COMPLETED, done.last_error
+    assert done.attempts == 1 and done.errors == []
