@@ -153,11 +153,16 @@ class BatchedStreamHandler(logging.Handler):
             self.flush()
         elif not self._wake.is_set():  # have the writer write this batch soon
             if self._writer is None:
+                self._start_writer()
+            self._wake.set()
+
+    def _start_writer(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # events may come from several threads
+            if self._writer is None:
                 self._writer = threading.Thread(
                     target=self._write_batches, name="jobcore-log-writer", daemon=True
                 )
                 self._writer.start()
-            self._wake.set()
 
     def flush(self) -> None:
         with self._write_lock:

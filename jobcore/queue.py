@@ -97,11 +97,9 @@ class Queue:
     @property
     def storage(self) -> Storage:
         if self._storage is None:
-            storage = self.pm.hook.jobcore_storage_backend(
-                url=self.url, config=self.config, create=self._create
-            )
+            storage = self.pm.storage_backend(self.url, self.config, self._create)
             if storage is None:
-                raise StorageError(f"no storage backend handles {self.url!r}")
+                raise StorageError(self.pm.no_storage_backend(self.url))
             self._storage = storage
         return self._storage
 
@@ -360,10 +358,7 @@ class Queue:
     def reconcile(self, types: Sequence[str] = ()) -> Iterator[tuple[Job, list[str]]]:
         """Yield each completed job with the discrepancies plugins report for it."""
         for job in self.storage.scan(statuses=[JobStatus.COMPLETED], types=types):
-            problems: list[str] = []
-            for answer in self.pm.hook.jobcore_reconcile(job=job, config=self.config):
-                if answer:
-                    problems.extend(answer)
+            problems = self.pm.reconcile(job, self.config)
             if problems:
                 yield job, problems
 

@@ -90,9 +90,9 @@ RETURNING seq;
 
 -- name: prune_events
 -- events are appended in time order: delete those before the first recent one (reading
--- only the old rows), at most 100000 per sweep so one sweep never holds the lock long,
+-- only the old rows), at most :chunk per statement so the write lock is held briefly,
 -- and never the newest (so seq keeps growing)
 DELETE FROM events
  WHERE seq < coalesce((SELECT seq FROM events WHERE at >= :before ORDER BY seq LIMIT 1),
                       (SELECT max(seq) FROM events))
-   AND seq < (SELECT min(seq) FROM events) + 100000;
+   AND seq < (SELECT min(seq) FROM events) + :chunk;

@@ -15,6 +15,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ from jobcore.timeutil import now_ms
 log = logging.getLogger("jobcore.storage")
 
 LEASE_EXPIRED = T.LEASE_EXPIRED
+STATEMENT_CACHE = 128
+"""Prepared statements kept per connection (the generated ones outnumber APSW's default 16)."""
+PRUNE_CHUNK = 20_000
+"""Events deleted per transaction, so pruning never holds the write lock for long."""
+PRUNE_BUDGET_S = 2.0
+"""Time one sweep may spend catching up on old events (in chunks)."""
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
 
@@ -114,7 +121,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         self.sweep_hold_ms = int(sweep_hold * 1000)
         self.holder = f"{os.getpid()}:{secrets.token_hex(8)}"  # this instance, for locks
         self._local = threading.local()
-        self._all: list[apsw.Connection] = []
+        # every open connection, to close them all; weak, so a finished thread's one closes
+        self._all: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
         self._all_lock = threading.Lock()
         self._migrated = False
         self._holds_sweep = False
@@ -138,7 +146,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     def _open(self) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
-            conn = apsw.Connection(self.path, flags=flags)
+            conn = apsw.Connection(self.path, flags=flags, statementcachesize=STATEMENT_CACHE)
             conn.set_busy_timeout(self.busy_timeout_ms)
             mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
             if mode != "wal":  # switching needs the write lock: only when not in WAL yet
@@ -150,7 +158,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         except apsw.Error as exc:
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
         with self._all_lock:
-            self._all.append(conn)
+            self._all.add(conn)
         return conn
 
     def _raw_state(self) -> _ThreadState:
@@ -170,6 +178,11 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             state.data_version = self._data_version(state.conn)
         return state
 
+    def _own(self) -> apsw.Connection | None:
+        """This thread's own connection, if it already exists (else None)."""
+        state: _ThreadState | None = getattr(self._local, "state", None)
+        return None if state is None else state.conn
+
     def _conn(self) -> apsw.Connection:
         return self._state().conn
 
@@ -188,7 +201,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                 log.warning("releasing the sweep lock of %s: %s", self.path, exc)
             self._holds_sweep = False
         with self._all_lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             try:
                 conn.close(True)
@@ -276,6 +289,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             yield conn
 
     def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        if conn is not None and conn is self._own():
+            conn = None
         if conn is not None:
             if not self._app.defer(conn, callback):
                 callback()
@@ -311,6 +326,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
 
     @boundary
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        if conn is not None and conn is self._own():
+            conn = None  # `transaction()`'s own connection: the usual path
         if conn is not None:  # the application's own connection, in its open transaction
             self._app.adopt(conn)
             if self._schema_version(conn) != SCHEMA_VERSION:
@@ -362,8 +379,12 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         }
         if promote:
             conn.execute(PROMOTE_SQL, {"now": now})
-        rows = rows_of(conn, S.claim(queues, types, params), params)
-        jobs = [row_to_job(row) for row in rows]
+        jobs: list[Job] = []
+        for statement in S.claim(queues, types, params):
+            jobs += [row_to_job(row) for row in rows_of(conn, statement, params)]
+            if len(jobs) >= limit:
+                break
+            params["limit"] = limit - len(jobs)
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         if 0 < start < limit and jobs:
             first = jobs[:start]
@@ -547,11 +568,20 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             for sql, error, action in SWEEP_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error}):
                     swept.append(Swept(row_to_job(row), action))
-            self._prune_events(conn, now)
+            more = self._prune_events(conn, now)
+        deadline = time.monotonic() + PRUNE_BUDGET_S
+        while more and time.monotonic() < deadline:  # catching up: other writers go between
+            time.sleep(0.001)
+            with self._write() as conn:
+                more = self._prune_events(conn, now)
         return swept
 
-    def _prune_events(self, conn: apsw.Connection, now: int) -> None:
-        conn.execute(Q["prune_events"], {"before": now - self.event_retention_ms})
+    def _prune_events(self, conn: apsw.Connection, now: int) -> bool:
+        """Delete one chunk of events older than the retention; True if more may remain."""
+        conn.execute(
+            Q["prune_events"], {"before": now - self.event_retention_ms, "chunk": PRUNE_CHUNK}
+        )
+        return int(conn.changes()) >= PRUNE_CHUNK
 
     @boundary
     def wait_for_change(self, timeout: float) -> bool:

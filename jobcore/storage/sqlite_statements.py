@@ -228,22 +228,47 @@ def claim_candidates(queues: Sequence[str], types: Sequence[str], params: dict[s
     return f"SELECT id FROM ({union}) {_ORDER} LIMIT :limit"
 
 
-def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> str:
-    """The claim statement for these filters (fills `params` with the filter values)."""
-    sql, filters = _claim_for(tuple(queues), tuple(types))
+WINDOW = "4 * :limit + 64"
+"""How many pending rows (in claim order) the first phase of a multi-value filtered claim reads."""
+
+
+def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> tuple[str, ...]:
+    """The claim statements for these filters, in order (fills `params` with filter values).
+
+    Run the first; when it claims fewer than `:limit` jobs, run the next with
+    `:limit` lowered by what was claimed. A filter on several queues or types
+    first looks at the next pending rows of every queue in claim order (a
+    bounded window: cheap when most pending work matches), then, only if
+    that did not fill the claim, reads each queue's or type's own rows.
+    """
+    statements, filters = _claim_for(tuple(queues), tuple(types))
     params.update(filters)
-    return sql
+    return statements
 
 
-@functools.lru_cache(maxsize=256)
-def _claim_for(queues: tuple[str, ...], types: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    filters: dict[str, Any] = {}
-    candidates = claim_candidates(queues, types, filters)
-    sql = (
+def _update(candidates: str) -> str:
+    return (
         f"UPDATE jobs\n   SET {_CLAIM_SET}\n WHERE status = 'pending' AND id IN "
         f"({candidates})\nRETURNING *"
     )
-    return sql, filters
+
+
+@functools.lru_cache(maxsize=256)
+def _claim_for(
+    queues: tuple[str, ...], types: tuple[str, ...]
+) -> tuple[tuple[str, ...], dict[str, Any]]:
+    filters: dict[str, Any] = {}
+    candidates = claim_candidates(queues, types, filters)
+    leading = list(dict.fromkeys(queues)) if queues else list(dict.fromkeys(types))
+    if len(leading) < 2:
+        return (_update(candidates),), filters
+    where = _in("queue", queues, "wq", filters) + _in("type", types, "wt", filters)
+    window = (
+        "SELECT id FROM (SELECT id, priority, run_at, queue, type FROM jobs INDEXED BY jobs_claim "
+        f"WHERE status = 'pending' {_ORDER} LIMIT {WINDOW}) WHERE 1 = 1{where} {_ORDER} "
+        "LIMIT :limit"
+    )
+    return (_update(window), _update(candidates)), filters
 
 
 _CLAIM_SET = set_clause(CLAIM)

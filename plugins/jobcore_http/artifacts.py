@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from jobcore.storage.sqlite import sqlite_path
+from jobcore_http.models import ErrorOut
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -52,7 +53,16 @@ def artifacts_router(
     admin_deps = [Depends(admin)] if admin is not None else []
     read_deps = [Depends(read)] if read is not None else []
 
-    @router.post("/api/artifacts", dependencies=admin_deps, status_code=201)
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413)
+    }
+
+    @router.post(
+        "/api/artifacts",
+        dependencies=admin_deps,
+        status_code=201,
+        responses={200: {"description": "already stored"}, **errors},
+    )
     async def upload_artifact(request: Request) -> Any:
         """Store the request body; answers `{sha256, size}` (201 new, 200 already stored)."""
         folder.mkdir(parents=True, exist_ok=True)
@@ -86,7 +96,12 @@ def artifacts_router(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
 
-    @router.get("/api/artifacts/{sha256}", dependencies=read_deps, response_model=None)
+    @router.get(
+        "/api/artifacts/{sha256}",
+        dependencies=read_deps,
+        response_model=None,
+        responses={200: {"content": {"application/octet-stream": {}}}, **errors},
+    )
     def download_artifact(sha256: str) -> FileResponse | JSONResponse:
         """The stored bytes of `sha256` (lowercase hex); 404 when unknown."""
         if not SHA256.match(sha256):

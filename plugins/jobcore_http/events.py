@@ -89,7 +89,13 @@ class EventFeed:
                 return []
             if not self._ring or self._ring[0].seq > cursor + 1:
                 return None
-            return [event for event in self._ring if event.seq > cursor]
+            newer = []
+            for event in reversed(self._ring):  # only the new ones are looked at
+                if event.seq <= cursor:
+                    break
+                newer.append(event)
+            newer.reverse()
+            return newer
 
     def load(self, cursor: int, limit: int) -> list[SseEvent]:
         """Events after `cursor` read from the store, each with its job's (or worker's) JSON."""

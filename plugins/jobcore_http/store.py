@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import apsw
 from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job
 from jobcore.storage.rows import row_to_job
+from jobcore.storage.sqlite_errors import boundary, storage_error
 
 log = logging.getLogger("jobcore.http.store")
 
@@ -219,7 +221,9 @@ class SQLiteHubStore:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
-        self._all: list[apsw.Connection] = []
+        self._all: weakref.WeakSet[apsw.Connection] = (
+            weakref.WeakSet()
+        )  # a finished thread's closes
         self._lock = threading.Lock()
 
     def _conn(self) -> apsw.Connection:
@@ -229,34 +233,29 @@ class SQLiteHubStore:
                 conn = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
                 conn.set_busy_timeout(self.busy_timeout_ms)
             except apsw.Error as exc:
-                raise StorageError(f"cannot open database {self.path}: {exc}") from None
+                raise storage_error(exc, self.path, self.busy_timeout_ms) from None
             self._local.conn = conn
             with self._lock:
-                self._all.append(conn)
+                self._all.add(conn)
         return conn
 
     @contextmanager
     def _write(self) -> Iterator[apsw.Connection]:
         conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except apsw.Error as exc:
-            raise StorageError(f"database {self.path} is not writable now: {exc}") from None
+        conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _rows(self, sql: str, params: Any = None) -> list[Any]:
-        try:
-            rows: list[Any] = self._conn().execute(sql, params).fetchall()
-        except apsw.Error as exc:
-            raise StorageError(f"reading {self.path} failed: {exc}") from None
+        rows: list[Any] = self._conn().execute(sql, params).fetchall()
         return rows
 
+    @boundary
     def migrate(self) -> None:
         exists = self._rows("SELECT 1 FROM sqlite_master WHERE name = 'hub_migrations'")
         done = (
@@ -281,17 +280,19 @@ class SQLiteHubStore:
 
     def close(self) -> None:
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             with contextlib.suppress(apsw.Error):
                 conn.close(True)
         self._local = threading.local()
 
+    @boundary
     def ping(self) -> None:
         self._rows("SELECT 1 FROM hub_migrations LIMIT 1")
 
     # -- tokens ------------------------------------------------------------------
 
+    @boundary
     def add_token(self, record: TokenRecord) -> None:
         try:
             with self._write() as conn:
@@ -305,6 +306,7 @@ class SQLiteHubStore:
                 f"a token named {record.name!r} exists; revoke it first or choose another name"
             ) from None
 
+    @boundary
     def token_by_hash(self, digest: str) -> TokenRecord | None:
         rows = self._rows(
             "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens "
@@ -313,12 +315,14 @@ class SQLiteHubStore:
         )
         return TokenRecord(*rows[0]) if rows else None
 
+    @boundary
     def list_tokens(self) -> list[TokenRecord]:
         rows = self._rows(
             "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens ORDER BY id"
         )
         return [TokenRecord(*row) for row in rows]
 
+    @boundary
     def revoke_token(self, name: str, now: int) -> bool:
         with self._write() as conn:
             conn.execute(
@@ -329,6 +333,7 @@ class SQLiteHubStore:
 
     # -- workers -----------------------------------------------------------------
 
+    @boundary
     def upsert_worker(self, record: WorkerRecord) -> bool:
         with self._write() as conn:
             known = conn.execute(
@@ -357,6 +362,7 @@ class SQLiteHubStore:
             )
         return not known
 
+    @boundary
     def touch_workers(self, seen: dict[str, int]) -> list[str]:
         if not seen:
             return []
@@ -382,6 +388,7 @@ class SQLiteHubStore:
                 )
         return back
 
+    @boundary
     def set_drain(self, worker_id: str, drain: bool) -> bool:
         with self._write() as conn:
             conn.execute(
@@ -389,6 +396,7 @@ class SQLiteHubStore:
             )
             return bool(conn.changes())
 
+    @boundary
     def mark_lost(self, before: int, now: int) -> list[str]:
         with self._write() as conn:
             rows = conn.execute(
@@ -398,6 +406,7 @@ class SQLiteHubStore:
             ).fetchall()
         return [str(row[0]) for row in rows]
 
+    @boundary
     def list_workers(self) -> list[WorkerRecord]:
         rows = self._rows(
             "SELECT worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, "
@@ -421,6 +430,7 @@ class SQLiteHubStore:
 
     # -- jobs ----------------------------------------------------------------------
 
+    @boundary
     def search_jobs(
         self, where: JobFilter, *, before: str | None, limit: int, budget_ms: int = 200
     ) -> Page:
@@ -476,6 +486,7 @@ class SQLiteHubStore:
             if time.monotonic() >= deadline:
                 return Page(found, low)  # go on from here on the next page
 
+    @boundary
     def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:
         if not ids:
             return {}
@@ -483,6 +494,7 @@ class SQLiteHubStore:
         sql = "SELECT * FROM jobs WHERE 1 = 1" + _in("id", list(dict.fromkeys(ids)), "i", params)
         return {job.id: job for job in (row_to_job(row) for row in self._rows(sql, params))}
 
+    @boundary
     def claims_by_worker(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for worker, job_id in self._rows(
@@ -491,6 +503,7 @@ class SQLiteHubStore:
             out.setdefault(worker, []).append(job_id)
         return out
 
+    @boundary
     def overdue_claims(self, now: int) -> list[Job]:
         rows = self._rows(
             "SELECT * FROM jobs INDEXED BY jobs_leases WHERE status = 'claimed'"

@@ -69,6 +69,8 @@ def create_token(
         raise InvalidPayload(f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
     if agent_id is not None and scope != "agent":
         raise InvalidPayload("an agent id goes only with scope 'agent'")
+    if scope == "agent" and agent_id is None:
+        agent_id = name  # an agent token acts for the agent named like it
     token = new_token()
     record = TokenRecord(
         name=name, hash=token_hash(token), scope=scope, agent_id=agent_id, created_at=now

@@ -165,12 +165,14 @@ def guard_clause(transition: Transition, d: Dialect) -> str:
     return " AND ".join(conds)
 
 
-def _event_insert(transition: Transition, d: Dialect, source: str) -> str:
+def _event_insert(
+    transition: Transition, d: Dialect, source: str, last_history: str = "u.history -> -1"
+) -> str:
     """An INSERT of one event per row of CTE `source` (the updated rows)."""
     if transition.lock is Lock.CLAIM:
         worker = "u.locked_by"
     elif JobStatus.CLAIMED in transition.from_status and transition.history is not None:
-        worker = "u.history -> -1 ->> 'worker'"
+        worker = f"{last_history} ->> 'worker'"
     else:
         worker = "NULL"
     # job events store no data: readers get the job's type and queue by joining the job
@@ -180,30 +182,55 @@ def _event_insert(transition: Transition, d: Dialect, source: str) -> str:
     )
 
 
-def with_event(transition: Transition, d: Dialect, update: str) -> str:
-    """`update` (an `UPDATE … RETURNING` of all columns) plus the event insert, one statement."""
+def with_event(transition: Transition, d: Dialect, update: str, names: str | None = None) -> str:
+    """`update` (an `UPDATE … RETURNING` of all columns) plus the event insert, one statement.
+
+    `names`: the columns to answer (those of the RETURNING list), default every job column.
+    """
     if transition.event is None:
         return update
+    last = "u.last_history_entry" if names else "u.history -> -1"
     return (
-        f"WITH u AS ({update}), e AS ({_event_insert(transition, d, 'u')}) "
-        f"SELECT {columns('u')} FROM u"
+        f"WITH u AS ({update}), e AS ({_event_insert(transition, d, 'u', last)}) "
+        f"SELECT {names or columns('u')} FROM u"
     )
+
+
+SLIM_SKIPPED = ("payload", "meta", "result", "errors", "history")
+"""Columns a slim answer leaves out: the caller has them from the claimed row."""
+SLIM_COLUMNS = tuple(name for name in JOB_COLUMNS if name not in SLIM_SKIPPED)
 
 
 # report arrays of owner transitions: one element per outcome
 _REPORTS = (
-    "unnest(%(ids)s::text[], %(lease_ids)s::text[], %(errors)s::text[], "
-    "%(results)s::text[], %(delays)s::bigint[]) AS v(id, lease_id, error, result, delay_ms)"
+    "unnest(%(ids)b::text[], %(lease_ids)b::text[], %(errors)b::text[], "
+    "%(results)b::text[], %(delays)s::bigint[]) AS v(id, lease_id, error, result, delay_ms)"
 )
 
 
-def owner_statement(transition: Transition, d: Dialect) -> str:
-    """Apply `transition` to every reported job whose lease is still held."""
+def owner_statement(transition: Transition, d: Dialect, slim: bool = False) -> str:
+    """Apply `transition` to every reported job whose lease is still held.
+
+    `slim` answers the scalar columns plus the last `errors` and `history` entries
+    (`SLIM_COLUMNS`, then those two): the reporter holds the claimed row, and a
+    claim-ending transition only appends to those lists, so the JSON columns need
+    not travel back and be decoded again.
+    """
+    if slim:
+        returning = ", ".join(
+            [f"j.{name}" for name in SLIM_COLUMNS]
+            + ["j.errors -> -1 AS last_error_entry", "j.history -> -1 AS last_history_entry"]
+        )
+        names = ", ".join(
+            [f"u.{name}" for name in SLIM_COLUMNS] + ["u.last_error_entry", "u.last_history_entry"]
+        )
+    else:
+        returning, names = columns("j"), None
     update = (
         f"UPDATE {d.table('jobs')} j SET {set_clause(transition, d)} FROM {_REPORTS} "
-        f"WHERE j.id = v.id AND {guard_clause(transition, d)} RETURNING {columns('j')}"
+        f"WHERE j.id = v.id AND {guard_clause(transition, d)} RETURNING {returning}"
     )
-    return with_event(transition, d, update)
+    return with_event(transition, d, update, names)
 
 
 def sweep_statement(transition: Transition, d: Dialect, limit: int) -> str:

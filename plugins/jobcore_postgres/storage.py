@@ -17,13 +17,23 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from jobcore.errors import ConfigError, IllegalTransition, StorageError
-from jobcore.models import Completed, Event, Failed, Job, JobStatus, Lease, NewJob, Outcome
+from jobcore.models import (
+    Completed,
+    Event,
+    Failed,
+    Job,
+    JobStatus,
+    Lease,
+    NewJob,
+    Outcome,
+    replace_job,
+)
 from jobcore.storage.base import Inserted, Recorded, Stats, Swept
 from jobcore.transitions import (
     CANCEL_WAITING,
@@ -44,6 +54,7 @@ from jobcore_postgres.errors import mapped
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
+    SLIM_COLUMNS,
     Dialect,
     by_id_statement,
     claim_statement,
@@ -112,6 +123,19 @@ def _event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str
     return value
 
 
+def _slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) -> Job:
+    """The updated job from a slim answer and the claimed row the reporter holds."""
+    claimed = outcome.lease.job
+    assert claimed is not None
+    values = dict(zip(SLIM_COLUMNS, row, strict=False))
+    values["status"] = JobStatus(values["status"])
+    *_, last_error_entry, last_history_entry = row
+    errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
+    history = [*claimed.history, last_history_entry] if transition.history else claimed.history
+    result = outcome.result if isinstance(outcome, Completed) else claimed.result
+    return replace_job(claimed, errors=errors, history=history, result=result, **values)
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
     values = dict(zip(JOB_COLUMNS, row, strict=False))
     values["status"] = JobStatus(values["status"])
@@ -148,12 +172,21 @@ def _new_job(job: NewJob, status: str, now: int, run_at: int) -> Job:
     )
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _has_children(outcomes: Sequence[Outcome]) -> bool:
+    return any(isinstance(o, Completed) and o.children for o in outcomes)
+
+
 @dataclass
 class _Sent:
     """A queued owner statement and the outcomes (by index) it reported."""
 
     indexes: list[int]
     cursor: psycopg.Cursor[Any]
+    transition: Transition | None = None  # set when the answer is slim (see owner_statement)
 
 
 @dataclass
@@ -212,7 +245,12 @@ class PostgresStorage:
                 # transaction-pooling proxies cannot keep prepared statements
                 "prepare_threshold": None if self.poll_only else 5,
                 "connect_timeout": max(1, int(connect_timeout)),
-                "options": _session_options(lock_timeout_ms, synchronous_commit),
+                # proxies in transaction mode refuse startup options: set them on the role there
+                **(
+                    {}
+                    if self.poll_only
+                    else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
+                ),
             },
         )
         self._sql: dict[Any, str] = {}
@@ -369,6 +407,30 @@ class PostgresStorage:
             except Exception:
                 log.exception("after-commit callback failed")
 
+    def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
+        """`send` statements in one pipelined transaction, `collect` their answers after the
+        commit: BEGIN, the statements and COMMIT reach the server in one round trip.
+        Inside an open transaction both run in it."""
+        if getattr(self._local, "tx", None) is not None:
+            with self._write() as conn:
+                return collect(conn, send(conn))
+        with self._connection() as conn:
+            tx = _Tx(conn)
+            self._local.tx = tx
+            try:
+                with conn.pipeline():
+                    with conn.transaction():
+                        sent = send(conn)
+                    result = collect(conn, sent)
+            finally:
+                self._local.tx = None
+        for callback in tx.callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-commit callback failed")
+        return result
+
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
         with self._write() as conn:
@@ -411,10 +473,11 @@ class PostgresStorage:
     def _insert_sql(self) -> str:
         d = self._d
         return (
-            "WITH v AS (SELECT * FROM unnest(%(ids)s::text[], %(types)s::text[], "
-            "%(queues)s::text[], %(payloads)s::text[], %(priorities)s::int[], "
+            # text arrays go in binary: no per-element quoting on the client
+            "WITH v AS (SELECT * FROM unnest(%(ids)b::text[], %(types)b::text[], "
+            "%(queues)b::text[], %(payloads)b::text[], %(priorities)s::int[], "
             "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(delays)s::bigint[], "
-            "%(timeouts)s::bigint[], %(keys)s::text[], %(parents)s::text[], %(metas)s::text[]) "
+            "%(timeouts)s::bigint[], %(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) "
             "AS v(id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
             f"timeout_ms, idempotency_key, parent_id, meta)), "
             f"w AS (SELECT v.*, coalesce(v.given_run_at, {d.now} + v.delay_ms) AS run_at FROM v), "
@@ -527,9 +590,12 @@ class PostgresStorage:
     ) -> list[Job]:
         if limit <= 0:
             return []
-        with self._batch() as conn:
-            cursor = self._send_claim(conn, worker, limit, lease_ms, queues, types, start, True)
-            return self._claimed(cursor)
+        return self._one_trip(
+            lambda conn: self._send_claim(
+                conn, worker, limit, lease_ms, queues, types, start, True
+            ),
+            lambda conn, cursor: self._claimed(cursor),
+        )
 
     def _send_claim(
         self,
@@ -579,19 +645,27 @@ class PostgresStorage:
         started: Sequence[Lease] = (),
         start: int | None = None,
     ) -> tuple[list[Recorded], list[Job]]:
-        with self._batch() as conn:
+        checked = self._checked(outcomes)
+
+        def send(conn: Conn) -> tuple[list[_Sent], psycopg.Cursor[Any] | None]:
             if started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
                 conn.execute(sql, self._lease_params(started))
-            checked = self._checked(outcomes)
             sent = self._send_owner(conn, checked)
             claim = self._send_claim(
                 conn, worker, claim_limit, lease_ms, queues, types, start, promote
             )
-            # everything above went out together; the answers come back now
-            recorded = self._collect(conn, checked, sent)
-            claimed = self._claimed(claim)
-        return recorded, claimed
+            return sent, claim
+
+        def collect(
+            conn: Conn, sent: tuple[list[_Sent], psycopg.Cursor[Any] | None]
+        ) -> tuple[list[Recorded], list[Job]]:
+            return self._collect(conn, checked, sent[0]), self._claimed(sent[1])
+
+        if _has_children(checked):  # children go in with their parent: collect before COMMIT
+            with self._batch() as conn:
+                return collect(conn, send(conn))
+        return self._one_trip(send, collect)
 
     def next_due(self) -> int | None:
         with self._connection() as conn:
@@ -649,8 +723,14 @@ class PostgresStorage:
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         if not outcomes:
             return []
-        with self._batch() as conn:
-            return self._record(conn, outcomes)
+        checked = self._checked(outcomes)
+        if _has_children(checked):
+            with self._batch() as conn:
+                return self._collect(conn, checked, self._send_owner(conn, checked))
+        return self._one_trip(
+            lambda conn: self._send_owner(conn, checked),
+            lambda conn, sent: self._collect(conn, checked, sent),
+        )
 
     def _send_owner(
         self, conn: Conn, outcomes: Sequence[Outcome], *, children: bool = False
@@ -674,11 +754,13 @@ class PostgresStorage:
                     clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
                 ],
             )
+            slim = all(o.lease.job is not None for o in group)
             for transition in OWNER[kind]:
                 sql = self._statement(
-                    ("owner", transition.name), owner_statement, transition, self._d
+                    ("owner", transition.name, slim), owner_statement, transition, self._d, slim
                 )
-                sent.append(_Sent(indexes, conn.execute(sql, params)))
+                cursor = conn.execute(sql, params)
+                sent.append(_Sent(indexes, cursor, transition if slim else None))
         return sent
 
     @staticmethod
@@ -687,10 +769,13 @@ class PostgresStorage:
         done: dict[int, Job] = {}
         for item in sent:
             for row in item.cursor.fetchall():
-                job = row_to_job(row)
                 for i in item.indexes:
-                    if i not in done and outcomes[i].lease.job_id == job.id:
-                        done[i] = job
+                    if i not in done and outcomes[i].lease.job_id == row[0]:
+                        done[i] = (
+                            row_to_job(row)
+                            if item.transition is None
+                            else _slim_to_job(row, outcomes[i], item.transition)
+                        )
                         break
         return done
 

@@ -52,8 +52,13 @@ class Hub:
     tokens: dict[str, str] = field(default_factory=dict)
 
     @property
-    def db(self) -> Path:
-        return self.folder / "jobs.db"
+    def db(self) -> str:
+        """The store: a SQLite file in the test's folder, or, when `JOBCORE_TEST_DASHBOARD_DB`
+        names a PostgreSQL database, a schema of its own there."""
+        base = os.environ.get("JOBCORE_TEST_DASHBOARD_DB")
+        if base:
+            return f"{base}?schema=dash_{self.port}_{os.getpid()}"
+        return str(self.folder / "jobs.db")
 
     @property
     def url(self) -> str:
@@ -63,7 +68,7 @@ class Hub:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            JOBCORE_DB=str(self.db),
+            JOBCORE_DB=self.db,
             XDG_STATE_HOME=str(self.folder / "state"),
             JOBCORE_LOG_FORMAT="text",
         )

@@ -9,6 +9,7 @@ import pytest
 from jobcore_http.dashboard.job_view import attempts, timeline
 from jobcore_http.dashboard.overview import ChangeCache, by, count, history
 from jobcore_http.dashboard.reader import Reader
+from jobcore_http.store import hub_store_for
 
 from jobcore import Queue
 from jobcore.testing.helpers import drain
@@ -42,14 +43,14 @@ def test_a_failed_job_lists_each_attempt_with_worker_and_error(tmp_path: Path) -
 def test_counts_are_recounted_only_after_the_store_changed(tmp_path: Path) -> None:
     with Queue(str(tmp_path / "jobs.db")) as queue:
         queue.enqueue_many("noop", [{} for _ in range(4)], queue="mail")
-        reader = Reader(queue)
+        reader = Reader(queue, hub_store_for(queue.storage))
         calls = []
 
         def compute() -> object:
             calls.append(1)
             return count(reader)
 
-        cache = ChangeCache(reader.path, compute, "test")
+        cache = ChangeCache(reader.sql.change_token, compute, "test")
         first = cache.get().value
         assert first.totals == {"pending": 4}
         assert by(first.unfinished, 2) == {"mail": {"pending": 4}}
@@ -58,7 +59,7 @@ def test_counts_are_recounted_only_after_the_store_changed(tmp_path: Path) -> No
         queue.enqueue("noop", {})  # another connection commits
         assert cache.get().value.totals == {"pending": 5}
         assert len(calls) == 2
-        cache.close()
+        reader.close()
 
 
 def test_history_counts_finished_jobs_per_minute_and_worker(tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_history_counts_finished_jobs_per_minute_and_worker(tmp_path: Path) -> N
         queue.enqueue("noop", {"fail": True}, queue="mail", max_attempts=1)
         queue.enqueue("noop", {}, queue="mail")
         drain(queue, worker_id="w-1")
-        past = history(Reader(queue), now_ms())
+        past = history(Reader(queue, hub_store_for(queue.storage)), now_ms())
     assert past.finished == {("failed", "noop", "mail"): 1, ("completed", "noop", "mail"): 1}
     assert sum(slot[0] for slot in past.minutes.values()) == 1
     assert sum(slot[1] for slot in past.minutes.values()) == 1

@@ -216,6 +216,9 @@ def test_tokens_cli(tmp_path: Path) -> None:
     jobcore(db, "tokens", "revoke", "ci")
     again = jobcore(db, "tokens", "revoke", "ci", check=False)
     assert again.returncode == 1 and again.stderr.startswith("Error: no active token")
+    jobcore(db, "tokens", "create", "--name", "box-2", "--scope", "agent")
+    listed = json.loads(jobcore(db, "tokens", "list", "--json").stdout)
+    assert ("box-2", "box-2") in [(t["name"], t["agent_id"]) for t in listed]
     bad = jobcore(
         db, "tokens", "create", "--name", "x", "--scope", "read", "--agent", "y", check=False
     )

@@ -22,14 +22,23 @@ def test_every_route_with_generated_input(tmp_path: Path) -> None:
     db = tmp_path / "schema.db"
     # long-polls end at once here: generated `wait` values would otherwise hold each case
     hub = Hub(db, env=subprocess_env(JOBCORE_HTTP_MAX_WAIT="0.1"))
-    tokens = make_tokens(hub, db)
-    done = subprocess.run(
+    try:
+        done = _schemathesis(hub, make_tokens(hub, db).admin, tmp_path)
+    finally:
+        code = hub.terminate()
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert code == 0
+    assert "internal error" not in hub.output()
+
+
+def _schemathesis(hub: Hub, token: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             str(SCHEMATHESIS),
             "run",
             f"{hub.url}/openapi.json",
             "-H",
-            f"Authorization: Bearer {tokens.admin}",
+            f"Authorization: Bearer {token}",
             "--checks",
             "not_a_server_error,response_schema_conformance,status_code_conformance,"
             "content_type_conformance",
@@ -45,10 +54,8 @@ def test_every_route_with_generated_input(tmp_path: Path) -> None:
             "1",
         ],
         env={**os.environ, "NO_COLOR": "1"},
+        cwd=cwd,  # its reports folder goes there
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert hub.terminate() == 0
-    assert "internal error" not in hub.output()

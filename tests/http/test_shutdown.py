@@ -59,3 +59,35 @@ def test_a_taken_port_is_one_clear_error(tmp_path: Path) -> None:
     assert (
         done.stderr.strip().splitlines()[-1].startswith(f"Error: cannot listen on 127.0.0.1:{port}")
     )
+
+
+def test_health_is_503_when_the_store_does_not_answer(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "jobs.db"
+    hub = Hub(db, "--insecure-no-auth")
+    try:
+        assert httpx.get(hub.url + "/api/health").json() == {"status": "ok"}
+        with sqlite3.connect(db) as other:  # the hub's own tables vanish under it
+            other.execute("DROP TABLE hub_migrations")
+        answer = httpx.get(hub.url + "/api/health")
+        assert answer.status_code == 503
+        assert answer.json()["status"] == "unavailable" and answer.json()["error"]
+    finally:
+        assert hub.terminate() == 0
+
+
+def test_a_bad_setting_is_one_clear_error(tmp_path: Path) -> None:
+    from testenv import subprocess_env
+
+    done = jobcore(
+        tmp_path / "jobs.db", "serve", env=subprocess_env(JOBCORE_HTTP_PORT="eighty"), check=False
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("Error: bad setting 'port' from JOBCORE_HTTP_PORT")
+    )
+    bad_size = jobcore(tmp_path / "jobs.db", "serve", "--max-body", "lots", check=False)
+    assert bad_size.returncode == 2

@@ -44,7 +44,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> SQLiteStorage:
     return storage
 
 
-def claim_plan(storage: SQLiteStorage, queues: list[str], types: list[str]) -> str:
+def claim_plans(storage: SQLiteStorage, queues: list[str], types: list[str]) -> list[str]:
     params: dict[str, Any] = {
         "worker": "w",
         "limit": 10,
@@ -52,11 +52,11 @@ def claim_plan(storage: SQLiteStorage, queues: list[str], types: list[str]) -> s
         "lease_ms": 1,
         "started_at": T0,
     }
-    return plan(storage, S.claim(queues, types, params), params)
+    return [plan(storage, sql, params) for sql in S.claim(queues, types, params)]
 
 
 def test_claim_scans_only_the_pending_index(storage: SQLiteStorage) -> None:
-    text = claim_plan(storage, [], [])
+    [text] = claim_plans(storage, [], [])
     assert "SCAN jobs USING COVERING INDEX jobs_claim" in text.split(" | "), text
     assert "TEMP B-TREE" not in text, text
 
@@ -66,19 +66,33 @@ def test_claim_scans_only_the_pending_index(storage: SQLiteStorage) -> None:
     [
         (["b"], [], "jobs_claim_queue (queue=?)"),
         (["b"], ["noop", "x"], "jobs_claim_queue (queue=?)"),
-        (["a", "b"], ["noop"], "jobs_claim_queue (queue=?)"),
         ([], ["noop"], "jobs_claim_type (type=?)"),
+    ],
+)
+def test_a_claim_on_one_queue_or_type_reads_its_own_index_in_order(
+    storage: SQLiteStorage, queues: list[str], types: list[str], index: str
+) -> None:
+    [text] = claim_plans(storage, queues, types)
+    assert f"COVERING INDEX {index}" in text, text
+    assert "INDEX jobs_claim" not in text.replace("jobs_claim_", ""), text
+    assert "TEMP B-TREE" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("queues", "types", "index"),
+    [
+        (["a", "b"], ["noop"], "jobs_claim_queue (queue=?)"),
         ([], ["noop", "x", "y"], "jobs_claim_type (type=?)"),
     ],
 )
-def test_filtered_claims_read_only_their_queue_or_type(
+def test_a_claim_on_several_reads_a_bounded_window_then_each_ones_rows(
     storage: SQLiteStorage, queues: list[str], types: list[str], index: str
 ) -> None:
-    text = claim_plan(storage, queues, types)
-    assert f"COVERING INDEX {index}" in text, text
-    assert "INDEX jobs_claim" not in text.replace("jobs_claim_", ""), text
-    if len(queues or types) == 1:
-        assert "TEMP B-TREE" not in text, text  # each branch reads in claim order
+    window, each = claim_plans(storage, queues, types)
+    assert "SCAN jobs USING COVERING INDEX jobs_claim" in window, window  # LIMIT 4 * limit + 64
+    assert "TEMP B-TREE" not in window.split("CO-ROUTINE")[1], window
+    assert f"COVERING INDEX {index}" in each, each
+    assert "INDEX jobs_claim" not in each.replace("jobs_claim_", ""), each
 
 
 def test_a_claim_on_one_queue_does_not_read_another_queues_rows(tmp_path: Path) -> None:
@@ -120,6 +134,8 @@ def test_a_claim_on_one_queue_does_not_read_another_queues_rows(tmp_path: Path) 
     assert steps(["b"], []) < 50
     assert steps(["b"], ["noop"]) < 50
     assert steps([], ["other"]) < 50
+    assert steps(["b", "c"], []) < 100  # the first phase reads a window of 68 rows at most
+    assert steps([], ["other", "x"]) < 100
     storage.close()
 
 
@@ -153,5 +169,5 @@ def test_idempotency_lookup_uses_its_index(storage: SQLiteStorage) -> None:
 
 
 def test_event_pruning_reads_only_old_events(storage: SQLiteStorage) -> None:
-    text = plan(storage, Q["prune_events"], {"before": T0})
+    text = plan(storage, Q["prune_events"], {"before": T0, "chunk": 10})
     assert "SCAN events" in text and "USING INTEGER PRIMARY KEY" in text, text

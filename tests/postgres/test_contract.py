@@ -58,3 +58,13 @@ class TestPostgresStorage(StorageContract):
     @pytest.fixture
     def busy_storage(self, pg_storage_factory: Callable[..., PostgresStorage]) -> PostgresStorage:
         return pg_storage_factory(lock_timeout_ms=200)
+
+
+class TestPostgresStoragePollOnly(TestPostgresStorage):
+    """The same rules behind a transaction-pooling proxy: no LISTEN, no session options."""
+
+    @pytest.fixture
+    def storage_factory(
+        self, pg_storage_factory: Callable[..., PostgresStorage]
+    ) -> Callable[..., PostgresStorage]:
+        return lambda clock=None, **options: pg_storage_factory(clock, poll_only=True, **options)

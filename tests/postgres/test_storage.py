@@ -22,6 +22,7 @@ from jobcore.errors import (
     SchemaTooNew,
     StorageConnectionLost,
     StorageError,
+    StorageReadOnly,
     StorageUnavailable,
     TransientStorageError,
 )
@@ -154,6 +155,23 @@ def test_a_dropped_connection_is_transient_and_the_next_call_reconnects(
     with pytest.raises(StorageConnectionLost):
         storage.get(inserted.job.id)
     assert storage.get(inserted.job.id) is not None
+
+
+def test_a_read_only_server_is_permanent_and_reads_still_work(
+    pg_database: str, pg_url: str, pg_storage_factory: Factory
+) -> None:
+    [inserted] = pg_storage_factory().insert([new_job()])
+    name = pg_database.rsplit("/", 1)[1]
+    with psycopg.connect(pg_database, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+        try:
+            replica = PostgresStorage(pg_url)  # new sessions: read-only, like a hot standby
+            assert replica.get(inserted.job.id) is not None
+            with pytest.raises(StorageReadOnly, match="read-only"):
+                replica.insert([new_job()])
+            replica.close()
+        finally:
+            admin.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
 
 
 # -- wake-ups ----------------------------------------------------------------------------

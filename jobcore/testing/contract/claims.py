@@ -161,6 +161,18 @@ class ClaimRules(ContractBase):
         [c] = self.claim(storage, types=["y", "zzz"])
         assert c.id == jobs[3].id
 
+    def test_filtered_claims_find_matches_behind_many_other_rows(self, storage: Storage) -> None:
+        first = new_job("x", priority=9)
+        crowd = [new_job("z", queue="busy", priority=5) for _ in range(300)]
+        late_y, late_x = new_job("y", priority=1), new_job("x", queue="q2", priority=0)
+        storage.insert([first, *crowd, late_y, late_x])
+        got = self.claim(storage, limit=3, types=["x", "y"])
+        assert [j.id for j in got] == [first.id, late_y.id, late_x.id]
+        storage.insert([new_job("y", queue="q2"), new_job("x", queue="q3")])
+        got = self.claim(storage, limit=5, queues=["q2", "q3", "default"])
+        assert sorted(j.queue for j in got) == ["q2", "q3"]
+        assert all(j.type != "z" for j in got)
+
     def test_scheduled_jobs_are_promoted_when_due(self, storage: Storage, clock: FakeClock) -> None:
         job = new_job(run_at=T0 + 1000, priority=100)
         storage.insert([job])

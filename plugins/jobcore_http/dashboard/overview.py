@@ -5,8 +5,8 @@ and the scheduled/pending/claimed rows by type and queue) is cheap and kept
 fresh. `History` (finished jobs by type and queue, finished per minute over
 the day, who ran them) reads the whole table, so it is refreshed far less
 often. Neither is computed per request: a snapshot is re-taken only when the
-store changed (SQLite's `data_version` on a watch connection, a microsecond
-check) and, when taking it is not cheap, at most every `factor x (time the
+store changed (the reader's change token: SQLite's `data_version`, or
+PostgreSQL's event sequence; a cheap check per request) and, when taking it is not cheap, at most every `factor x (time the
 last one took)`; a slow one is re-taken in a background thread while requests
 get the previous one with its age.
 """
@@ -18,9 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
-
-import apsw
+from typing import Generic, TypeVar
 
 from jobcore.timeutil import now_ms
 from jobcore_http.dashboard.reader import Reader
@@ -119,9 +117,14 @@ class ChangeCache(Generic[T]):
     """Hands out the latest result of `compute`; re-computes as the module docstring says."""
 
     def __init__(
-        self, path: str, compute: Callable[[], T], name: str, *, factor: float = 10.0
+        self,
+        token: Callable[[], int],
+        compute: Callable[[], T],
+        name: str,
+        *,
+        factor: float = 10.0,
     ) -> None:
-        self.path = path
+        self.token = token  # changes whenever the store changed
         self.compute = compute
         self.name = name
         self.factor = factor
@@ -129,39 +132,25 @@ class ChangeCache(Generic[T]):
         self._lock = threading.Lock()
         self._computed = threading.Condition(self._lock)
         self._refreshing = False
-        self._version: int | None = None  # watch connection's data_version at the last compute
-        self._watch: apsw.Connection | None = None
-
-    def _data_version(self) -> int:
-        if self._watch is None:
-            self._watch = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
-            self._watch.set_busy_timeout(5000)
-        rows: list[Any] = self._watch.execute("PRAGMA data_version").fetchall()
-        return int(rows[0][0])
-
-    def close(self) -> None:
-        with self._lock:
-            if self._watch is not None:
-                self._watch.close()
-                self._watch = None
+        self._version: int | None = None  # the change token at the last compute
 
     def get(self) -> Taken[T]:
         """The value to show now, computing it first if there is none yet."""
         with self._lock:
             if self._taken is None and not self._refreshing:
-                return self._take(self._data_version())
+                return self._take(self.token())
             while self._taken is None and self._refreshing:  # the first one is under way
                 self._computed.wait()
         found = self.peek()
         if found is not None:
             return found
         with self._lock:
-            return self._take(self._data_version())
+            return self._take(self.token())
 
     def peek(self) -> Taken[T] | None:
         """The value to show now, or None while the first one is still being computed."""
         with self._lock:
-            version = self._data_version()
+            version = self.token()
             taken = self._taken
             if taken is None:
                 if not self._refreshing:

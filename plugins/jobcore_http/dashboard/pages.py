@@ -21,7 +21,7 @@ from jobcore_http.dashboard.filters import (
     JobFilter,
 )
 from jobcore_http.dashboard.job_view import attempts, ms_of, timeline, timeline_svg
-from jobcore_http.dashboard.overview import Counts, History, by
+from jobcore_http.dashboard.overview import UNFINISHED, Counts, History, by
 from jobcore_http.dashboard.render import duration, page
 from jobcore_http.dashboard.session import Session
 from jobcore_http.dashboard.state import dashboard
@@ -61,29 +61,23 @@ def error_page(
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
+    """A queue's jobs by status, its depth (unfinished jobs) and its oldest pending job."""
+
     name: str
-    pending: int
-    scheduled: int
-    claimed: int
+    counts: dict[str, int]
     oldest: int | None
-    width: int = 0
+    width: int = 0  # the depth bar, in percent of the deepest queue
 
     @property
     def depth(self) -> int:
-        return self.pending + self.scheduled + self.claimed
+        return sum(self.counts.get(status, 0) for status in UNFINISHED)
 
 
-def queue_rows(counts: Counts) -> list[QueueRow]:
-    """Queues by depth (unfinished jobs), deepest first, with a bar width in percent."""
+def queue_rows(counts: Counts, finished: History) -> list[QueueRow]:
+    """Every queue with jobs, deepest first."""
     rows = [
-        QueueRow(
-            name,
-            per_status.get("pending", 0),
-            per_status.get("scheduled", 0),
-            per_status.get("claimed", 0),
-            counts.oldest_pending.get(name),
-        )
-        for name, per_status in by(counts.unfinished, 2).items()
+        QueueRow(name, per_status, counts.oldest_pending.get(name))
+        for name, per_status in by({**counts.unfinished, **finished.finished}, 2).items()
     ]
     deepest = max((row.depth for row in rows), default=0) or 1
     rows = [replace(row, width=round(100 * row.depth / deepest)) for row in rows]
@@ -113,7 +107,7 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
             "history": past,
             "history_age": None if past is None else _age(past.taken_at, now),
             "stuck": stuck,
-            "queues": queue_rows(counts.value),
+            "queues": queue_rows(counts.value, finished),
             "types": sorted(types.items()),
             "hour_chart": bar_chart(
                 series(finished, now, bars=60, minutes_per_bar=1),

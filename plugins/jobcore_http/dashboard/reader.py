@@ -9,17 +9,15 @@ offer to continue below, so a page never scans the whole table. Counts for the o
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import apsw
-
 from jobcore.models import Job
 from jobcore.queue import Queue
-from jobcore.storage.rows import row_to_job
 from jobcore_http.dashboard.filters import JobFilter
+from jobcore_http.dashboard.sql import sql_for
+from jobcore_http.store import HubStore
 
 
 @dataclass(slots=True)
@@ -39,44 +37,24 @@ def _like(text: str) -> str:
 
 
 class Reader:
-    """Read-only SQL over the jobs table of the queue's SQLite store (one connection per thread)."""
+    """Read-only SQL over the store's jobs table; whole jobs come from the hub's store."""
 
-    def __init__(self, queue: Queue) -> None:
-        path = getattr(queue.storage, "path", None)
-        if not isinstance(path, str):
-            raise RuntimeError(
-                "the dashboard reads SQLite stores; this store has no file path "
-                f"({type(queue.storage).__name__})"
-            )
-        queue.storage.migrate()  # the file and its schema exist before the reader opens it
+    def __init__(self, queue: Queue, store: HubStore) -> None:
+        queue.storage.migrate()  # the database and its schema exist before the reader opens it
         self.queue = queue
-        self.path = path
-        self._local = threading.local()
-        self._all: list[apsw.Connection] = []
-        self._lock = threading.Lock()
-
-    def conn(self) -> apsw.Connection:
-        conn: apsw.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
-            conn.set_busy_timeout(5000)
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
+        self.store = store
+        self.sql = sql_for(queue.storage)
 
     def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
+        self.sql.close()
 
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        result: list[Any] = self.conn().execute(sql, params or {}).fetchall()
-        return result
+        return self.sql.rows(sql, params)
 
-    # -- the jobs list ---------------------------------------------------------------
+    def jobs(self, ids: list[str]) -> list[Job]:
+        """These jobs, in this order (those that still exist)."""
+        found = self.store.jobs_by_id(ids)
+        return [found[job_id] for job_id in ids if job_id in found]
 
     @staticmethod
     def _where(flt: JobFilter, params: dict[str, Any]) -> str:
@@ -151,13 +129,19 @@ class Reader:
                 "max(lease_expires_at) FROM jobs WHERE status = 'claimed' GROUP BY locked_by"
             )
         }
-        for row in self.rows(
-            "SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY locked_by ORDER BY "
-            "claimed_at, id) AS nth FROM jobs WHERE status = 'claimed') WHERE nth <= :sample",
-            {"sample": sample},
-        ):
-            job = row_to_job(row[:-1])
-            summary[job.locked_by].sample.append(job)
+        sampled = [
+            job_id
+            for (job_id,) in self.rows(
+                "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY locked_by ORDER BY "
+                "claimed_at, id) AS nth FROM jobs WHERE status = 'claimed') AS c "
+                "WHERE nth <= :sample",
+                {"sample": sample},
+            )
+        ]
+        for job in self.jobs(sampled):
+            held = summary.get(job.locked_by)
+            if held is not None:
+                held.sample.append(job)
         return list(summary.values())
 
     def stuck_count(self, now: int) -> int:
@@ -171,11 +155,13 @@ class Reader:
 
     def stuck(self, now: int, *, limit: int = 100) -> list[Job]:
         """Claimed jobs whose lease expired (the sweep has not reclaimed them yet)."""
-        return [
-            row_to_job(row)
-            for row in self.rows(
-                "SELECT * FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now "
-                "ORDER BY lease_expires_at LIMIT :limit",
-                {"now": now, "limit": limit},
-            )
-        ]
+        return self.jobs(
+            [
+                job_id
+                for (job_id,) in self.rows(
+                    "SELECT id FROM jobs WHERE status = 'claimed' AND lease_expires_at < :now "
+                    "ORDER BY lease_expires_at LIMIT :limit",
+                    {"now": now, "limit": limit},
+                )
+            ]
+        )

@@ -29,27 +29,26 @@ class Dashboard:
     dead_letters: ChangeCache[list[dict[str, Any]]]
 
     def close(self) -> None:
-        self.counts.close()
-        self.history.close()
-        self.dead_letters.close()
         self.reader.close()
 
 
 def make_dashboard(queue: Queue, store: HubStore | None = None) -> Dashboard:
-    reader = Reader(queue)
+    store = store if store is not None else hub_store_for(queue.storage)
+    reader = Reader(queue, store)
+    token = reader.sql.change_token
 
     def failed_groups() -> list[dict[str, Any]]:
         return summarize(list(queue.storage.scan(statuses=[JobStatus.FAILED.value])))
 
     return Dashboard(
         queue=queue,
-        store=store if store is not None else hub_store_for(queue.storage),
+        store=store,
         reader=reader,
-        counts=ChangeCache(reader.path, lambda: count(reader), "dashboard-counts"),
+        counts=ChangeCache(token, lambda: count(reader), "dashboard-counts"),
         history=ChangeCache(
-            reader.path, lambda: history(reader, now_ms()), "dashboard-history", factor=30
+            token, lambda: history(reader, now_ms()), "dashboard-history", factor=30
         ),
-        dead_letters=ChangeCache(reader.path, failed_groups, "dashboard-dead-letters", factor=30),
+        dead_letters=ChangeCache(token, failed_groups, "dashboard-dead-letters", factor=30),
     )
 
 

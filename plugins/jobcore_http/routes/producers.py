@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from jobcore.errors import IllegalTransition
 from jobcore.storage.base import Inserted
 from jobcore_http.auth import hub_of, require
+from jobcore_http.bulk import bulk_change
 from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
@@ -179,42 +179,10 @@ def _as_list(value: str | list[str] | None) -> list[str]:
 
 
 def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
-    hub = hub_of(request)
     where = _filter(
         _as_list(body.status), _as_list(body.type), _as_list(body.queue), body.worker, body.q
     )
-    if not where.statuses:
-        statuses = (
-            ("failed", "cancelled") if action == "retry" else ("scheduled", "pending", "claimed")
-        )
-        where = JobFilter(statuses, where.types, where.queues, where.worker, where.q)
-    change = hub.storage.retry if action == "retry" else hub.storage.cancel
-    matched = changed = 0
-    before: str | None = None
-    while True:
-        page = hub.store.search_jobs(where, before=before, limit=500, budget_ms=2000)
-        before = page.next_cursor
-        matched += len(page.jobs)
-        ids = [job.id for job in page.jobs]
-        try:
-            with hub.storage.transaction():
-                results = change(ids)
-        except IllegalTransition:  # e.g. an idempotency key taken again: one by one
-            results = []
-            for job_id in ids:
-                try:
-                    with hub.storage.transaction():
-                        results.extend(change([job_id]))
-                except IllegalTransition:
-                    results.append(None)
-        changed += sum(1 for job in results if job is not None)
-        if before is None:
-            break
-    if changed:
-        from jobcore import wakeup
-
-        wakeup.notify(hub.queue.wake_key)
-    return {"matched": matched, "changed": changed}
+    return bulk_change(hub_of(request), where, action)
 
 
 @router.post(
