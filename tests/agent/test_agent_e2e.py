@@ -372,7 +372,8 @@ def test_sigterm_gives_back_prefetched_jobs_at_once(
     ]
     long, waiting = hub.admin.post("/api/jobs/batch", json={"jobs": batch}).json()["jobs"]
     wait_until(started.exists)
-    assert hub.job(waiting["id"])["status"] == "claimed"  # claimed ahead, waiting for the slot
+    # claimed ahead, waiting for the one slot
+    wait_until(lambda: hub.job(waiting["id"])["status"] == "claimed")
     agent.signal(signal.SIGTERM)
     assert agent.wait(30) == 0
     for job_id in (long["id"], waiting["id"]):
