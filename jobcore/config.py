@@ -35,6 +35,7 @@ class CoreSettings(BaseModel):
     db: str = "jobcore.db"
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     busy_timeout: PositiveSeconds = 30.0
+    event_retention: PositiveSeconds = 3600.0
     lease: PositiveSeconds = 60.0
     poll_interval: PositiveSeconds = 1.0
     wake_check_interval: PositiveSeconds = 0.003

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,6 +22,22 @@ class JobStatus(enum.StrEnum):
 
 compact_json = json.JSONEncoder(separators=(",", ":")).encode
 """Serialise to compact JSON (one shared encoder: cheaper than json.dumps with options)."""
+
+strict_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+"""Like `compact_json`, but NaN and Infinity (not JSON: `show --json` and other stores
+reject them) raise ValueError."""
+
+
+def finite(value: Any) -> Any:
+    """`value` with NaN and infinite floats replaced by None (as JSON.stringify does)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
 
 UNFINISHED = (JobStatus.SCHEDULED, JobStatus.PENDING, JobStatus.CLAIMED)
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
@@ -244,8 +261,9 @@ Outcome = Completed | Retrying | Failed | Released | Cancelled
 class Event:
     """One row of the store's event log: a job transition or a worker event.
 
-    `kind` is e.g. `job:completed` or `worker:lost`; `data` carries details
-    (for job events: type, queue, status, attempt and, where one applies, error).
+    `kind` is e.g. `job:completed` or `worker:lost`. `data`: what `add_event`
+    stored, plus, while the job exists, its `type` and `queue` (read the job for
+    the rest). `worker_id`: the claimer, or the worker whose claim ended.
     """
 
     seq: int

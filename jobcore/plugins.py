@@ -13,22 +13,25 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pluggy
 
 from jobcore import hookspecs
-from jobcore.errors import ConfigError
+from jobcore.errors import ConfigError, JobcoreError, StorageError
 
 if TYPE_CHECKING:
     from jobcore.config import Config
-    from jobcore.models import NewJob
+    from jobcore.models import Job, NewJob
+    from jobcore.storage.base import Storage
 
 log = logging.getLogger("jobcore.plugins")
 
@@ -49,8 +52,13 @@ FIRST_PARTY_JOB_TYPES: dict[str, str] = {
     "shell": "shell",
     "claude_extraction": "claude",
     "sync_aws": "aws",
+    "exec": "agent",
 }
-FIRST_PARTY_EXTRAS: dict[str, str] = {"claude": "claude", "aws": "aws", "otel": "otel"}
+FIRST_PARTY_EXTRAS: dict[str, str] = {
+    name: name for name in ("claude", "aws", "otel", "agent", "http", "postgres")
+}
+# URL schemes of first-party storage backends, for the error when none handles a URL
+FIRST_PARTY_BACKENDS: dict[str, str] = {"postgres": "postgres", "postgresql": "postgres"}
 
 Status = Literal["loaded", "unavailable"]
 
@@ -210,6 +218,16 @@ class JobcorePluginManager(pluggy.PluginManager):
                 )
                 continue
             if isinstance(extra, dict):
+                try:  # what the store cannot hold would fail every enqueue, children too
+                    json.dumps(extra, allow_nan=False)
+                except (TypeError, ValueError, RecursionError) as exc:
+                    log.error(
+                        "plugin %s returned meta that is not JSON from jobcore_enqueue_meta "
+                        "(%s); job enqueued without it",
+                        impl.plugin_name,
+                        exc,
+                    )
+                    continue
                 meta.update(extra)
             elif extra is not None:
                 log.error(
@@ -219,7 +237,73 @@ class JobcorePluginManager(pluggy.PluginManager):
                 )
         return meta
 
+    def storage_backend(self, url: str, config: Config, create: bool) -> Storage | None:
+        """The first backend a plugin returns for `url` (firstresult, in hook call order).
+
+        A backend's `StorageError` (it handles the URL but cannot open it) passes
+        through; any other exception is a plugin bug, raised as a `StorageError`
+        naming the plugin.
+        """
+        kwargs = {"url": url, "config": config, "create": create}
+        for impl in reversed(self.hook.jobcore_storage_backend.get_hookimpls()):
+            try:
+                storage = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            except JobcoreError:
+                raise
+            except Exception as exc:
+                log.debug(
+                    "plugin %s failed in jobcore_storage_backend", impl.plugin_name, exc_info=True
+                )
+                raise StorageError(
+                    f"plugin {impl.plugin_name} failed to open {url!r}: "
+                    f"{one_line(f'{type(exc).__name__}: {exc}')}; fix or disable it "
+                    "(JOBCORE_DISABLE_PLUGINS)"
+                ) from None
+            if storage is not None:
+                return cast("Storage", storage)
+        return None
+
+    def reconcile(self, job: Job, config: Config) -> list[str]:
+        """Every plugin's discrepancies for `job`; a plugin that raises reports that it could not check."""
+        problems: list[str] = []
+        for impl in reversed(self.hook.jobcore_reconcile.get_hookimpls()):
+            kwargs = {"job": job, "config": config}
+            try:
+                answer = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            except Exception as exc:
+                log.debug("plugin %s failed in jobcore_reconcile", impl.plugin_name, exc_info=True)
+                problems.append(
+                    f"plugin {impl.plugin_name} could not check it: "
+                    + one_line(f"{type(exc).__name__}: {exc}")
+                )
+                continue
+            if isinstance(answer, str) and answer:
+                problems.append(answer)
+            elif isinstance(answer, list | tuple):
+                problems.extend(str(item) for item in answer if item)
+            elif answer is not None:
+                problems.append(
+                    f"plugin {impl.plugin_name} answered {type(answer).__name__}, not a list"
+                )
+        return problems
+
     # -- explaining what is missing -------------------------------------------------
+
+    def no_storage_backend(self, url: str) -> str:
+        """The message for a URL no backend handles, naming the plugin that would."""
+        message = f"no storage backend handles {url!r}"
+        provider = FIRST_PARTY_BACKENDS.get(url.split(":", 1)[0].lower()) if ":" in url else None
+        if provider is None:
+            return f"{message}; give a file path, or install the plugin for this kind of URL"
+        info = self.infos.get(provider)
+        reason = re.split(r" \(install|; install", info.reason or "")[0] if info else ""
+        if reason.startswith(("disabled by", "not in")):
+            return f"{message}: the {provider!r} plugin handles it and is {reason}"
+        state = f"is unavailable ({reason})" if reason else "is not loaded"
+        return (
+            f"{message}: the {provider!r} plugin handles it and {state}; install it: "
+            f"pip install 'jobcore[{provider}]' (from a checkout: pip install -e '.[{provider}]')"
+        )
 
     def unknown_job_type(self, type_name: str, registered: Iterable[str]) -> str:
         """The message for a job type no loaded plugin registered, saying how to get it."""
@@ -373,5 +457,9 @@ def notify(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
     for impl in reversed(caller.get_hookimpls()):
         try:
             impl.function(**{name: kwargs[name] for name in impl.argnames})
-        except Exception:
+        except BaseException as exc:  # SystemExit from a plugin must not end the notifier
+            if isinstance(exc, KeyboardInterrupt) and (
+                threading.current_thread() is threading.main_thread()
+            ):
+                raise  # Ctrl-C at a prompt
             log.exception("plugin %s failed in %s", impl.plugin_name, hook_name)

@@ -21,7 +21,7 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id
-from jobcore.models import FINISHED, Job, JobStatus, NewJob, compact_json
+from jobcore.models import FINISHED, Job, JobStatus, NewJob, strict_json
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -97,11 +97,9 @@ class Queue:
     @property
     def storage(self) -> Storage:
         if self._storage is None:
-            storage = self.pm.hook.jobcore_storage_backend(
-                url=self.url, config=self.config, create=self._create
-            )
+            storage = self.pm.storage_backend(self.url, self.config, self._create)
             if storage is None:
-                raise StorageError(f"no storage backend handles {self.url!r}")
+                raise StorageError(self.pm.no_storage_backend(self.url))
             self._storage = storage
         return self._storage
 
@@ -166,7 +164,17 @@ class Queue:
         if job_type.check is not None:
             job_type.check(model, self.config)
         stored = model.model_dump(mode="json")
-        encoded = compact_json(stored)
+        try:
+            encoded = strict_json(stored)
+        except ValueError:
+            raise InvalidPayload(
+                f"payload for {type!r} holds NaN or Infinity, which JSON cannot represent"
+            ) from None
+        if meta:
+            try:
+                strict_json(meta)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise InvalidPayload(f"meta must be a JSON object: {exc}") from None
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         limit = self.config.core.max_payload_bytes
         if size > limit:
@@ -296,6 +304,7 @@ class Queue:
 
     def retry(self, job_ids: Sequence[str]) -> list[Job]:
         """failed/cancelled -> pending, attempts reset, history kept. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.retry(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
@@ -315,6 +324,7 @@ class Queue:
 
     def cancel(self, job_ids: Sequence[str]) -> list[Job]:
         """scheduled/pending -> cancelled; claimed -> cancel requested. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.cancel(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
@@ -360,10 +370,7 @@ class Queue:
     def reconcile(self, types: Sequence[str] = ()) -> Iterator[tuple[Job, list[str]]]:
         """Yield each completed job with the discrepancies plugins report for it."""
         for job in self.storage.scan(statuses=[JobStatus.COMPLETED], types=types):
-            problems: list[str] = []
-            for answer in self.pm.hook.jobcore_reconcile(job=job, config=self.config):
-                if answer:
-                    problems.extend(answer)
+            problems = self.pm.reconcile(job, self.config)
             if problems:
                 yield job, problems
 

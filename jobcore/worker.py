@@ -27,7 +27,16 @@ from typing import Any
 from jobcore import wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import JobcoreError, StorageError, TransientStorageError
+from jobcore.errors import (
+    JobcoreError,
+    NotADatabase,
+    SchemaTooNew,
+    StorageError,
+    StorageFull,
+    StorageReadOnly,
+    StorageUnavailable,
+    TransientStorageError,
+)
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.models import (
     Cancelled,
@@ -59,6 +68,22 @@ def default_worker_id() -> str:
 def is_transient(exc: BaseException) -> bool:
     """A database error that says nothing about the outcomes being written (busy, I/O)."""
     return isinstance(exc, TransientStorageError)
+
+
+ENVIRONMENT_ERRORS = (
+    TransientStorageError,
+    StorageFull,
+    StorageReadOnly,
+    NotADatabase,
+    StorageUnavailable,
+    SchemaTooNew,
+)
+
+
+def is_environmental(exc: BaseException) -> bool:
+    """The store as a whole cannot take writes now (full, read-only, busy, I/O): no outcome
+    is to blame, so none may be replaced by a failure; the loop backs off instead."""
+    return isinstance(exc, ENVIRONMENT_ERRORS)
 
 
 def _ended_unreported(job: Job) -> bool:
@@ -652,8 +677,12 @@ class Worker:
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
-        marks = [attempt for attempt in self._to_mark if attempt.phase is not Phase.DONE]
-        start = self._idle_executors()
+        # Starts are marked only once a handler began (never by the claim itself, so a
+        # worker dying before its executors take the jobs charges them nothing); an
+        # attempt whose outcome rides in this batch needs no marker.
+        marks = [
+            attempt for attempt in self._to_mark if attempt.phase in (Phase.STARTED, Phase.STOPPING)
+        ]
         try:
             recorded, claimed = self.queue.storage.commit_batch(
                 [self._outcome(attempt) for attempt in batch],
@@ -664,10 +693,10 @@ class Worker:
                 types=self.types,
                 promote=promote,
                 started=[attempt.lease for attempt in marks],
-                start=start,
+                start=0,
             )
         except Exception as exc:
-            if not batch or is_transient(exc):
+            if not batch or is_environmental(exc):
                 raise
             log.warning(
                 "group commit of %d outcome(s) failed (%s); recording them apart",
@@ -682,13 +711,8 @@ class Worker:
             attempt.start_marked = True
         for attempt, answer in zip(batch, recorded, strict=True):
             self._after_record(attempt, answer)
-        self._start_claimed(claimed, start)
+        self._start_claimed(claimed)
         return len(claimed)
-
-    def _idle_executors(self) -> int:
-        """Executors that will take a job claimed now at once: those jobs are marked started."""
-        busy = len(self.inflight.in_phase(Phase.STARTED, Phase.STOPPING, Phase.CLAIMED))
-        return max(0, self.concurrency - busy)
 
     def _record_apart(self, batch: list[Attempt]) -> None:
         """Split a refused batch until the outcome the store refuses is alone; fail that job.
@@ -712,7 +736,7 @@ class Worker:
                     promote=False,
                 )
             except Exception as exc:
-                if is_transient(exc):
+                if is_environmental(exc):
                     raise
                 if len(part) > 1:
                     middle = len(part) // 2
@@ -792,10 +816,10 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start_claimed(self, claimed: Iterable[Job], start: int) -> None:
-        """Hand claimed jobs to the executors; the first `start` were marked started."""
+    def _start_claimed(self, claimed: Iterable[Job]) -> None:
+        """Hand claimed jobs to the executors (none is marked started yet)."""
         mono = time.monotonic()
-        for index, job in enumerate(claimed):
+        for job in claimed:
             self._claimed_total += 1
             lease = Lease.of(job)
             attempt = Attempt(
@@ -803,11 +827,10 @@ class Worker:
                 lease=lease,
                 ctx=self._context(job),
                 claimed_at=mono,
-                start_marked=index < start,
-                # A prefetched job whose last claim ended without an outcome may be one
-                # that kills its worker: its start is made durable before it runs, so
-                # that death costs an attempt and max_attempts still ends it.
-                durable_start=index >= start and _ended_unreported(job),
+                # A job whose last claim ended without an outcome may be one that kills
+                # its worker: its start is made durable before it runs, so that death
+                # costs an attempt and max_attempts still ends it.
+                durable_start=_ended_unreported(job),
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
@@ -849,7 +872,7 @@ class Worker:
             for call in calls:
                 try:
                     call()
-                except Exception:  # notify() already isolates hooks; this is a last guard
+                except BaseException:  # notify() already isolates hooks; this is a last guard
                     log.exception("notification failed")
 
     # -- signals ---------------------------------------------------------------

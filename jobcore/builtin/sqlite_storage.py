@@ -17,4 +17,5 @@ def jobcore_storage_backend(url: str, config: Config, create: bool) -> SQLiteSto
         synchronous=config.core.synchronous,
         busy_timeout=config.core.busy_timeout,
         create=create,
+        event_retention=config.core.event_retention,
     )

@@ -217,7 +217,11 @@ class Storage(Protocol):
         """
 
     def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
-        """Events with `seq` greater than `seq`, oldest first, at most `limit`."""
+        """Events with `seq` greater than `seq`, oldest first, at most `limit`.
+
+        `seq` only grows (it is never handed out twice, even after pruning), so a
+        reader keeps the last seq it saw and asks again.
+        """
 
     def last_event_seq(self) -> int:
         """The newest event's `seq` (0 when there is none)."""

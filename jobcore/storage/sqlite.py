@@ -15,6 +15,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -120,7 +121,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         self.sweep_hold_ms = int(sweep_hold * 1000)
         self.holder = f"{os.getpid()}:{secrets.token_hex(8)}"  # this instance, for locks
         self._local = threading.local()
-        self._all: list[apsw.Connection] = []
+        # every open connection, to close them all; weak, so a finished thread's one closes
+        self._all: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
         self._all_lock = threading.Lock()
         self._migrated = False
         self._holds_sweep = False
@@ -156,7 +158,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         except apsw.Error as exc:
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
         with self._all_lock:
-            self._all.append(conn)
+            self._all.add(conn)
         return conn
 
     def _raw_state(self) -> _ThreadState:
@@ -176,6 +178,11 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             state.data_version = self._data_version(state.conn)
         return state
 
+    def _own(self) -> apsw.Connection | None:
+        """This thread's own connection, if it already exists (else None)."""
+        state: _ThreadState | None = getattr(self._local, "state", None)
+        return None if state is None else state.conn
+
     def _conn(self) -> apsw.Connection:
         return self._state().conn
 
@@ -194,7 +201,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                 log.warning("releasing the sweep lock of %s: %s", self.path, exc)
             self._holds_sweep = False
         with self._all_lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             try:
                 conn.close(True)
@@ -282,6 +289,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             yield conn
 
     def after_commit(self, callback: Callable[[], None], *, conn: Any = None) -> None:
+        if conn is not None and conn is self._own():
+            conn = None
         if conn is not None:
             if not self._app.defer(conn, callback):
                 callback()
@@ -317,6 +326,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
 
     @boundary
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        if conn is not None and conn is self._own():
+            conn = None  # `transaction()`'s own connection: the usual path
         if conn is not None:  # the application's own connection, in its open transaction
             self._app.adopt(conn)
             if self._schema_version(conn) != SCHEMA_VERSION:

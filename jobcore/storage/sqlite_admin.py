@@ -68,7 +68,10 @@ class SQLiteAdmin:
     ) -> int:
         if not isinstance(kind, str) or not kind:
             raise StorageError(f"event kind must be a non-empty string, not {kind!r}")
-        encoded = None if data is None else compact_json(data)
+        try:
+            encoded = None if data is None else compact_json(data)
+        except (TypeError, ValueError) as exc:
+            raise StorageError(f"event data must be a JSON object: {exc}") from None
         with self._write() as conn:
             rows = rows_of(
                 conn,

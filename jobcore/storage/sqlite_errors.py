@@ -75,6 +75,11 @@ def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> Stora
                 f"{db} cannot be opened; check that the path and its folder exist and are "
                 f"accessible {said}"
             )
+        case apsw.IOError() if _disk_full(path):  # e.g. no room for the -wal/-shm files
+            return StorageFull(
+                f"{db} cannot be opened or grow: the disk (or its quota) is full; free space "
+                f"on the disk that holds it {said}"
+            )
         case apsw.IOError():
             return StorageIOError(
                 f"{db} could not be read or written (an I/O error); check the disk and the "
@@ -83,6 +88,15 @@ def storage_error(exc: apsw.Error, path: str, busy_timeout_ms: int = 0) -> Stora
         case apsw.ConnectionClosedError():
             return StorageConnectionLost(f"{db}: the connection was closed {said}")
     return StorageError(f"{db} failed {said.replace('said: ', f'said: {type(exc).__name__}: ')}")
+
+
+def _disk_full(path: str) -> bool:
+    """Whether the file system holding `path` has no space left for ordinary users."""
+    try:
+        stats = os.statvfs(Path(path).parent if str(Path(path).parent) else ".")
+    except OSError:
+        return False
+    return stats.f_bavail == 0
 
 
 class _HasPath(Protocol):

@@ -558,6 +558,23 @@ def test_full_disk_is_one_error_line_and_writes_nothing(small_disk: Path, tmp_pa
     assert ids_in(db) == [first]
 
 
+def test_database_on_a_full_disk_is_reported_full_not_io(small_disk: Path, tmp_path: Path) -> None:
+    db = small_disk / "jobs.db"
+    first = jobcore(tmp_path, "--db", str(db), "enqueue", "noop").stdout.strip()
+    fill = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fill, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # the disk is full now: no room for the -wal and -shm files an open needs
+    finally:
+        os.close(fill)
+    full = jobcore(tmp_path, "--db", str(db), "enqueue", "noop")
+    assert_one_error_line(full, db, "is full", "free space")
+    (small_disk / "filler").unlink()
+    assert ids_in(db) == [first]
+
+
 def test_io_error_is_one_error_line(tmp_path: Path) -> None:
     db = tmp_path / "jobs.db"
     plugins = {"JOBCORE_PLUGINS": "jobcore_test_plugin,faulty_disk"}

@@ -74,6 +74,20 @@ def jobcore_job_enqueued(job):
 def jobcore_job_completed(job):
     raise ValueError("completed hook broke")
 """,
+    "bad_reconcile_plugin": """
+from jobcore import hookimpl
+
+@hookimpl
+def jobcore_reconcile(job, config):
+    raise RuntimeError("cannot reach the bucket")
+""",
+    "bad_backend_plugin": """
+from jobcore import hookimpl
+
+@hookimpl(tryfirst=True)
+def jobcore_storage_backend(url, config, create):
+    raise RuntimeError("backend bug")
+""",
     "list_meta_plugin": """
 from jobcore import hookimpl
 
@@ -220,3 +234,45 @@ def test_debug_level_shows_why_a_plugin_failed(tmp_path: Path, level: str) -> No
     assert done.returncode == 0
     assert "RuntimeError: cannot reach the licence server" in done.stderr
     assert "Traceback" in done.stderr
+
+
+def test_a_raising_reconcile_hook_is_a_discrepancy_not_a_traceback(tmp_path: Path) -> None:
+    plugins = "jobcore_test_plugin,bad_reconcile_plugin"
+    job_id = jobcore(tmp_path, "enqueue", "noop", plugins=plugins).stdout.strip()
+    assert jobcore(tmp_path, "run", "--until-empty", plugins=plugins).returncode == 0
+    done = jobcore(tmp_path, "reconcile", plugins=plugins)
+    assert done.returncode == 1
+    assert done.stdout.strip() == (
+        f"{job_id} noop: plugin bad_reconcile_plugin could not check it: "
+        "RuntimeError: cannot reach the bucket"
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_a_raising_storage_backend_is_one_error_line_naming_the_plugin(tmp_path: Path) -> None:
+    done = jobcore(tmp_path, "enqueue", "noop", plugins="bad_backend_plugin")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"Error: plugin bad_backend_plugin failed to open {str(tmp_path / 'jobs.db')!r}: "
+        "RuntimeError: backend bug; fix or disable it (JOBCORE_DISABLE_PLUGINS)"
+    )
+    assert not (tmp_path / "jobs.db").exists()
+
+
+def test_a_url_no_backend_handles_names_the_plugin_that_would(tmp_path: Path) -> None:
+    disabled = jobcore(
+        tmp_path,
+        "--db",
+        "postgresql://127.0.0.1/jobs",
+        "list",
+        plugins="",
+        JOBCORE_DISABLE_PLUGINS="postgres",
+    )
+    assert disabled.returncode == 1
+    assert disabled.stderr.strip() == (
+        "Error: no storage backend handles 'postgresql://127.0.0.1/jobs': the 'postgres' "
+        "plugin handles it and is disabled by JOBCORE_DISABLE_PLUGINS (remove it from there "
+        "to load it)"
+    )
+    unknown = jobcore(tmp_path, "--db", "redis://127.0.0.1/0", "list", plugins="")
+    assert unknown.returncode == 1 and "give a file path" in unknown.stderr

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import sha256, solver_source
@@ -56,6 +57,21 @@ def upload(hub: Hub, data: bytes, tmp: Path) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def assert_reclaimed_then_completed(job: dict[str, Any]) -> None:
+    """a1's attempt was reclaimed, the job completed once (a 2-3 s lease may lapse again on a
+    loaded machine; every attempt in between must then be a reclaim too)."""
+    outcomes = [a["outcome"] for a in job["attempts_detail"]]
+    assert job["attempts_detail"][0]["worker"] == "a1"
+    assert outcomes[0] == "reclaimed" and outcomes[-1] == "completed", outcomes
+    assert set(outcomes[1:-1]) <= {"reclaimed"}, outcomes
+
+
+def started_by(started: Path) -> str | None:
+    """The worker named in a `stamp` job's started file (`id attempt worker`), if written yet."""
+    fields = started.read_text().split() if started.exists() else []
+    return fields[2] if len(fields) == 3 else None
 
 
 def alive(pid: int) -> bool:
@@ -142,7 +158,7 @@ def test_hub_down_mid_job_result_is_buffered_and_delivered_once(
         agent = Agent(hub, "a1")
         agents.append(agent)
         wait_until(started.exists)
-        hub.stop(signal.SIGKILL)  # the hub crashes mid-job
+        hub.stop()  # SIGTERM: the hub shuts down mid-job
         wait_until(lambda: log.exists() and log.read_text())  # finished while the hub was away
         wait_until(lambda: "not delivered yet" in agent.log())
         hub.start()
@@ -274,3 +290,93 @@ def test_exec_past_its_timeout_is_killed(hub: Hub, agents: list[Agent], tmp_path
     done = hub.wait_status(job["id"], "failed", timeout=30)
     assert "timed out" in done["last_error"] or "max_runtime_exceeded" in done["last_error"]
     wait_until(lambda: not alive(int(pids.read_text())), timeout=10)
+
+
+def test_a_stale_outcome_is_logged_and_dropped(tmp_path: Path, agents: list[Agent]) -> None:
+    hub = Hub(tmp_path, lease="3s")
+    try:
+        started, log = tmp_path / "started", tmp_path / "log"
+        job = hub.enqueue("stamp", {"log": str(log), "sleep": 1, "started": str(started)})
+        first = Agent(hub, "a1", extra=("--shutdown-timeout", "0.5s"))
+        agents.append(first)
+        wait_until(started.exists)
+        hub.stop(signal.SIGKILL)
+        wait_until(lambda: log.exists() and log.read_text())  # its outcome waits in the outbox
+        first.signal(signal.SIGTERM)
+        assert first.wait() == 0
+        hub.start()  # the lease has lapsed: the hub's sweep gives the job to someone else
+        agents.append(Agent(hub, "a2"))
+        done = hub.wait_status(job["id"], "completed", timeout=60)
+        assert done["result"]["worker"] == "a2"
+        first.restart()  # delivers the old outcome: the hub says stale, the agent drops it
+        wait_until(lambda: "stale result of job" in first.log(), timeout=60)
+        wait_until(lambda: _outbox_empty(first.cache_dir))
+        after = hub.job(job["id"])
+        assert after["status"] == "completed" and after["result"]["worker"] == "a2"
+        assert_reclaimed_then_completed(after)
+    finally:
+        hub.close()
+
+
+def _outbox_empty(cache_dir: Path) -> bool:
+    import apsw
+
+    db = apsw.Connection(str(cache_dir / "outbox.db"))
+    try:
+        return db.execute("SELECT count(*) FROM outcomes").fetchone() == (0,)
+    finally:
+        db.close()
+
+
+def test_an_agent_that_lost_its_lease_stops_the_handler(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    from faultproxy import FaultProxy
+
+    hub = Hub(tmp_path, lease="3s")
+    proxy = FaultProxy(hub.url)
+    try:
+        started, log = tmp_path / "started", tmp_path / "log"
+        job = hub.enqueue("stamp", {"log": str(log), "sleep": 15, "started": str(started)})
+        cut_off = Agent(hub, "a1", hub_url=proxy.url)
+        agents.append(cut_off)
+        wait_until(lambda: started_by(started) == "a1")
+        proxy.rates["bad_gateway"] = 1.0  # a1's heartbeats stop reaching the hub
+        agents.append(Agent(hub, "a2"))
+        # reclaimed once the lease lapsed, and running on a2
+        wait_until(lambda: started_by(started) == "a2", timeout=60)
+        proxy.rates["bad_gateway"] = 0.0
+        wait_until(lambda: "lost the lease of job" in cut_off.log(), timeout=30)
+        done = hub.wait_status(job["id"], "completed", timeout=60)
+        assert done["result"]["worker"] == "a2"
+        assert [line.split()[2] for line in log.read_text().splitlines()] == ["a2"]
+        assert_reclaimed_then_completed(done)
+    finally:
+        proxy.close()
+        hub.close()
+
+
+def test_sigterm_gives_back_prefetched_jobs_at_once(
+    hub: Hub, agents: list[Agent], tmp_path: Path
+) -> None:
+    log = str(tmp_path / "log")
+    agent = Agent(hub, "a1", extra=("--concurrency", "1", "--shutdown-timeout", "2s"))
+    agents.append(agent)
+    quick = [hub.enqueue("stamp", {"log": log}) for _ in range(3)]  # short jobs: prefetch on
+    for job in quick:
+        hub.wait_status(job["id"], "completed")
+    started = tmp_path / "long"
+    batch = [
+        {"type": "stamp", "payload": {"log": log, "sleep": 60, "started": str(started)}},
+        {"type": "stamp", "payload": {"log": log}},
+    ]
+    long, waiting = hub.admin.post("/api/jobs/batch", json={"jobs": batch}).json()["jobs"]
+    wait_until(started.exists)
+    # claimed ahead, waiting for the one slot
+    wait_until(lambda: hub.job(waiting["id"])["status"] == "claimed")
+    agent.signal(signal.SIGTERM)
+    assert agent.wait(30) == 0
+    for job_id in (long["id"], waiting["id"]):
+        released = hub.job(job_id)
+        assert released["status"] == "pending" and released["attempts"] == 0
+    assert "agent a1 stopped" in agent.log()

@@ -39,3 +39,16 @@ def test_each_worker_sees_only_its_own_outcomes(tmp_path: Path) -> None:
     box.replace("L2", kind="fail", body={"reason": "rejected"})
     assert box.pending("b")[0].kind == "fail"
     box.close()
+
+
+def test_reconnect_backoff_grows_with_jitter_up_to_its_cap() -> None:
+    from jobcore_agent.agent import Backoff
+
+    backoff = Backoff(cap=4.0, base=0.25)
+    delays = [backoff.next() for _ in range(8)]
+    for n, delay in enumerate(delays):
+        ceiling = min(4.0, 0.25 * 2**n)
+        assert ceiling / 2 <= delay <= ceiling
+    assert len({round(d, 6) for d in delays[-3:]}) == 3  # jittered, not in lockstep
+    backoff.reset()
+    assert backoff.next() <= 0.25

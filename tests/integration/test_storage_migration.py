@@ -8,7 +8,7 @@ from typing import Any
 import apsw
 import pytest
 
-from jobcore.errors import SchemaTooNew, StorageBusy
+from jobcore.errors import SchemaTooNew, StorageBusy, StorageError
 from jobcore.models import Completed, JobStatus, Lease
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.sqlite import SQLiteStorage
@@ -134,3 +134,77 @@ def test_a_newer_schema_is_refused_without_writing(tmp_path: Path) -> None:
     conn = apsw.Connection(str(path))
     assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION + 1
     conn.close()
+
+
+def test_a_failing_migration_leaves_the_database_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    make_v1(path)
+    conn = apsw.Connection(str(path))
+    conn.execute("CREATE TABLE events (x)")  # an application table in the way of migration 2
+    conn.close()
+    before = schema(path)
+    storage = SQLiteStorage(path)
+    with pytest.raises(StorageError, match="events"):
+        storage.migrate()
+    storage.close()
+    assert schema(path) == before  # no half-added columns, still schema 1
+    conn = apsw.Connection(str(path))
+    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == 1
+    assert conn.execute("SELECT count(*) FROM jobs").fetchall()[0][0] == 3
+    conn.close()
+
+
+def test_a_worker_waits_out_a_busy_database_at_start(tmp_path: Path) -> None:
+    """Migration work behind another writer is transient: the worker backs off, then runs."""
+    import threading
+
+    from jobcore.testing import make_queue
+    from jobcore.worker import Worker
+
+    path = tmp_path / "v1.db"
+    make_v1(path)
+    holder = apsw.Connection(str(path))
+    holder.execute("BEGIN IMMEDIATE")
+    queue = make_queue(path, busy_timeout=0.05)
+    worker = Worker(queue, until_empty=True, lease=60)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        thread.join(0.5)
+        assert thread.is_alive()  # still trying, not crashed
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    thread.join(30)
+    assert not thread.is_alive() and worker.exit_code == 0
+    counts = queue.storage.count_by_status()
+    assert counts.get("pending", 0) == 0 and counts.get("claimed", 0) == 1  # c1's lease is live
+    queue.close()
+
+
+def test_processes_opening_an_old_database_at_once_migrate_it_once(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "v1.db"
+    make_v1(path)
+    handles = [SQLiteStorage(path) for _ in range(5)]
+    barrier = threading.Barrier(len(handles))
+    errors: list[BaseException] = []
+
+    def open_it(storage: SQLiteStorage) -> None:
+        barrier.wait()
+        try:
+            storage.migrate()
+            storage.count_by_status()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it, args=(h,)) for h in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert handles[0].count_by_status() == {"pending": 1, "claimed": 1, "failed": 1}
+    for handle in handles:
+        handle.close()

@@ -330,3 +330,50 @@ def test_event_pruning_catches_up_in_chunks(tmp_path: Path) -> None:
     assert [e.kind for e in remaining] == ["job:enqueued"] and remaining[0].seq > last
     assert len(changes) >= 50_000 > backend.PRUNE_CHUNK
     storage.close()
+
+
+def test_event_data_that_is_not_json_is_refused(storage: SQLiteStorage) -> None:
+    with pytest.raises(StorageError, match="JSON"):
+        storage.add_event("worker:registered", data={"when": object()})
+    assert storage.events_after(0) == []
+
+
+def test_a_finished_threads_connection_is_closed(storage: SQLiteStorage) -> None:
+    import gc
+
+    def use() -> None:
+        storage.get("x")
+
+    for _ in range(40):
+        thread = threading.Thread(target=use)
+        thread.start()
+        thread.join()
+    gc.collect()
+    assert len(storage._all) <= 2  # this thread's, maybe one not collected yet
+    storage.insert([new_job()])
+    assert storage.count_by_status() == {"pending": 1}
+
+
+def test_passing_the_transactions_own_connection_is_the_usual_path(tmp_path: Path) -> None:
+    from jobcore.testing import make_queue
+
+    recorder = HookRecorder()
+    queue = make_queue(tmp_path / "own.db", recorder)
+    with queue.transaction() as db:
+        job = queue.enqueue("noop", {}, conn=db).job
+        assert recorder.of("job_enqueued") == []
+    assert [call.job.id for call in recorder.of("job_enqueued")] == [job.id]  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError), queue.transaction() as db:
+        dropped = queue.enqueue("noop", {}, conn=db).job
+        raise RuntimeError
+    assert queue.storage.get(dropped.id) is None and len(recorder.of("job_enqueued")) == 1
+    queue.close()
+
+
+def test_event_retention_is_a_setting(tmp_path: Path) -> None:
+    from jobcore.testing import make_queue
+
+    queue = make_queue(tmp_path / "retention.db", event_retention="90s")
+    storage = queue.storage
+    assert isinstance(storage, SQLiteStorage) and storage.event_retention_ms == 90_000
+    queue.close()
