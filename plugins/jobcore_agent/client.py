@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -224,3 +225,20 @@ class HubClient:
 
 def _drain(response: httpx.Response, data: dict[str, Any]) -> bool:
     return bool(data.get("drain")) or response.headers.get(DRAIN_HEADER, "") in ("1", "true")
+
+
+class Backoff:
+    """Exponential reconnect delays with jitter: each in [d/2, d], d doubling up to `cap`."""
+
+    def __init__(self, cap: float, base: float = 0.25) -> None:
+        self.cap = cap
+        self.base = base
+        self.failures = 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2**self.failures)
+        self.failures += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.failures = 0
