@@ -110,8 +110,14 @@ class HubClient:
         self._http.close()
 
     def owns(self, url: str) -> bool:
-        """True when `url` points at this hub (so the token may be sent with it)."""
-        return url == self.base or url.startswith(self.base + "/")
+        """True when `url` is one of this hub's artifacts (so the token may be sent with it).
+
+        Only the artifact store: an `exec` payload's url comes from producers, and the
+        agent's token on another hub route (`GET /api/queue` claims a job) would act
+        for the agent, e.g. claim someone else's job and drop it."""
+        prefix = self.base + "/api/artifacts/"
+        rest = url[len(prefix) :]
+        return url.startswith(prefix) and rest.isalnum() and "/" not in rest
 
     def _post(
         self,
