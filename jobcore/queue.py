@@ -21,7 +21,8 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id
-from jobcore.models import FINISHED, Job, JobStatus, NewJob, compact_json
+from jobcore.json_values import check_finite, encode_finite
+from jobcore.models import FINISHED, Job, JobStatus, NewJob
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -160,11 +161,13 @@ class Queue:
     ) -> NewJob:
         """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
         job_type = self.job_type(type)
+        # Before the model: it may turn NaN in untyped fields into null without a word.
+        check_finite(f"payload for {type!r}", payload)
         model = self.validate_payload(job_type, {} if payload is None else payload)
         if job_type.check is not None:
             job_type.check(model, self.config)
         stored = model.model_dump(mode="json")
-        encoded = compact_json(stored)
+        encoded = encode_finite(f"payload for {type!r}", stored)
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         limit = self.config.core.max_payload_bytes
         if size > limit:
@@ -215,6 +218,8 @@ class Queue:
         )
         if self._has_meta_hooks:
             job.meta.update(self.pm.enqueue_meta(job))
+        if job.meta:
+            check_finite(f"meta of a {type!r} job", job.meta)
         return job
 
     def enqueue(
