@@ -1,9 +1,10 @@
 """The group commit: a worker's decided outcomes and its next claim in one transaction.
 
-When the store refuses a batch for a reason other than a transient one, the
-batch is recorded apart: split in halves until the refused outcome is alone,
-and that job is recorded as failed instead, so one bad outcome (say, a result
-the store cannot take) never blocks the others.
+When the store refuses a batch for a reason that is not the store's as a whole
+(full, read-only, busy, I/O: see `is_environmental`), the batch is recorded
+apart: split in halves until the refused outcome is alone, and that job is
+recorded as failed instead, so one bad outcome (say, a result the store cannot
+take) never blocks the others.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ import logging
 from collections.abc import Callable
 
 from jobcore.attempt import describe_error
-from jobcore.errors import TransientStorageError
+from jobcore.errors import (
+    NotADatabase,
+    SchemaTooNew,
+    StorageFull,
+    StorageReadOnly,
+    StorageUnavailable,
+    TransientStorageError,
+)
 from jobcore.inflight import Attempt
 from jobcore.models import Failed, Job, Lease, Outcome
 from jobcore.queue import Queue
@@ -26,6 +34,22 @@ UNRECORDABLE = "the store refused this outcome"
 def is_transient(exc: BaseException) -> bool:
     """A database error that says nothing about the outcomes being written (busy, I/O)."""
     return isinstance(exc, TransientStorageError)
+
+
+ENVIRONMENT_ERRORS = (
+    TransientStorageError,
+    StorageFull,
+    StorageReadOnly,
+    NotADatabase,
+    StorageUnavailable,
+    SchemaTooNew,
+)
+
+
+def is_environmental(exc: BaseException) -> bool:
+    """The store as a whole cannot take writes now (full, read-only, busy, I/O): no outcome
+    is to blame, so none may be replaced by a failure; the loop backs off instead."""
+    return isinstance(exc, ENVIRONMENT_ERRORS)
 
 
 def outcome_of(attempt: Attempt) -> Outcome:
@@ -63,8 +87,8 @@ class GroupCommit:
     ) -> tuple[list[Recorded], list[Job]] | None:
         """Record `batch`, mark `started`, claim; None: the batch was recorded apart instead.
 
-        Transient errors propagate with nothing recorded. Each attempt recorded
-        apart is handed to `recorded_apart` as soon as its part commits.
+        Errors of the store as a whole (`is_environmental`) propagate with nothing
+        recorded. Each attempt recorded apart goes to `recorded_apart` once its part commits.
         """
         try:
             recorded, claimed = self.queue.storage.commit_batch(
@@ -79,7 +103,7 @@ class GroupCommit:
                 start=start,
             )
         except Exception as exc:
-            if not batch or is_transient(exc):
+            if not batch or is_environmental(exc):
                 raise
             log.warning(
                 "group commit of %d outcome(s) failed (%s); recording them apart",
@@ -114,7 +138,7 @@ class GroupCommit:
                     promote=False,
                 )
             except Exception as exc:
-                if is_transient(exc):
+                if is_environmental(exc):
                     raise
                 if len(part) > 1:
                     middle = len(part) // 2

@@ -13,9 +13,7 @@ import math
 from typing import Any
 
 from jobcore.errors import InvalidPayload
-
-strict_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-"""Compact JSON; raises ValueError on a non-finite float."""
+from jobcore.models import strict_json
 
 _probe = json.JSONEncoder(allow_nan=False, default=lambda value: None).encode
 
@@ -59,6 +57,18 @@ def check_finite(what: str, value: Any) -> None:
             raise _refuse(what, value) from None
     except (TypeError, RecursionError):
         return  # not JSON yet, or too deep for this probe: the final encoding judges it
+
+
+def check_meta(what: str, meta: dict[str, Any]) -> None:
+    """Raise `InvalidPayload` naming `what` unless `meta` encodes as JSON (finite numbers only)."""
+    try:
+        strict_json(meta)
+    except ValueError as exc:
+        if "JSON compliant" in str(exc):
+            raise _refuse(what, meta) from None
+        raise InvalidPayload(f"{what} must be a JSON object: {exc}") from None
+    except (TypeError, RecursionError) as exc:
+        raise InvalidPayload(f"{what} must be a JSON object: {exc}") from None
 
 
 def encode_finite(what: str, value: Any) -> str:

@@ -64,5 +64,5 @@ class Notifier:
             for call in calls:
                 try:
                     call()
-                except Exception:  # notify() already isolates hooks; this is a last guard
+                except BaseException:  # notify() already isolates hooks; this is a last guard
                     log.exception("notification failed")

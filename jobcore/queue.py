@@ -21,7 +21,7 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id
-from jobcore.json_values import check_finite, encode_finite
+from jobcore.json_values import check_finite, check_meta, encode_finite
 from jobcore.models import FINISHED, Job, JobStatus, NewJob
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
@@ -219,7 +219,7 @@ class Queue:
         if self._has_meta_hooks:
             job.meta.update(self.pm.enqueue_meta(job))
         if job.meta:
-            check_finite(f"meta of a {type!r} job", job.meta)
+            check_meta(f"meta of a {type!r} job", job.meta)
         return job
 
     def enqueue(
@@ -299,6 +299,7 @@ class Queue:
 
     def retry(self, job_ids: Sequence[str]) -> list[Job]:
         """failed/cancelled -> pending, attempts reset, history kept. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.retry(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
@@ -318,6 +319,7 @@ class Queue:
 
     def cancel(self, job_ids: Sequence[str]) -> list[Job]:
         """scheduled/pending -> cancelled; claimed -> cancel requested. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.cancel(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):

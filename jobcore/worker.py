@@ -445,14 +445,18 @@ class Worker:
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
-        marks = [attempt for attempt in self._to_mark if attempt.phase is not Phase.DONE]
-        start = self._idle_executors()
+        # Starts are marked only once a handler began (never by the claim itself, so a
+        # worker dying before its executors take the jobs charges them nothing); an
+        # attempt whose outcome rides in this batch needs no marker.
+        marks = [
+            attempt for attempt in self._to_mark if attempt.phase in (Phase.STARTED, Phase.STOPPING)
+        ]
         committed = self.group_commit.commit(
             batch,
             claim_limit=min(claim_limit, self.claim_batch),
             promote=promote,
             started=[attempt.lease for attempt in marks],
-            start=start,
+            start=0,
             recorded_apart=self._recorded_apart,
         )
         if committed is None:  # refused: recorded apart, nothing claimed
@@ -464,13 +468,8 @@ class Worker:
             attempt.start_marked = True
         for attempt, answer in zip(batch, recorded, strict=True):
             self._after_record(attempt, answer)
-        self._start_claimed(claimed, start)
+        self._start_claimed(claimed)
         return len(claimed)
-
-    def _idle_executors(self) -> int:
-        """Executors that will take a job claimed now at once: those jobs are marked started."""
-        busy = len(self.inflight.in_phase(Phase.STARTED, Phase.STOPPING, Phase.CLAIMED))
-        return max(0, self.concurrency - busy)
 
     def _replace_executor(self) -> None:
         """A handler was left behind: a fresh executor takes its slot (unless stopping)."""
@@ -530,10 +529,10 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start_claimed(self, claimed: Iterable[Job], start: int) -> None:
-        """Hand claimed jobs to the executors; the first `start` were marked started."""
+    def _start_claimed(self, claimed: Iterable[Job]) -> None:
+        """Hand claimed jobs to the executors (none is marked started yet)."""
         mono = time.monotonic()
-        for index, job in enumerate(claimed):
+        for job in claimed:
             self._claimed_total += 1
             lease = Lease.of(job)
             attempt = Attempt(
@@ -541,11 +540,10 @@ class Worker:
                 lease=lease,
                 ctx=self._context(job),
                 claimed_at=mono,
-                start_marked=index < start,
-                # A prefetched job whose last claim ended without an outcome may be one
-                # that kills its worker: its start is made durable before it runs, so
-                # that death costs an attempt and max_attempts still ends it.
-                durable_start=index >= start and _ended_unreported(job),
+                # A job whose last claim ended without an outcome may be one that kills
+                # its worker: its start is made durable before it runs, so that death
+                # costs an attempt and max_attempts still ends it.
+                durable_start=_ended_unreported(job),
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)

@@ -40,6 +40,9 @@ def browser() -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing_browser("the playwright package is not installed (pip install playwright)")
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=15_000)  # a loaded CI machine: live updates may take seconds
     with sync_playwright() as driver:
         launched = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched

@@ -46,7 +46,7 @@ def test_enqueued_job_appears_and_runs_live(hub: Hub, page: Any, shots: Path) ->
     expect(page.locator("#live-state")).to_have_text("Live")
     page.evaluate("window.__sameDocument = true")
 
-    job_id = enqueue(hub, "noop", {"sleep": 2})
+    job_id = enqueue(hub, "noop", {"sleep": 3})
     expect(status_of(page, job_id)).to_have_text("pending")
     worker = subprocess.Popen(
         [*JOBCORE, "run", "--until-empty", "--worker-id", "w-live"],

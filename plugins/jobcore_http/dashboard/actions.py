@@ -13,6 +13,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore.errors import IllegalTransition, JobcoreError, JobNotFound
 from jobcore.models import Job
+from jobcore_http.auth import hub_of
+from jobcore_http.bulk import bulk_change
 from jobcore_http.dashboard.access import Form, Viewer, refusal, safe_next
 from jobcore_http.dashboard.filters import CANCELLABLE, RETRYABLE, BadFilter, JobFilter
 from jobcore_http.dashboard.pages import error_page
@@ -237,9 +239,8 @@ def bulk(
         flt = _bulk_filter(action, JobFilter.from_params(data))
     except BadFilter as exc:
         return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
-    dash = dashboard(request)
-    change = dash.queue.retry if action == "retry" else dash.queue.cancel
-    changed = sum(_apply(change, ids) for ids in dash.reader.ids(flt)) if flt.statuses else 0
+    # nothing to do when the filter's statuses leave none this action applies to
+    changed = bulk_change(hub_of(request), flt.for_hub(), action)["changed"] if flt.statuses else 0
     log.info(
         "dashboard: bulk %s of %d job(s) (%s) by token %s",
         action,

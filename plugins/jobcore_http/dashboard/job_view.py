@@ -1,4 +1,4 @@
-"""One job's attempts and timeline, from the store's attempt history (or its error list)."""
+"""One job's attempts and timeline, from the store's attempt history."""
 
 from __future__ import annotations
 
@@ -48,62 +48,18 @@ def ms_of(value: Any) -> int | None:
 
 
 def attempts(job: Job) -> list[Attempt]:
-    """Every attempt, oldest first: the store's `attempts_detail()`, else derived from `errors`."""
-    detail = getattr(job, "attempts_detail", None)
-    if callable(detail):
-        return [
-            Attempt(
-                attempt=int(entry.get("attempt") or 0),
-                worker=entry.get("worker"),
-                started_at=ms_of(entry.get("started_at")),
-                ended_at=ms_of(entry.get("ended_at")),
-                outcome=str(entry.get("outcome") or "running"),
-                error=entry.get("error"),
-            )
-            for entry in detail()
-        ]
-    return _from_errors(job)
-
-
-def _from_errors(job: Job) -> list[Attempt]:
-    out: list[Attempt] = []
-    errors = list(job.errors)
-    for index, entry in enumerate(errors):
-        error = entry.get("error")
-        last = index == len(errors) - 1
-        if error == "lease expired":
-            outcome = "reclaimed"
-        elif last and job.status is JobStatus.FAILED:
-            outcome = "failed"
-        else:
-            outcome = "retrying"
-        ended = ms_of(entry.get("at"))
-        started = job.claimed_at if last and job.status is JobStatus.FAILED else None
-        out.append(
-            Attempt(
-                int(entry.get("attempt") or 0), entry.get("worker"), started, ended, outcome, error
-            )
+    """Every attempt, oldest first, from the store's attempt history (`Job.attempts_detail`)."""
+    return [
+        Attempt(
+            attempt=int(entry.get("attempt") or 0),
+            worker=entry.get("worker"),
+            started_at=ms_of(entry.get("started_at")),
+            ended_at=ms_of(entry.get("ended_at")),
+            outcome=str(entry.get("outcome") or "running"),
+            error=entry.get("error"),
         )
-    if job.status is JobStatus.CLAIMED:
-        out.append(Attempt(job.attempts, job.locked_by, job.claimed_at, None, "running", None))
-    elif job.status is JobStatus.COMPLETED:
-        out.append(
-            Attempt(
-                job.attempts, job.locked_by, job.claimed_at, job.completed_at, "completed", None
-            )
-        )
-    elif job.status is JobStatus.CANCELLED and job.claimed_at and job.locked_by:
-        out.append(
-            Attempt(
-                job.attempts,
-                job.locked_by,
-                job.claimed_at,
-                job.completed_at,
-                "cancelled",
-                job.last_error,
-            )
-        )
-    return out
+        for entry in job.attempts_detail()
+    ]
 
 
 def timeline(job: Job, tries: list[Attempt]) -> list[Moment]:

@@ -86,24 +86,6 @@ class Reader:
             self.rows(f"SELECT count(*) FROM jobs WHERE {self._where(flt, params)}", params)[0][0]
         )
 
-    def ids(self, flt: JobFilter, *, batch: int = 500) -> Iterator[list[str]]:
-        """Ids of every job matching `flt`, oldest first, in batches."""
-        after = ""
-        while True:
-            params: dict[str, Any] = {"after": after, "batch": batch}
-            where = self._where(flt, params)
-            found = [
-                row[0]
-                for row in self.rows(
-                    f"SELECT id FROM jobs WHERE id > :after AND {where} ORDER BY id LIMIT :batch",
-                    params,
-                )
-            ]
-            if not found:
-                return
-            yield found
-            after = found[-1]
-
     def failures(self, *, batch: int = 2000) -> Iterator[list[tuple[str, str | None]]]:
         """`(id, last_error)` of every failed job, oldest first, in batches (the status index)."""
         after = ""
