@@ -389,17 +389,21 @@ class Worker:
         in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
-        until = min(
-            [d for d in deadlines if d is not None] + self._attempt_deadlines(),
-            default=float("inf"),
-        )
-        if self._stopping and self._stop_deadline is not None:
-            until = min(until, self._stop_deadline)
-        if self._db_backoff:
-            until = min(until, self._db_retry_at)
-        if self._to_mark:
-            until = min(until, self._to_mark[0].began_at + MARK_WITHIN)
+        mono = time.monotonic()
         free = self._free_slots(self._stopping)
+        # Database steps (a poll, a due retry, start markers): only when the loop can act
+        # on them. A deadline already past that the loop could not act on (no free slot
+        # to claim into, a database backing off, a shutdown deadline already handled)
+        # would make every wait return at once: a loop spinning on a core.
+        steps = [d for d in deadlines if d is not None] if free > 0 else []
+        if self._to_mark:
+            steps.append(self._to_mark[0].began_at + MARK_WITHIN)
+        if self._db_backoff:
+            steps = [max(step, self._db_retry_at) for step in steps]
+            steps.append(self._db_retry_at)
+        until = min(steps + self._attempt_deadlines(), default=float("inf"))
+        if self._stopping and self._stop_deadline is not None and self._stop_deadline > mono:
+            until = min(until, self._stop_deadline)
         if free > 0 and self._maybe_more and not self._db_backoff:
             return  # the last claim was full: there is probably more to claim right away
         watch = (free > 0 or len(self.inflight) > 0) and not self._db_backoff
@@ -410,7 +414,7 @@ class Worker:
                     return
                 first = self.inflight.first_unmarked_start()
                 if first is not None:
-                    until = min(until, first + MARK_WITHIN)
+                    until = min(until, self._mark_due_at(first))
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
@@ -424,6 +428,12 @@ class Worker:
                 except Exception as exc:  # the loop backs off; the wait must not die
                     self._db_failed(exc)
                     return
+
+    def _mark_due_at(self, began_at: float) -> float:
+        """When a start begun at `began_at` must be committed; not before a database retry
+        (a deadline already past would make every wait return at once: a spinning loop)."""
+        due = began_at + MARK_WITHIN
+        return max(due, self._db_retry_at) if self._db_backoff else due
 
     def _attempt_deadlines(self) -> list[float]:
         times: list[float] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -12,7 +13,7 @@ import jobcore_test_plugin as tp
 import pytest
 
 from jobcore import JobStatus, JobType, Payload, Queue, Worker, hookimpl
-from jobcore.errors import InvalidPayload, StorageFull
+from jobcore.errors import InvalidPayload, StorageBusy, StorageFull
 from jobcore.models import Completed
 from jobcore.testing import HookRecorder
 
@@ -223,3 +224,64 @@ def test_a_disk_full_for_big_writes_does_not_turn_completions_into_failures(
     done = queue.get(job.id)
     assert done.status is JobStatus.COMPLETED, done.last_error
     assert done.attempts == 1 and done.errors == []
+
+
+def test_the_loop_does_not_spin_while_backing_off_with_starts_to_mark(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    """A begun attempt's start marker is due within 50 ms; while the database was failing
+    (backing off up to 30 s) that deadline, already past, made every wait return at once:
+    the loop thread spun on a core for the whole outage."""
+    queue = jobcore_make_queue(tp)
+    storage = queue.storage
+    real = storage.commit_batch
+    failing = [False]
+
+    def commit_batch(outcomes: Any, **options: Any) -> Any:
+        if failing[0]:
+            raise StorageBusy("database is locked")
+        result = real(outcomes, **options)
+        if result[1]:
+            failing[0] = True  # fails from the commit after the claim on
+        return result
+
+    storage.commit_batch = commit_batch  # type: ignore[method-assign]
+    queue.enqueue("sleepy", {"seconds": 1.5})
+    worker = Worker(queue, until_empty=True)
+    waits = [0]
+    real_wait = worker._wait
+
+    def counted(*deadlines: Any) -> None:
+        waits[0] += 1
+        real_wait(*deadlines)
+
+    worker._wait = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    failing[0] = False
+    thread.join(20)
+    assert not thread.is_alive()
+    assert waits[0] < 200, f"the loop woke {waits[0]} times in about a second of backoff"
+
+
+def test_the_loop_does_not_spin_while_every_slot_is_busy(jobcore_make_queue: MakeQueue) -> None:
+    """Once `poll_interval` passed with every slot busy, the poll deadline stayed in the
+    past (no claim was wanted, so it was never moved) and every wait returned at once:
+    a worker running long jobs at full concurrency spun its loop (~20k wakes a second)."""
+    queue = jobcore_make_queue(tp)
+    queue.enqueue("sleepy", {"seconds": 1.5})
+    worker = Worker(queue, concurrency=1, until_empty=True, poll_interval=0.2)
+    waits = [0]
+    real_wait = worker._wait
+
+    def counted(*deadlines: Any) -> None:
+        waits[0] += 1
+        real_wait(*deadlines)
+
+    worker._wait = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert waits[0] < 200, f"the loop woke {waits[0]} times while one job ran for 1.5 s"
