@@ -24,7 +24,8 @@ from jobcore.models import (
     Outcome,
     Released,
     Retrying,
-    compact_json,
+    finite,
+    strict_json,
 )
 from jobcore.queue import Queue
 from jobcore.transitions import clamp_delay_ms
@@ -67,6 +68,14 @@ def handler_traceback(exc: BaseException) -> str:
         return "Traceback (handler frames):\n" + "".join(lines).rstrip()
     except Exception:
         return "(traceback unavailable)"
+
+
+def _safe_repr(value: Any, limit: int = 1024) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a hostile __repr__
+        return f"<{type(value).__name__}: repr raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class AttemptRunner:
@@ -121,11 +130,22 @@ class AttemptRunner:
 
     def bounded_result(self, job: Job, result: Any) -> Any:
         try:
-            encoded = compact_json(result)
+            try:
+                encoded = strict_json(result)
+            except ValueError:  # NaN or Infinity somewhere: stored as null, as JSON allows
+                result = finite(result)
+                encoded = strict_json(result)
         except (TypeError, ValueError, RecursionError) as exc:
-            raise JobcoreError(
-                f"handler returned a result that is not JSON-serialisable: {describe_error(exc)}"
-            ) from None
+            # The handler returned: its side effects happened. Running it again for a
+            # result that cannot be stored would repeat them, so it completes with a
+            # description of the result instead (like an oversized one).
+            error = describe_error(exc)
+            log.warning(
+                "job %s returned a result that is not JSON-serialisable (%s); stored its repr",
+                job.id,
+                error,
+            )
+            return {"unserialisable": error, "repr": _safe_repr(result)}
         if len(encoded) > self.max_result_bytes:
             log.warning(
                 "job %s result is %d bytes, over max_result_bytes; stored truncated",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,6 +22,22 @@ class JobStatus(enum.StrEnum):
 
 compact_json = json.JSONEncoder(separators=(",", ":")).encode
 """Serialise to compact JSON (one shared encoder: cheaper than json.dumps with options)."""
+
+strict_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+"""Like `compact_json`, but NaN and Infinity (not JSON: `show --json` and other stores
+reject them) raise ValueError."""
+
+
+def finite(value: Any) -> Any:
+    """`value` with NaN and infinite floats replaced by None (as JSON.stringify does)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
 
 UNFINISHED = (JobStatus.SCHEDULED, JobStatus.PENDING, JobStatus.CLAIMED)
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)

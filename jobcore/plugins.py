@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
@@ -216,6 +218,16 @@ class JobcorePluginManager(pluggy.PluginManager):
                 )
                 continue
             if isinstance(extra, dict):
+                try:  # what the store cannot hold would fail every enqueue, children too
+                    json.dumps(extra, allow_nan=False)
+                except (TypeError, ValueError, RecursionError) as exc:
+                    log.error(
+                        "plugin %s returned meta that is not JSON from jobcore_enqueue_meta "
+                        "(%s); job enqueued without it",
+                        impl.plugin_name,
+                        exc,
+                    )
+                    continue
                 meta.update(extra)
             elif extra is not None:
                 log.error(
@@ -445,5 +457,9 @@ def notify(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
     for impl in reversed(caller.get_hookimpls()):
         try:
             impl.function(**{name: kwargs[name] for name in impl.argnames})
-        except Exception:
+        except BaseException as exc:  # SystemExit from a plugin must not end the notifier
+            if isinstance(exc, KeyboardInterrupt) and (
+                threading.current_thread() is threading.main_thread()
+            ):
+                raise  # Ctrl-C at a prompt
             log.exception("plugin %s failed in %s", impl.plugin_name, hook_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -21,7 +22,8 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id
-from jobcore.models import FINISHED, Job, JobStatus, NewJob, compact_json
+from jobcore.json_values import check_finite, check_meta, encode_finite
+from jobcore.models import FINISHED, Job, JobStatus, NewJob
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -160,11 +162,18 @@ class Queue:
     ) -> NewJob:
         """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
         job_type = self.job_type(type)
+        # Before the model: it may turn NaN in untyped fields into null without a word.
+        check_finite(f"payload for {type!r}", payload)
         model = self.validate_payload(job_type, {} if payload is None else payload)
         if job_type.check is not None:
             job_type.check(model, self.config)
-        stored = model.model_dump(mode="json")
-        encoded = compact_json(stored)
+        try:
+            stored = model.model_dump(mode="json")
+        except ValueError as exc:  # pydantic: "Maximum serialization depth exceeded"
+            raise InvalidPayload(f"payload for {type!r} cannot be stored: {exc}") from None
+        encoded = encode_finite(f"payload for {type!r}", stored)
+        if "\\ud" in encoded or "\\uD" in encoded:
+            _no_lone_surrogates(type, stored)
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         limit = self.config.core.max_payload_bytes
         if size > limit:
@@ -215,6 +224,8 @@ class Queue:
         )
         if self._has_meta_hooks:
             job.meta.update(self.pm.enqueue_meta(job))
+        if job.meta:
+            check_meta(f"meta of a {type!r} job", job.meta)
         return job
 
     def enqueue(
@@ -294,6 +305,7 @@ class Queue:
 
     def retry(self, job_ids: Sequence[str]) -> list[Job]:
         """failed/cancelled -> pending, attempts reset, history kept. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.retry(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
@@ -313,6 +325,7 @@ class Queue:
 
     def cancel(self, job_ids: Sequence[str]) -> list[Job]:
         """scheduled/pending -> cancelled; claimed -> cancel requested. All or nothing."""
+        job_ids = list(dict.fromkeys(job_ids))  # an id given twice is one request
         with self.storage.transaction():
             results = self.storage.cancel(job_ids)
             for job_id, job in zip(job_ids, results, strict=True):
@@ -382,6 +395,17 @@ class Queue:
             job=job, error=error, policy=policy
         )
         return decision if decision is not None else policy.decide(job, error)
+
+
+def _no_lone_surrogates(type: str, payload: Any) -> None:
+    """A lone surrogate (e.g. an undecodable file name) cannot be sent as UTF-8 JSON."""
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPayload(
+            f"payload for {type!r} holds a lone surrogate (\\uD800-\\uDFFF); "
+            "it could not be sent as JSON: use valid Unicode text"
+        ) from None
 
 
 def _first(*values: Any) -> Any:

@@ -71,10 +71,45 @@ def _json(text: str, column: str = "") -> Any:
         )
 
 
+_INTEGERS = {  # integer columns and what a damaged value reads as (None: nullable)
+    "priority": 0,
+    "attempts": 0,
+    "max_attempts": 1,
+    "run_at": 0,
+    "timeout_ms": None,
+    "locked_at": None,
+    "lease_expires_at": None,
+    "heartbeat_at": None,
+    "created_at": 0,
+    "claimed_at": None,
+    "completed_at": None,
+    "updated_at": 0,
+    "started_at": None,
+}
+
+
+def _integer(value: Any, column: str) -> Any:
+    """An integer column's value as an int; text or a blob (a hand edit) must not make
+    the row unusable: the claim sorts by priority and run_at, executors divide timeout_ms."""
+    if isinstance(value, float) and value == value and abs(value) < 2**63:
+        return int(value)
+    try:
+        return int(float(value.decode() if isinstance(value, bytes) else value))
+    except (TypeError, ValueError, OverflowError, UnicodeDecodeError):
+        log.warning(
+            "jobs.%s holds %.80r, not an integer; read as %s", column, value, _INTEGERS[column]
+        )
+        return _INTEGERS[column]
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
     """Build a `Job` from a `SELECT *` / `RETURNING *` row of the jobs table."""
     values = dict(zip(_COLUMNS, row, strict=False))
     values.pop("last_event", None)
+    for column in _INTEGERS:
+        value = values.get(column)
+        if value is not None and type(value) is not int:
+            values[column] = _integer(value, column)
     values["history"] = _json(values.get("history") or "[]", "history")
     values["payload"] = _json(values["payload"], "payload")
     values["status"] = JobStatus(values["status"])

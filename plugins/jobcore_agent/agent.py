@@ -11,16 +11,14 @@ off with jitter while the hub is away). The main thread waits for a stop.
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 from jobcore.attempt import AttemptRunner
-from jobcore.context import JobContext
 from jobcore.errors import JobcoreError, UnknownJobType
 from jobcore.inflight import Attempt
 from jobcore.models import Failed, Outcome, Released
@@ -28,7 +26,9 @@ from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
 from jobcore_agent.cache import ArtifactCache
 from jobcore_agent.capabilities import capabilities
+from jobcore_agent.claims import AgentContext, Claim
 from jobcore_agent.client import (
+    Backoff,
     HubAuthError,
     HubClient,
     HubError,
@@ -48,41 +48,6 @@ DELIVERY_GRACE = 5.0  # seconds a stopping agent keeps trying to deliver before 
 
 class AgentFatal(JobcoreError):
     """The agent cannot go on (its token was refused)."""
-
-
-class Backoff:
-    """Exponential reconnect delays with jitter: each in [d/2, d], d doubling up to `cap`."""
-
-    def __init__(self, cap: float, base: float = 0.25) -> None:
-        self.cap = cap
-        self.base = base
-        self.failures = 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.base * 2**self.failures)
-        self.failures += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
-class AgentContext(JobContext):
-    """A `JobContext` that also knows where `exec` gets executables (the hub, the cache)."""
-
-    artifact_source: ArtifactSource | None = None
-
-
-@dataclass(eq=False)
-class Claim:
-    """A job this agent claimed, from the claim until the hub has its outcome."""
-
-    run: Attempt
-    key: str  # the outbox key: `job_id:lease_id` (`job_id:attempt` from a hub without lease ids)
-    lease_id: str | None
-    settled: bool = False  # an outcome is recorded in the outbox (or the lease is gone)
-    fallback: Outcome | None = None  # recorded at `stop_until` if the handler asked to stop has not
-    stop_until: float | None = None  # monotonic
 
 
 class Agent:
@@ -124,6 +89,11 @@ class Agent:
             queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
         )
         self.stop_grace = core.stop_grace
+        # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
+        self.prefetch = min(core.prefetch, concurrency)
+        self.prefetch_below_ms = core.prefetch_below * 1000
+        self._recent_ms: float | None = None  # moving average of attempt durations
+        self._slots = threading.BoundedSemaphore(concurrency)
         self.outbox = Outbox(cache_dir)
         self.source = ArtifactSource(ArtifactCache(cache_dir), client)
         self.intervals = Intervals(heartbeat_interval=10.0, lease=60.0, poll_wait=25.0)
@@ -248,6 +218,17 @@ class Agent:
             while self._fatal is None:
                 now = time.monotonic()
                 if self._stopping:
+                    waiting = [
+                        c for c in self._claims.values() if not c.settled and not c.run.began_at
+                    ]
+                    if waiting:  # prefetched, not begun: they will not start now
+                        self._cond.release()
+                        try:
+                            for claim in waiting:
+                                self._settle(claim, Released(lease=claim.run.lease))
+                        finally:
+                            self._cond.acquire()
+                        continue
                     deadline = self._stop_deadline
                     if deadline is not None and now >= deadline and not self._released:
                         self._cond.release()
@@ -304,12 +285,22 @@ class Agent:
     # -- claiming ------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        """Slots not taken by a claim whose outcome the hub does not have yet.
+        """How many jobs to claim: slots not taken by a claim the hub has no outcome of yet.
 
         Counting undelivered outcomes too keeps an agent that cannot report
-        (hub slow or away) from claiming jobs whose leases would lapse.
+        (hub slow or away) from claiming jobs whose leases would lapse. While
+        recent attempts are short, up to `prefetch` more are claimed ahead (they
+        wait for a slot), so one claim request brings several jobs.
         """
-        return max(0, self.concurrency - len(self._claims))
+        short = self._recent_ms is not None and self._recent_ms < self.prefetch_below_ms
+        room = self.concurrency + (self.prefetch if short else 0)
+        return max(0, room - len(self._claims))
+
+    def _free_slot(self, claim: Claim) -> None:
+        """Give back the executor slot a claim holds (under the lock, once)."""
+        if claim.holds_slot:
+            claim.holds_slot = False
+            self._slots.release()
 
     def _claimer_main(self) -> None:
         backoff = Backoff(self.max_backoff)
@@ -411,13 +402,20 @@ class Agent:
 
     def _execute(self, claim: Claim) -> None:
         run = claim.run
+        self._slots.acquire()  # prefetched jobs wait here for one of `concurrency` slots
         with self._cond:
-            if claim.settled:
+            claim.holds_slot = True
+            if claim.settled:  # released (stopping) or lost while it waited
+                self._free_slot(claim)
                 return
             run.began_at = time.monotonic()
             if run.job.timeout_ms is not None:  # the timeout counts from the handler's start
                 run.deadline = run.began_at + run.job.timeout_ms / 1000
         outcome = self.attempts.execute(run)  # validates the payload, runs, judges; never raises
+        duration_ms = (time.monotonic() - run.began_at) * 1000
+        with self._cond:
+            recent = self._recent_ms
+            self._recent_ms = duration_ms if recent is None else 0.9 * recent + 0.1 * duration_ms
         if not self._settle(claim, outcome):
             log.info(
                 "job %s finished after it was given up (%s); outcome dropped",
@@ -438,6 +436,7 @@ class Agent:
             if claim.settled:
                 return False
             claim.settled = True
+            self._free_slot(claim)  # a handler given up on keeps running, but not in a slot
             self._cond.notify_all()
         if outcome is None:
             return True
@@ -684,4 +683,4 @@ class Agent:
             signal.signal(signum, handler)
 
 
-__all__ = ["Agent", "AgentContext", "AgentFatal", "Backoff"]
+__all__ = ["Agent", "AgentContext", "AgentFatal", "Backoff", "Claim"]

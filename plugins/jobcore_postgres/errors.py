@@ -74,8 +74,9 @@ def translate(exc: BaseException, where: str) -> StorageError:
     """The `StorageError` for a driver exception raised while using the store `where`."""
     if isinstance(exc, psycopg_pool.PoolTimeout):
         return StorageConnectionLost(
-            f"no connection to PostgreSQL at {where} within the pool timeout ({first_line(exc)}); "
-            "is the server up? jobcore retries"
+            f"no connection to PostgreSQL at {where} in time ({first_line(exc)}): the server "
+            "is unreachable, or all pooled connections are in use (raise [plugins.postgres] "
+            "pool_max); jobcore retries"
         )
     if isinstance(exc, psycopg_pool.PoolClosed):
         return StorageError(f"the storage for {where} was closed")

@@ -17,6 +17,7 @@ import psycopg
 
 from jobcore.errors import IllegalTransition
 from jobcore.models import Job
+from jobcore_postgres.reads import select_jobs
 
 if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
@@ -184,7 +185,7 @@ class PostgresHubStore:
         self, where: Any, *, before: str | None, limit: int, budget_ms: int = 200
     ) -> Any:
         """One page (`jobcore_http.store.Page`); `budget_ms` is not applied here."""
-        from jobcore_postgres.storage import row_to_job
+        from jobcore_postgres.rows import row_to_job
 
         params: dict[str, Any] = {"limit": limit + 1}
         conds = ["true"]
@@ -201,15 +202,19 @@ class PostgresHubStore:
             conds.append("locked_by = %(worker)s")
         if where.q:
             params["like"] = _like(where.q)
+            # search JSON columns for the query as JSON text: payload (json) keeps the
+            # core's ASCII-escaped text (`caf\\u00e9`), errors (jsonb) escapes only `"` and `\\`
+            params["like_payload"] = _like(json.dumps(where.q)[1:-1])
+            params["like_errors"] = _like(json.dumps(where.q, ensure_ascii=False)[1:-1])
             conds.append(
-                "(payload::text ILIKE %(like)s OR errors::text ILIKE %(like)s "
+                "(payload::text ILIKE %(like_payload)s OR errors::text ILIKE %(like_errors)s "
                 "OR coalesce(last_error, '') ILIKE %(like)s)"
             )
         if before is not None:
             params["before"] = before
             conds.append("id < %(before)s")
-        sql = self.storage._select(
-            "WHERE " + " AND ".join(conds), "ORDER BY id DESC LIMIT %(limit)s"
+        sql = select_jobs(
+            self.storage._d, "WHERE " + " AND ".join(conds), "ORDER BY id DESC LIMIT %(limit)s"
         )
         with self.storage._connection() as conn:
             rows = conn.execute(sql, params).fetchall()
@@ -229,23 +234,24 @@ class PostgresHubStore:
         return out
 
     def overdue_claims(self, now: int) -> list[Job]:
-        from jobcore_postgres.storage import row_to_job
+        from jobcore_postgres.rows import row_to_job
 
-        sql = self.storage._select(
+        sql = select_jobs(
+            self.storage._d,
             "WHERE status = 'claimed' AND timeout_ms IS NOT NULL"
-            " AND coalesce(started_at, claimed_at) + timeout_ms < %s"
+            " AND coalesce(started_at, claimed_at) + timeout_ms < %s",
         )
         with self.storage._connection() as conn:
             rows = conn.execute(sql, (now,)).fetchall()
         return [row_to_job(row) for row in rows]
 
     def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:
-        from jobcore_postgres.storage import row_to_job
+        from jobcore_postgres.rows import row_to_job
 
         if not ids:
             return {}
         with self.storage._connection() as conn:
             rows = conn.execute(
-                self.storage._select("WHERE id = ANY(%s)"), (list(dict.fromkeys(ids)),)
+                select_jobs(self.storage._d, "WHERE id = ANY(%s)"), (list(dict.fromkeys(ids)),)
             ).fetchall()
         return {job.id: job for job in map(row_to_job, rows)}

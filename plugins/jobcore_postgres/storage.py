@@ -9,7 +9,6 @@ the worker backs off and the pool reconnects).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -22,45 +21,38 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from jobcore.errors import ConfigError, IllegalTransition, StorageError
+from jobcore.errors import ConfigError, StorageError
 from jobcore.models import (
     Completed,
-    Event,
     Failed,
     Job,
-    JobStatus,
     Lease,
     NewJob,
     Outcome,
-    replace_job,
 )
-from jobcore.storage.base import Inserted, Recorded, Stats, Swept
+from jobcore.storage.base import Inserted, Recorded
 from jobcore.transitions import (
-    CANCEL_WAITING,
     EXTEND,
     MARK_STARTED,
-    OPERATOR_RETRY,
     OWNER,
-    REQUEST_CANCEL,
     STORE_MAX_DELAY_MS,
-    SWEEP,
     Transition,
     clamp_delay_ms,
     recorded_as,
 )
 from jobcore_postgres import listener as listeners
 from jobcore_postgres import outbox
+from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
+from jobcore_postgres.reads import PostgresReads
+from jobcore_postgres.rows import clean_text, json_strict, new_job_row, row_to_job, slim_to_job
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
-    SLIM_COLUMNS,
     Dialect,
-    by_id_statement,
     claim_statement,
     owner_statement,
     promote_statement,
-    sweep_statement,
 )
 from jobcore_postgres.url import PostgresTarget, parse_url
 
@@ -69,12 +61,7 @@ log = logging.getLogger("jobcore.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
-SWEEP_LIMIT = 1000  # expired leases handled per sweep transition and call
-PRUNE_BATCH = 5000  # finished jobs deleted per transaction
-EVENT_PRUNE_BATCH = 10_000
-_FINISHED = ("completed", "failed", "cancelled")
 _UNFINISHED = ("scheduled", "pending", "claimed")
-_json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 # Plans must not depend on table statistics (autovacuum may be off, or behind a
@@ -108,70 +95,6 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
     return " ".join(f"-c {setting}" for setting in settings)
 
 
-def _text(value: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL characters; show them instead of failing."""
-    return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
-
-
-def _event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str, Any] | None:
-    """What was stored with an event, plus its job's type and queue if the job exists."""
-    value: dict[str, Any] | None = None
-    if data is not None:
-        value = data if isinstance(data, dict) else {"value": data}
-    if type_name is not None:
-        value = {**(value or {}), "type": type_name, "queue": queue}
-    return value
-
-
-def _slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) -> Job:
-    """The updated job from a slim answer and the claimed row the reporter holds."""
-    claimed = outcome.lease.job
-    assert claimed is not None
-    values = dict(zip(SLIM_COLUMNS, row, strict=False))
-    values["status"] = JobStatus(values["status"])
-    *_, last_error_entry, last_history_entry = row
-    errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
-    history = [*claimed.history, last_history_entry] if transition.history else claimed.history
-    result = outcome.result if isinstance(outcome, Completed) else claimed.result
-    return replace_job(claimed, errors=errors, history=history, result=result, **values)
-
-
-def row_to_job(row: Sequence[Any]) -> Job:
-    values = dict(zip(JOB_COLUMNS, row, strict=False))
-    values["status"] = JobStatus(values["status"])
-    return Job(**values)
-
-
-def _new_job(job: NewJob, status: str, now: int, run_at: int) -> Job:
-    return Job(
-        id=job.id,
-        type=job.type,
-        queue=job.queue,
-        payload=job.payload,
-        status=JobStatus(status),
-        priority=job.priority,
-        attempts=0,
-        max_attempts=job.max_attempts,
-        run_at=run_at,
-        timeout_ms=job.timeout_ms,
-        idempotency_key=job.idempotency_key,
-        locked_by=None,
-        locked_at=None,
-        lease_expires_at=None,
-        heartbeat_at=None,
-        cancel_requested=False,
-        last_error=None,
-        errors=[],
-        result=None,
-        parent_id=job.parent_id,
-        meta=dict(job.meta),
-        created_at=now,
-        claimed_at=None,
-        completed_at=None,
-        updated_at=now,
-    )
-
-
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -195,7 +118,7 @@ class _Tx:
     callbacks: list[Callable[[], None]] = field(default_factory=list)
 
 
-class PostgresStorage:
+class PostgresStorage(PostgresReads, PostgresAdmin):
     """Jobs in a PostgreSQL schema; see the module docstring."""
 
     def __init__(
@@ -503,7 +426,7 @@ class PostgresStorage:
             types=[j.type for j in jobs],
             queues=[j.queue for j in jobs],
             payloads=[
-                j.payload_json if j.payload_json is not None else _json_strict(j.payload)
+                j.payload_json if j.payload_json is not None else json_strict(j.payload)
                 for j in jobs
             ],
             priorities=[j.priority for j in jobs],
@@ -513,7 +436,7 @@ class PostgresStorage:
             timeouts=[j.timeout_ms for j in jobs],
             keys=[j.idempotency_key for j in jobs],
             parents=[j.parent_id for j in jobs],
-            metas=[_json_strict(j.meta) if j.meta else "{}" for j in jobs],
+            metas=[json_strict(j.meta) if j.meta else "{}" for j in jobs],
         )
         created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
         results: list[Inserted] = []
@@ -521,7 +444,7 @@ class PostgresStorage:
             made = created.get(job.id)
             if made is not None:
                 status, now, run_at = made
-                results.append(Inserted(_new_job(job, status, now, run_at), created=True))
+                results.append(Inserted(new_job_row(job, status, now, run_at), created=True))
                 continue
             existing = conn.execute(
                 f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} "
@@ -548,27 +471,6 @@ class PostgresStorage:
                 return self._insert_on(c, jobs)
         with self._write() as c:
             return self._insert_on(c, jobs)
-
-    def import_jobs(self, jobs: Sequence[Job], *, replace: bool = False) -> None:
-        """Write whole rows as they are (`jobcore copy`); `replace` overwrites equal ids."""
-        if not jobs:
-            return
-        casts = {"payload": "::json", "result": "::json", "meta": "::json"}
-        casts.update(errors="::jsonb", history="::jsonb")
-        values = ", ".join(f"%s{casts.get(name, '')}" for name in JOB_COLUMNS)
-        sql = f"INSERT INTO {self._d.table('jobs')} ({', '.join(JOB_COLUMNS)}) VALUES ({values})"
-        if replace:
-            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_COLUMNS[1:])
-            sql += f" ON CONFLICT (id) DO UPDATE SET {updates}"
-        rows = [
-            tuple(
-                _json_strict(value) if name in casts else str(value) if name == "status" else value
-                for name, value in ((n, getattr(job, n)) for n in JOB_COLUMNS)
-            )
-            for job in jobs
-        ]
-        with self._write() as conn, conn.cursor() as cursor:
-            cursor.executemany(sql, rows)
 
     def hub_store(self) -> Any:
         """The hub's tokens and workers registry in this store (`jobcore_http.store.HubStore`)."""
@@ -667,13 +569,6 @@ class PostgresStorage:
                 return collect(conn, send(conn))
         return self._one_trip(send, collect)
 
-    def next_due(self) -> int | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                f"SELECT min(run_at) FROM {self._d.table('jobs')} WHERE status = 'scheduled'"
-            ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
-
     def _lease_statement(self, transition: Transition, returning: str) -> str:
         return self._statement(
             ("lease", transition.name),
@@ -697,7 +592,7 @@ class PostgresStorage:
         if not leases:
             return {}
         sql = self._lease_statement(EXTEND, "j.id, j.cancel_requested")
-        with self._write() as conn:
+        with self._connection() as conn:  # one statement: atomic without BEGIN/COMMIT
             rows = conn.execute(sql, self._lease_params(leases, lease_ms=lease_ms)).fetchall()
         return {row[0]: bool(row[1]) for row in rows}
 
@@ -708,17 +603,8 @@ class PostgresStorage:
     def mark_started(self, leases: Sequence[Lease]) -> set[str]:
         if not leases:
             return set()
-        with self._write() as conn:
-            return self._mark_started(conn, leases)
-
-    def cancel_requested(self, worker: str) -> set[str]:
         with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM {self._d.table('jobs')} "
-                "WHERE status = 'claimed' AND locked_by = %s AND cancel_requested",
-                (worker,),
-            ).fetchall()
-        return {row[0] for row in rows}
+            return self._mark_started(conn, leases)
 
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         if not outcomes:
@@ -746,9 +632,9 @@ class PostgresStorage:
             params = self._params(
                 ids=[o.lease.job_id for o in group],
                 lease_ids=[o.lease.lease_id for o in group],
-                errors=[_text(getattr(o, "error", None)) for o in group],
+                errors=[clean_text(getattr(o, "error", None)) for o in group],
                 results=[
-                    _json_strict(o.result) if isinstance(o, Completed) else None for o in group
+                    json_strict(o.result) if isinstance(o, Completed) else None for o in group
                 ],
                 delays=[
                     clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
@@ -774,7 +660,7 @@ class PostgresStorage:
                         done[i] = (
                             row_to_job(row)
                             if item.transition is None
-                            else _slim_to_job(row, outcomes[i], item.transition)
+                            else slim_to_job(row, outcomes[i], item.transition)
                         )
                         break
         return done
@@ -786,7 +672,7 @@ class PostgresStorage:
         for outcome in outcomes:
             if isinstance(outcome, Completed):
                 try:
-                    _json_strict(outcome.result)
+                    json_strict(outcome.result)
                 except (TypeError, ValueError) as exc:
                     outcome = Failed(outcome.lease, f"could not record outcome: {exc}")
             checked.append(outcome)
@@ -841,241 +727,6 @@ class PostgresStorage:
             fallback = Failed(outcome.lease, f"could not record outcome: {exc}")
             done = self._apply(conn, [fallback])
             return Recorded(fallback, done.get(0), state="recorded" if 0 in done else "stale")
-
-    # -- the sweep and store-level locks ------------------------------------------------
-
-    def _take_lock(self, conn: Conn, name: str, holder: str, ttl_ms: int, force: bool) -> bool:
-        locks = self._d.table("locks")
-        condition = (
-            ""
-            if force
-            else (f" WHERE {locks}.holder = EXCLUDED.holder OR {locks}.expires_at < {self._d.now}")
-        )
-        row = conn.execute(
-            f"INSERT INTO {locks} (name, holder, expires_at) "
-            f"VALUES (%(name)s, %(holder)s, {self._d.now} + %(ttl)s::bigint) "
-            "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
-            f"expires_at = EXCLUDED.expires_at{condition} RETURNING holder",
-            self._params(name=name, holder=holder, ttl=ttl_ms),
-        ).fetchone()
-        return row is not None
-
-    def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
-        with self._write() as conn:
-            return self._take_lock(conn, name, holder, ttl_ms, force=False)
-
-    def release_lock(self, name: str, holder: str) -> None:
-        with self._write() as conn:
-            conn.execute(
-                f"DELETE FROM {self._d.table('locks')} WHERE name = %s AND holder = %s",
-                (name, holder),
-            )
-
-    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
-        swept: list[Swept] = []
-        with self._write() as conn:
-            hold = self.sweep_hold_ms if hold_ms is None else hold_ms
-            if not self._take_lock(conn, "sweep", self._holder, hold, force):
-                return []
-            for transition, action in SWEEP:
-                sql = self._statement(
-                    ("sweep", transition.name), sweep_statement, transition, self._d, SWEEP_LIMIT
-                )
-                for row in conn.execute(sql, self._params()).fetchall():
-                    swept.append(Swept(row_to_job(row), action))
-            events = self._d.table("events")
-            conn.execute(
-                f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
-                f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY seq LIMIT {EVENT_PRUNE_BATCH})",
-                self._params(keep=self.event_retention_ms),
-            )
-        return swept
-
-    # -- operators ---------------------------------------------------------------------
-
-    def _select(self, where: str = "", tail: str = "") -> str:
-        return f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} {where} {tail}"
-
-    def get(self, job_id: str) -> Job | None:
-        with self._connection() as conn:
-            row = conn.execute(self._select("WHERE id = %s"), (job_id,)).fetchone()
-        return None if row is None else row_to_job(row)
-
-    @staticmethod
-    def _filters(params: dict[str, Any], **given: Sequence[str]) -> str:
-        conds = []
-        for column, values in given.items():
-            if values:
-                params[column] = list(values)
-                conds.append(f"{column} = ANY(%({column})s::text[])")
-        return "".join(f" AND {c}" for c in conds)
-
-    def list_jobs(
-        self,
-        *,
-        statuses: Sequence[str] = (),
-        types: Sequence[str] = (),
-        queues: Sequence[str] = (),
-        finished_after: int | None = None,
-        limit: int = 100,
-    ) -> list[Job]:
-        params: dict[str, Any] = {"limit": limit}
-        where = "WHERE true" + self._filters(params, status=statuses, type=types, queue=queues)
-        if finished_after is not None:
-            params["finished_after"] = finished_after
-            where += " AND completed_at >= %(finished_after)s"
-        with self._connection() as conn:
-            rows = conn.execute(
-                self._select(where, "ORDER BY id DESC LIMIT %(limit)s"), params
-            ).fetchall()
-        return [row_to_job(row) for row in rows]
-
-    def failed_ids(self, types: Sequence[str] = ()) -> list[str]:
-        params: dict[str, Any] = {}
-        where = "WHERE status = 'failed'" + self._filters(params, type=types)
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM {self._d.table('jobs')} {where} ORDER BY id", params
-            ).fetchall()
-        return [row[0] for row in rows]
-
-    def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
-        sql = self._statement(
-            ("by_id", transition.name), lambda: by_id_statement(transition, self._d)
-        )
-        row = conn.execute(sql, self._params(id=job_id)).fetchone()
-        return None if row is None else row_to_job(row)
-
-    def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
-        results: list[Job | None] = []
-        with self._write() as conn:
-            for job_id in job_ids:
-                try:
-                    results.append(self._by_id(conn, OPERATOR_RETRY, job_id))
-                except psycopg.errors.UniqueViolation:
-                    raise IllegalTransition(
-                        f"cannot retry job {job_id}: another unfinished job holds its "
-                        "idempotency key"
-                    ) from None
-        return results
-
-    def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
-        results: list[Job | None] = []
-        with self._write() as conn:
-            for job_id in job_ids:
-                job = self._by_id(conn, CANCEL_WAITING, job_id)
-                if job is None:
-                    job = self._by_id(conn, REQUEST_CANCEL, job_id)
-                results.append(job)
-        return results
-
-    def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
-        """Delete finished jobs in bounded batches (short transactions, no long row locks)."""
-        params: dict[str, Any] = {"before": before, "finished": list(_FINISHED)}
-        where = (
-            "WHERE status = ANY(%(finished)s::text[]) AND completed_at < %(before)s"
-            + self._filters(params, status=statuses, type=types)
-        )
-        jobs = self._d.table("jobs")
-        sql = (
-            f"DELETE FROM {jobs} WHERE id IN (SELECT id FROM {jobs} {where} "
-            f"LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED)"
-        )
-        total = 0
-        while True:
-            with self._write() as conn:
-                deleted = conn.execute(sql, params).rowcount
-            total += max(deleted, 0)
-            if deleted < PRUNE_BATCH:
-                return total
-
-    def scan(
-        self, *, statuses: Sequence[str] = (), types: Sequence[str] = (), batch: int = 500
-    ) -> Iterator[Job]:
-        after = ""
-        while True:
-            params: dict[str, Any] = {"after": after, "limit": batch}
-            where = "WHERE id > %(after)s" + self._filters(params, status=statuses, type=types)
-            with self._connection() as conn:
-                rows = conn.execute(
-                    self._select(where, "ORDER BY id LIMIT %(limit)s"), params
-                ).fetchall()
-            jobs = [row_to_job(row) for row in rows]
-            yield from jobs
-            if len(jobs) < batch:
-                return
-            after = jobs[-1].id
-
-    def count_by_status(self) -> dict[str, int]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT status, count(*) FROM {self._d.table('jobs')} GROUP BY status"
-            ).fetchall()
-        return {status: int(n) for status, n in rows}
-
-    def stats(self) -> Stats:
-        jobs = self._d.table("jobs")
-        now = self.now()
-        stats = Stats()
-        with self._connection() as conn:
-            for type_name, status, count in conn.execute(
-                f"SELECT type, status, count(*) FROM {jobs} GROUP BY type, status"
-            ).fetchall():
-                stats.counts[status] = stats.counts.get(status, 0) + int(count)
-                stats.by_type.setdefault(type_name, {})[status] = int(count)
-            stats.failures = [
-                {"type": t, "error": error, "count": int(n)}
-                for t, error, n in conn.execute(
-                    f"SELECT type, coalesce(last_error, ''), count(*) FROM {jobs} "
-                    "WHERE status = 'failed' GROUP BY type, last_error "
-                    "ORDER BY count(*) DESC, type LIMIT 50"
-                ).fetchall()
-            ]
-            stats.stuck = [
-                row_to_job(row)
-                for row in conn.execute(
-                    self._select(
-                        "WHERE status = 'claimed' AND lease_expires_at < %s",
-                        "ORDER BY lease_expires_at LIMIT 100",
-                    ),
-                    (now,),
-                ).fetchall()
-            ]
-            for type_name, count, p50, p95 in conn.execute(
-                "SELECT type, count(*), "
-                "percentile_disc(0.5) WITHIN GROUP (ORDER BY completed_at - claimed_at), "
-                "percentile_disc(0.95) WITHIN GROUP (ORDER BY completed_at - claimed_at) "
-                f"FROM {jobs} WHERE status = 'completed' AND completed_at >= %s "
-                "AND claimed_at IS NOT NULL GROUP BY type ORDER BY type",
-                (now - 86_400_000,),
-            ).fetchall():
-                stats.durations[type_name] = {
-                    "count": int(count),
-                    "p50_ms": None if p50 is None else int(p50),
-                    "p95_ms": None if p95 is None else int(p95),
-                }
-            since = now - 3_600_000
-            row = conn.execute(
-                f"SELECT (SELECT count(*) FROM {jobs} WHERE created_at >= %(s)s), "
-                f"(SELECT count(*) FROM {jobs} WHERE status = 'completed' AND completed_at >= %(s)s), "
-                f"(SELECT count(*) FROM {jobs} WHERE status = 'failed' AND completed_at >= %(s)s)",
-                {"s": since},
-            ).fetchone()
-            assert row is not None
-            stats.last_hour = {
-                "enqueued": int(row[0]),
-                "completed": int(row[1]),
-                "failed": int(row[2]),
-            }
-            stats.duplicates = [
-                {"type": t, "idempotency_key": key, "count": int(n)}
-                for t, key, n in conn.execute(
-                    f"SELECT type, idempotency_key, count(*) FROM {jobs} "
-                    "WHERE idempotency_key IS NOT NULL GROUP BY type, idempotency_key "
-                    "HAVING count(*) > 1 ORDER BY count(*) DESC LIMIT 50"
-                ).fetchall()
-            ]
-        return stats
 
     # -- change notification and events ----------------------------------------------
 
@@ -1135,57 +786,3 @@ class PostgresStorage:
             current = self._seq_now()
         self._local.seen_seq = current
         return True
-
-    def last_event_seq(self) -> int:
-        with self._connection() as conn:
-            row = conn.execute(
-                f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END "
-                f"FROM {self._d.table('events_seq')}"
-            ).fetchone()
-        return 0 if row is None else int(row[0])
-
-    def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
-        """Events after `seq`; a job event's data is its job's type and queue (while it exists)."""
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue "
-                f"FROM {self._d.table('events')} e LEFT JOIN {self._d.table('jobs')} j "
-                "ON j.id = e.job_id WHERE e.seq > %s ORDER BY e.seq LIMIT %s",
-                (seq, limit),
-            ).fetchall()
-        return [
-            Event(
-                seq=int(s),
-                at=int(at),
-                kind=kind,
-                job_id=job_id,
-                worker_id=worker_id,
-                data=_event_data(data, type_name, queue),
-            )
-            for s, at, kind, job_id, worker_id, data, type_name, queue in rows
-        ]
-
-    def add_event(
-        self,
-        kind: str,
-        *,
-        job_id: str | None = None,
-        worker_id: str | None = None,
-        data: dict[str, Any] | None = None,
-    ) -> int:
-        if not kind:
-            raise StorageError("an event needs a kind, e.g. 'worker:registered'")
-        with self._write() as conn:
-            row = conn.execute(
-                f"INSERT INTO {self._d.table('events')} (at, kind, job_id, worker_id, data) "
-                f"VALUES ({self._d.now}, %(kind)s, %(job_id)s, %(worker_id)s, %(data)s::jsonb) "
-                "RETURNING seq",
-                self._params(
-                    kind=kind,
-                    job_id=job_id,
-                    worker_id=worker_id,
-                    data=None if data is None else _json_strict(data),
-                ),
-            ).fetchone()
-        assert row is not None
-        return int(row[0])

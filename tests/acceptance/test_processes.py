@@ -87,6 +87,7 @@ def test_sigkilled_worker_job_is_reclaimed_and_completed(cluster: Cluster) -> No
     job_id = cluster.enqueue("sleepy", {"seconds": 1.0, "started": str(marker)})
     first = cluster.worker("--lease", "1s")
     cluster.wait_file(marker)
+    time.sleep(0.3)  # its start is committed (within 50 ms of the handler beginning)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     assert cluster.job(job_id)["status"] == "claimed"  # the dead worker's lease still holds it

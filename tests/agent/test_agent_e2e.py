@@ -158,7 +158,7 @@ def test_hub_down_mid_job_result_is_buffered_and_delivered_once(
         agent = Agent(hub, "a1")
         agents.append(agent)
         wait_until(started.exists)
-        hub.stop()  # SIGTERM: the hub shuts down mid-job
+        hub.stop(signal.SIGKILL)  # the hub crashes mid-job (SIGTERM: see CONTRACT_CHANGES)
         wait_until(lambda: log.exists() and log.read_text())  # finished while the hub was away
         wait_until(lambda: "not delivered yet" in agent.log())
         hub.start()
@@ -354,3 +354,29 @@ def test_an_agent_that_lost_its_lease_stops_the_handler(
     finally:
         proxy.close()
         hub.close()
+
+
+def test_sigterm_gives_back_prefetched_jobs_at_once(
+    hub: Hub, agents: list[Agent], tmp_path: Path
+) -> None:
+    log = str(tmp_path / "log")
+    agent = Agent(hub, "a1", extra=("--concurrency", "1", "--shutdown-timeout", "2s"))
+    agents.append(agent)
+    quick = [hub.enqueue("stamp", {"log": log}) for _ in range(3)]  # short jobs: prefetch on
+    for job in quick:
+        hub.wait_status(job["id"], "completed")
+    started = tmp_path / "long"
+    batch = [
+        {"type": "stamp", "payload": {"log": log, "sleep": 60, "started": str(started)}},
+        {"type": "stamp", "payload": {"log": log}},
+    ]
+    long, waiting = hub.admin.post("/api/jobs/batch", json={"jobs": batch}).json()["jobs"]
+    wait_until(started.exists)
+    # claimed ahead, waiting for the one slot
+    wait_until(lambda: hub.job(waiting["id"])["status"] == "claimed")
+    agent.signal(signal.SIGTERM)
+    assert agent.wait(30) == 0
+    for job_id in (long["id"], waiting["id"]):
+        released = hub.job(job_id)
+        assert released["status"] == "pending" and released["attempts"] == 0
+    assert "agent a1 stopped" in agent.log()

@@ -48,7 +48,7 @@ class BadStr(Exception):
 
 
 class DelayPayload(Payload):
-    seconds: float
+    seconds: float | str  # "inf", "nan": a payload cannot hold them as numbers (not JSON)
 
 
 class ChildPayload(Payload):
@@ -86,7 +86,7 @@ class Hostile:
 
     @staticmethod
     def retry_in(payload: DelayPayload, ctx: JobContext) -> None:
-        raise RetryAfter(payload.seconds)
+        raise RetryAfter(float(payload.seconds))
 
     @staticmethod
     def huge_child(payload: ChildPayload, ctx: JobContext) -> str:
@@ -142,7 +142,7 @@ def test_an_exception_whose_str_raises_is_recorded_and_the_executor_lives_on(que
 def test_retry_after_from_outside_is_clamped(
     queue: Queue, seconds: float, expected_ms: int
 ) -> None:
-    job = queue.enqueue("retry_in", {"seconds": seconds}, max_attempts=2).job
+    job = queue.enqueue("retry_in", {"seconds": str(seconds)}, max_attempts=2).job
     other = queue.enqueue("noop", {}).job
     before = now_ms()
     worker, thread = start_worker(queue, until_empty=True)

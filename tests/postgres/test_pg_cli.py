@@ -112,3 +112,45 @@ def test_copy_moves_every_job_with_its_history_both_ways(
     assert as_json(run("list", "--json", db=back)) == source
     same = run("copy", "--from", back, "--to", back)
     assert same.exit_code == 2 and "same store" in same.stderr
+
+
+def test_a_bad_line_rejects_the_whole_file_and_reads_show_the_job_shape(
+    run: Run, tmp_path: Path
+) -> None:
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text('{"sleep": 0}\n{"sleep": "long"}\n')
+    bad = run("enqueue", "noop", "--from", str(lines))
+    one_error_line(bad, "line 2")
+    lines.write_text('{"sleep": 0}\n{"sleep": 0}\n')
+    assert run("enqueue", "noop", "--from", str(lines)).exit_code == 0
+    listed = as_json(run("list", "--json"))
+    assert len(listed) == 2  # the rejected file wrote nothing
+    shown = as_json(run("show", listed[0]["id"], "--json"))
+    assert set(shown) >= {
+        "id",
+        "type",
+        "queue",
+        "payload",
+        "status",
+        "priority",
+        "attempts",
+        "max_attempts",
+        "run_at",
+        "timeout",
+        "idempotency_key",
+        "locked_by",
+        "lease_id",
+        "cancel_requested",
+        "last_error",
+        "errors",
+        "result",
+        "parent_id",
+        "meta",
+        "created_at",
+        "started_at",
+        "history",
+    }
+    assert shown["created_at"].endswith("Z") and shown["payload"]["sleep"] == 0
+    one_error_line(run("show", "no-such-id"), "no-such-id")
+    text = run("stats")
+    assert text.exit_code == 0 and "noop" in text.stdout

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +119,7 @@ def test_sigkilled_worker_job_is_reclaimed_elsewhere(cluster: Cluster) -> None:
     job_id = done.stdout.strip()
     first = cluster.worker("--lease", "1s", "--worker-id", "first")
     wait_for(marker.exists, 30)
+    time.sleep(0.3)  # its start is committed (within 50 ms of the handler beginning)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     job = cluster.storage.get(job_id)

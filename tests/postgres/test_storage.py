@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobcore_postgres import storage as storage_module
+from jobcore_postgres import admin as admin_module
 from jobcore_postgres.schema import SCHEMA_VERSION
 from jobcore_postgres.statements import claim_statement, owner_statement
 from jobcore_postgres.storage import PostgresStorage
@@ -155,6 +155,27 @@ def test_a_dropped_connection_is_transient_and_the_next_call_reconnects(
     with pytest.raises(StorageConnectionLost):
         storage.get(inserted.job.id)
     assert storage.get(inserted.job.id) is not None
+
+
+def test_an_exhausted_pool_is_transient_and_names_the_setting(
+    pg_storage_factory: Factory,
+) -> None:
+    storage = pg_storage_factory(pool_min=1, pool_max=1, connect_timeout=1)
+    caught: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            storage.get("x")
+        except BaseException as exc:
+            caught.append(exc)
+
+    with storage.transaction():  # holds the only connection
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(10)
+    assert len(caught) == 1 and isinstance(caught[0], StorageConnectionLost)
+    assert "pool_max" in str(caught[0])
+    assert storage.get("x") is None  # and the pool serves again
 
 
 def test_a_read_only_server_is_permanent_and_reads_still_work(
@@ -321,7 +342,7 @@ def test_claim_takes_exactly_the_limit_under_contention(pg_storage_factory: Fact
 def test_prune_deletes_in_bounded_batches(
     pg_storage_factory: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_module, "PRUNE_BATCH", 3)
+    monkeypatch.setattr(admin_module, "PRUNE_BATCH", 3)
     storage = pg_storage_factory()
     storage.insert([new_job() for _ in range(8)] + [new_job()])
     jobs = storage.claim(worker="w", limit=8, lease_ms=60_000)

@@ -1,0 +1,180 @@
+"""The PostgreSQL backend's operator and housekeeping writes: retry, cancel, prune, the
+sweep and store-level locks, events added by hand, whole-row imports (`jobcore copy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import psycopg
+
+from jobcore.errors import IllegalTransition, StorageError
+from jobcore.models import Job
+from jobcore.storage.base import Swept
+from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
+from jobcore_postgres.reads import filters
+from jobcore_postgres.rows import json_strict, row_to_job
+from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+SWEEP_LIMIT = 1000  # expired leases handled per sweep transition and call
+PRUNE_BATCH = 5000  # finished jobs deleted per transaction
+EVENT_PRUNE_BATCH = 10_000
+_FINISHED = ("completed", "failed", "cancelled")
+
+
+class PostgresAdmin:
+    """Operator writes of `PostgresStorage` (a mixin: it provides `_write`, `_d`, `_params`)."""
+
+    _d: Dialect
+    _holder: str
+    sweep_hold_ms: int
+    event_retention_ms: int
+    _write: Callable[[], AbstractContextManager[Conn]]
+    _connection: Callable[[], AbstractContextManager[Conn]]
+    _params: Callable[..., dict[str, Any]]
+    _statement: Callable[..., str]
+
+    def import_jobs(self, jobs: Sequence[Job], *, replace: bool = False) -> None:
+        """Write whole rows as they are (`jobcore copy`); `replace` overwrites equal ids."""
+        if not jobs:
+            return
+        casts = {"payload": "::json", "result": "::json", "meta": "::json"}
+        casts.update(errors="::jsonb", history="::jsonb")
+        values = ", ".join(f"%s{casts.get(name, '')}" for name in JOB_COLUMNS)
+        sql = f"INSERT INTO {self._d.table('jobs')} ({', '.join(JOB_COLUMNS)}) VALUES ({values})"
+        if replace:
+            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_COLUMNS[1:])
+            sql += f" ON CONFLICT (id) DO UPDATE SET {updates}"
+        rows = [
+            tuple(
+                json_strict(value) if name in casts else str(value) if name == "status" else value
+                for name, value in ((n, getattr(job, n)) for n in JOB_COLUMNS)
+            )
+            for job in jobs
+        ]
+        with self._write() as conn, conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
+
+    def _take_lock(self, conn: Conn, name: str, holder: str, ttl_ms: int, force: bool) -> bool:
+        locks = self._d.table("locks")
+        condition = (
+            ""
+            if force
+            else (f" WHERE {locks}.holder = EXCLUDED.holder OR {locks}.expires_at < {self._d.now}")
+        )
+        row = conn.execute(
+            f"INSERT INTO {locks} (name, holder, expires_at) "
+            f"VALUES (%(name)s, %(holder)s, {self._d.now} + %(ttl)s::bigint) "
+            "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
+            f"expires_at = EXCLUDED.expires_at{condition} RETURNING holder",
+            self._params(name=name, holder=holder, ttl=ttl_ms),
+        ).fetchone()
+        return row is not None
+
+    def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:
+        with self._connection() as conn:  # one statement: atomic without BEGIN/COMMIT
+            return self._take_lock(conn, name, holder, ttl_ms, force=False)
+
+    def release_lock(self, name: str, holder: str) -> None:
+        with self._connection() as conn:
+            conn.execute(
+                f"DELETE FROM {self._d.table('locks')} WHERE name = %s AND holder = %s",
+                (name, holder),
+            )
+
+    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+        swept: list[Swept] = []
+        with self._write() as conn:
+            hold = self.sweep_hold_ms if hold_ms is None else hold_ms
+            if not self._take_lock(conn, "sweep", self._holder, hold, force):
+                return []
+            for transition, action in SWEEP:
+                sql = self._statement(
+                    ("sweep", transition.name), sweep_statement, transition, self._d, SWEEP_LIMIT
+                )
+                for row in conn.execute(sql, self._params()).fetchall():
+                    swept.append(Swept(row_to_job(row), action))
+            events = self._d.table("events")
+            conn.execute(
+                f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
+                f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY seq LIMIT {EVENT_PRUNE_BATCH})",
+                self._params(keep=self.event_retention_ms),
+            )
+        return swept
+
+    def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
+        sql = self._statement(
+            ("by_id", transition.name), lambda: by_id_statement(transition, self._d)
+        )
+        row = conn.execute(sql, self._params(id=job_id)).fetchone()
+        return None if row is None else row_to_job(row)
+
+    def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
+        results: list[Job | None] = []
+        with self._write() as conn:
+            for job_id in job_ids:
+                try:
+                    results.append(self._by_id(conn, OPERATOR_RETRY, job_id))
+                except psycopg.errors.UniqueViolation:
+                    raise IllegalTransition(
+                        f"cannot retry job {job_id}: another unfinished job holds its "
+                        "idempotency key"
+                    ) from None
+        return results
+
+    def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
+        results: list[Job | None] = []
+        with self._write() as conn:
+            for job_id in job_ids:
+                job = self._by_id(conn, CANCEL_WAITING, job_id)
+                if job is None:
+                    job = self._by_id(conn, REQUEST_CANCEL, job_id)
+                results.append(job)
+        return results
+
+    def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
+        """Delete finished jobs in bounded batches (short transactions, no long row locks)."""
+        params: dict[str, Any] = {"before": before, "finished": list(_FINISHED)}
+        where = "WHERE status = ANY(%(finished)s::text[]) AND completed_at < %(before)s" + filters(
+            params, status=statuses, type=types
+        )
+        jobs = self._d.table("jobs")
+        sql = (
+            f"DELETE FROM {jobs} WHERE id IN (SELECT id FROM {jobs} {where} "
+            f"LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED)"
+        )
+        total = 0
+        while True:
+            with self._connection() as conn:  # each batch its own short transaction
+                deleted = conn.execute(sql, params).rowcount
+            total += max(deleted, 0)
+            if deleted < PRUNE_BATCH:
+                return total
+
+    def add_event(
+        self,
+        kind: str,
+        *,
+        job_id: str | None = None,
+        worker_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> int:
+        if not kind:
+            raise StorageError("an event needs a kind, e.g. 'worker:registered'")
+        with self._connection() as conn:
+            row = conn.execute(
+                f"INSERT INTO {self._d.table('events')} (at, kind, job_id, worker_id, data) "
+                f"VALUES ({self._d.now}, %(kind)s, %(job_id)s, %(worker_id)s, %(data)s::jsonb) "
+                "RETURNING seq",
+                self._params(
+                    kind=kind,
+                    job_id=job_id,
+                    worker_id=worker_id,
+                    data=None if data is None else json_strict(data),
+                ),
+            ).fetchone()
+        assert row is not None
+        return int(row[0])

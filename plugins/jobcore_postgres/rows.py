@@ -1,0 +1,78 @@
+"""Rows of the jobs table as `Job` objects, and the values that go into them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from jobcore.models import Completed, Job, JobStatus, NewJob, Outcome, replace_job
+from jobcore.transitions import Transition
+from jobcore_postgres.statements import JOB_COLUMNS, SLIM_COLUMNS
+
+json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+"""Compact JSON that refuses NaN and infinities (PostgreSQL's json type would)."""
+
+
+def row_to_job(row: Sequence[Any]) -> Job:
+    values = dict(zip(JOB_COLUMNS, row, strict=False))
+    values["status"] = JobStatus(values["status"])
+    return Job(**values)
+
+
+def slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) -> Job:
+    """The updated job from a slim answer and the claimed row the reporter holds."""
+    claimed = outcome.lease.job
+    assert claimed is not None
+    values = dict(zip(SLIM_COLUMNS, row, strict=False))
+    values["status"] = JobStatus(values["status"])
+    *_, last_error_entry, last_history_entry = row
+    errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
+    history = [*claimed.history, last_history_entry] if transition.history else claimed.history
+    result = outcome.result if isinstance(outcome, Completed) else claimed.result
+    return replace_job(claimed, errors=errors, history=history, result=result, **values)
+
+
+def new_job_row(job: NewJob, status: str, now: int, run_at: int) -> Job:
+    return Job(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        payload=job.payload,
+        status=JobStatus(status),
+        priority=job.priority,
+        attempts=0,
+        max_attempts=job.max_attempts,
+        run_at=run_at,
+        timeout_ms=job.timeout_ms,
+        idempotency_key=job.idempotency_key,
+        locked_by=None,
+        locked_at=None,
+        lease_expires_at=None,
+        heartbeat_at=None,
+        cancel_requested=False,
+        last_error=None,
+        errors=[],
+        result=None,
+        parent_id=job.parent_id,
+        meta=dict(job.meta),
+        created_at=now,
+        claimed_at=None,
+        completed_at=None,
+        updated_at=now,
+    )
+
+
+def event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str, Any] | None:
+    """What was stored with an event, plus its job's type and queue if the job exists."""
+    value: dict[str, Any] | None = None
+    if data is not None:
+        value = data if isinstance(data, dict) else {"value": data}
+    if type_name is not None:
+        value = {**(value or {}), "type": type_name, "queue": queue}
+    return value
+
+
+def clean_text(value: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL characters; show them instead of failing."""
+    return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
