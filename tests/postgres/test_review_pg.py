@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from jobcore_postgres.storage import PostgresStorage
 
 from jobcore import Queue, timeutil
 from jobcore.cli import cli
 from jobcore.errors import TransientStorageError
 from jobcore.models import Job
 from jobcore.testing import drain
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="events seq is allocated at insert, not at commit: a reader's cursor can pass "
-    "an event still in flight, which is then never returned (see review12 report)",
-)
-def test_an_event_committed_after_a_newer_one_is_not_skipped(pg_url: str) -> None:
-    storage = PostgresStorage(pg_url)
-    try:
-        inserted, release = threading.Event(), threading.Event()
-
-        def slow_writer() -> None:
-            with storage.transaction():
-                storage.add_event("review:slow")  # takes the lower seq
-                inserted.set()
-                release.wait(10)
-
-        thread = threading.Thread(target=slow_writer)
-        thread.start()
-        assert inserted.wait(10)
-        storage.add_event("review:fast")  # higher seq, commits first
-        seen = storage.events_after(0)
-        cursor = seen[-1].seq if seen else 0  # a reader (the SSE feed) moves its cursor here
-        release.set()
-        thread.join(10)
-        later = storage.events_after(cursor)
-        kinds = {e.kind for e in seen} | {e.kind for e in later}
-        assert kinds == {"review:slow", "review:fast"}
-    finally:
-        storage.close()
 
 
 class _AheadClock:
@@ -75,12 +42,6 @@ def test_dlq_purge_and_since_use_the_store_clock_not_this_process_clock(
         assert queue.get(failed).status == "failed"  # a dead letter one minute old is kept
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="claims mark jobs started (main at 33d6b66): a claim whose answer is lost is then "
-    "swept 'lease expired' with an attempt charged; review8 58851f6 (a claim never marks "
-    "started) fixes it: drop this marker once that is merged",
-)
 def test_a_claim_answer_lost_on_a_dropped_connection_does_not_fail_a_job_that_never_ran(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
