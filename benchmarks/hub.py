@@ -377,6 +377,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes")
     args = parser.parse_args()
     n = 300 if args.quick else 3000
+    idle = 100 if args.quick else 500
     folder = Path(tempfile.mkdtemp(prefix="jobcore-hub-bench-", dir=Path.home()))
     rows: list[tuple[str, str]] = []
 
@@ -407,14 +408,17 @@ def main() -> None:
         lambda v: f"p50 {v[0]:.1f} ms, p99 {v[1]:.1f} ms",
     )
     row(
-        "500 idle long-polling clients",
-        lambda: idle_clients(folder, 100 if args.quick else 500, 5 if args.quick else 15),
+        f"{idle} idle long-polling clients",
+        lambda: idle_clients(folder, idle, 5 if args.quick else 15),
         lambda v: f"hub CPU {v[0]:.1f}% of a core, RSS {v[1]:.0f} MB",
     )
     row("events' cost to the worker drain", lambda: events_cost(folder, n), str)
     RESULTS.parent.mkdir(exist_ok=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         "# Hub benchmark" + (" (quick)" if args.quick else ""),
+        "",
+        f"{os.cpu_count()} CPUs; load average at the end {load} (the machine is shared).",
         "",
         "| measurement | result |",
         "|---|---|",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -160,13 +161,18 @@ class Queue:
         model = self.validate_payload(job_type, {} if payload is None else payload)
         if job_type.check is not None:
             job_type.check(model, self.config)
-        stored = model.model_dump(mode="json")
+        try:
+            stored = model.model_dump(mode="json")
+        except ValueError as exc:  # pydantic: "Maximum serialization depth exceeded"
+            raise InvalidPayload(f"payload for {type!r} cannot be stored: {exc}") from None
         try:
             encoded = strict_json(stored)
         except ValueError:
             raise InvalidPayload(
                 f"payload for {type!r} holds NaN or Infinity, which JSON cannot represent"
             ) from None
+        if "\\ud" in encoded or "\\uD" in encoded:
+            _no_lone_surrogates(type, stored)
         if meta:
             try:
                 strict_json(meta)
@@ -399,6 +405,17 @@ class Queue:
             )
             return RetryDecision.fail(f"attempts exhausted ({job.attempts}/{job.max_attempts})")
         return decision
+
+
+def _no_lone_surrogates(type: str, payload: Any) -> None:
+    """A lone surrogate (e.g. an undecodable file name) cannot be sent as UTF-8 JSON."""
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPayload(
+            f"payload for {type!r} holds a lone surrogate (\\uD800-\\uDFFF); "
+            "it could not be sent as JSON: use valid Unicode text"
+        ) from None
 
 
 def _first(*values: Any) -> Any:

@@ -99,6 +99,7 @@ class Engine:
         self._generation = 0
         self._stopping = False
         self._no_wait = False
+        self._closed = False  # the thread takes no more writes
         self._thread = threading.Thread(target=self._run, name="hub-engine", daemon=True)
         self.rounds = 0
 
@@ -110,7 +111,7 @@ class Engine:
     def _submit(self, kind: str, value: Any) -> Future[Any]:
         write = _Write(kind, value)
         with self._lock:
-            if not self._thread.is_alive():
+            if self._closed or not self._thread.is_alive():
                 raise HubStopping("the hub is shutting down; retry in a moment")
             self._writes.append(write)
         self._kick.set()
@@ -214,6 +215,7 @@ class Engine:
             if stopping:
                 with self._lock:
                     if not self._writes:
+                        self._closed = True
                         return
 
     def _next_timeout(self) -> float:

@@ -47,10 +47,11 @@ class EventFeed:
 
     def join(self) -> int:
         """A stream starts listening; returns the newest seq (where a fresh stream starts)."""
+        newest = int(self.storage.last_event_seq()) if self.supported else 0
         with self._lock:
             if self._listeners == 0 and self.supported:
                 self._ring.clear()
-                self.latest = int(self.storage.last_event_seq())
+                self.latest = newest
             self._listeners += 1
             return self.latest
 
@@ -65,20 +66,23 @@ class EventFeed:
         if not self.supported or self._listeners == 0:
             return
         pulled = False
-        with self._lock:
-            while True:
-                try:
-                    batch = self.load(self.latest, 1000)
-                except Exception as exc:
-                    log.warning("reading events failed: %s", exc)
-                    break
-                if not batch:
+        while True:
+            cursor = self.latest
+            try:
+                batch = self.load(cursor, 1000)  # outside the lock: streams keep reading the ring
+            except Exception as exc:
+                log.warning("reading events failed: %s", exc)
+                break
+            if not batch:
+                break
+            with self._lock:
+                if self.latest != cursor:  # a first listener reset the feed meanwhile
                     break
                 self._ring.extend(batch)
                 self.latest = batch[-1].seq
-                pulled = True
-                if len(batch) < 1000:
-                    break
+            pulled = True
+            if len(batch) < 1000:
+                break
         if pulled:
             self.signal.fire()
 

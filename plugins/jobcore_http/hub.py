@@ -9,6 +9,7 @@ expired leases every lease/2 and marks silent agents lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -59,10 +60,12 @@ class Hub:
         )
         self._halt = threading.Event()
         self.started = False
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.stop_signal.bind(loop)
         self.feed.signal.bind(loop)
         self.registry.load()
@@ -72,6 +75,14 @@ class Hub:
         self.waiter.start()
         self._maintenance.start()
         self.started = True
+
+    def request_shutdown(self) -> None:
+        """From a signal handler: schedule `begin_shutdown` on the event loop (takes no lock)."""
+        loop = self.loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(self.begin_shutdown)
 
     def begin_shutdown(self) -> None:
         """SIGTERM: long-polls answer now, event streams end; writes in flight still commit."""

@@ -8,7 +8,9 @@ would re-raise the signal; the hub does not).
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import socket
 import sys
 from types import FrameType
@@ -28,7 +30,9 @@ class HubServer(uvicorn.Server):
         self.hub = hub
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.hub.begin_shutdown()
+        # a signal handler may interrupt this thread while it holds a lock: take none here,
+        # let the event loop run the shutdown steps
+        self.hub.request_shutdown()
         super().handle_exit(sig, frame)
         self._captured_signals.clear()  # a clean shutdown exits 0
 
@@ -52,6 +56,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(hub: Hub, host: str, port: int) -> None:
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2`: every thread's stack
     sock = listen(host, port)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(

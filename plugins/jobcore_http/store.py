@@ -445,8 +445,11 @@ class SQLiteHubStore:
             rest += " AND locked_by = :worker"
         if where.q:
             params["like"] = _like(where.q)
+            # payload and errors are JSON text, stored ASCII-escaped: search them for the
+            # query as JSON writes it (`café` is `caf\\u00e9` there, `"` is `\\"`)
+            params["like_json"] = _like(json.dumps(where.q)[1:-1])
             rest += (
-                " AND (payload LIKE :like ESCAPE '\\' OR errors LIKE :like ESCAPE '\\'"
+                " AND (payload LIKE :like_json ESCAPE '\\' OR errors LIKE :like_json ESCAPE '\\'"
                 " OR coalesce(last_error, '') LIKE :like ESCAPE '\\')"
             )
         below = " AND id < :before" if before is not None else ""

@@ -202,8 +202,12 @@ class PostgresHubStore:
             conds.append("locked_by = %(worker)s")
         if where.q:
             params["like"] = _like(where.q)
+            # search JSON columns for the query as JSON text: payload (json) keeps the
+            # core's ASCII-escaped text (`caf\\u00e9`), errors (jsonb) escapes only `"` and `\\`
+            params["like_payload"] = _like(json.dumps(where.q)[1:-1])
+            params["like_errors"] = _like(json.dumps(where.q, ensure_ascii=False)[1:-1])
             conds.append(
-                "(payload::text ILIKE %(like)s OR errors::text ILIKE %(like)s "
+                "(payload::text ILIKE %(like_payload)s OR errors::text ILIKE %(like_errors)s "
                 "OR coalesce(last_error, '') ILIKE %(like)s)"
             )
         if before is not None:

@@ -118,6 +118,8 @@ class Hub:
                         return
             except (urllib.error.URLError, OSError):
                 time.sleep(0.1)
+        self.process.kill()  # never leave it running
+        self.process.wait()
         raise AssertionError("jobcore serve did not answer /api/health within 30 s")
 
     def stop(self) -> None:

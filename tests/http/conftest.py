@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hubproc import Hub, jobcore
+from hubproc import RUNNING, Hub, jobcore
 from testenv import subprocess_env
 
 
@@ -41,6 +41,15 @@ def make_tokens(hub: Hub, db: Path) -> Tokens:
             made[name] = answer.json()["token"]
         assert client.delete("/api/tokens/old").status_code == 204
     return Tokens(admin, made["reader"], made["producer"], made["agent-1"], made["old"])
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_hubs() -> Iterator[None]:
+    """A hub a test started and did not stop (it failed first) is killed, never leaked."""
+    before = set(RUNNING)
+    yield
+    for leftover in set(RUNNING) - before:
+        leftover.kill()
 
 
 @pytest.fixture(scope="module")

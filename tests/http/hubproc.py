@@ -16,6 +16,8 @@ from testenv import subprocess_env
 
 JOBCORE = [sys.executable, "-m", "jobcore"]
 
+RUNNING: set[Hub] = set()  # hubs not yet stopped (conftest kills a test's leftovers)
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -57,7 +59,12 @@ class Hub:
             stderr=subprocess.STDOUT,
             env=self.env,
         )
-        self._wait_up()
+        RUNNING.add(self)
+        try:
+            self._wait_up()
+        except BaseException:
+            self.kill()
+            raise
 
     def _wait_up(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -88,12 +95,18 @@ class Hub:
     def terminate(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
         self._log_file.close()
+        RUNNING.discard(self)
         return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        self.proc.wait(10)
         self._log_file.close()
+        RUNNING.discard(self)

@@ -89,7 +89,7 @@ def test_duplicate_idempotency_key_answers_200_with_the_existing_job(admin: http
         ({"type": "noop", "payload": {}, "params": {}}, 400, "not both"),
         ({"type": "noop", "timeout": 1, "max_runtime_ms": 5}, 400, "not both"),
         ({"payload": {}}, 422, "type"),
-        (b'{"type": "\\ud800"}', 422, "unicode"),
+        (b'{"type": "\\ud800"}', 400, "surrogate"),  # refused before parsing (review9)
         (b'{"type": "record", "payload": {"log": "\\udc00"}}', 400, "UTF-8"),
         ([1, 2], 422, "body"),
     ],

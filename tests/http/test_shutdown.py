@@ -91,3 +91,41 @@ def test_a_bad_setting_is_one_clear_error(tmp_path: Path) -> None:
     )
     bad_size = jobcore(tmp_path / "jobs.db", "serve", "--max-body", "lots", check=False)
     assert bad_size.returncode == 2
+
+
+def test_requests_in_flight_at_sigterm_are_answered_and_kept(tmp_path: Path) -> None:
+    import sqlite3
+    import threading
+
+    db = tmp_path / "jobs.db"
+    hub = Hub(db, "--insecure-no-auth")
+    acknowledged: list[str] = []
+    problems: list[str] = []
+    lock = threading.Lock()
+
+    def produce() -> None:
+        with httpx.Client(base_url=hub.url, timeout=20) as client:
+            while True:
+                try:
+                    answer = client.post("/api/jobs", json={"type": "noop"})
+                except (httpx.ConnectError, httpx.RemoteProtocolError):
+                    return  # the hub stopped accepting: fine
+                except httpx.TimeoutException as exc:
+                    problems.append(f"no answer: {exc!r}")
+                    return
+                if answer.status_code == 201:
+                    with lock:
+                        acknowledged.append(answer.json()["id"])
+                elif answer.status_code != 503:
+                    problems.append(f"{answer.status_code} {answer.text}")
+
+    with ThreadPoolExecutor(16) as pool:
+        for _ in range(16):
+            pool.submit(produce)
+        time.sleep(1.0)
+        assert hub.terminate(timeout=30) == 0
+    assert problems == []
+    assert acknowledged
+    with sqlite3.connect(db) as conn:
+        stored = {row[0] for row in conn.execute("SELECT id FROM jobs")}
+    assert set(acknowledged) <= stored  # every 201 was committed

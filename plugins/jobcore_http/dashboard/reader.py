@@ -9,6 +9,7 @@ offer to continue below, so a page never scans the whole table. Counts for the o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from jobcore.models import Job
 from jobcore.queue import Queue
 from jobcore_http.dashboard.filters import JobFilter
-from jobcore_http.dashboard.sql import sql_for
+from jobcore_http.dashboard.sql import PostgresSql, sql_for
 from jobcore_http.store import HubStore
 
 
@@ -56,8 +57,7 @@ class Reader:
         found = self.store.jobs_by_id(ids)
         return [found[job_id] for job_id in ids if job_id in found]
 
-    @staticmethod
-    def _where(flt: JobFilter, params: dict[str, Any]) -> str:
+    def _where(self, flt: JobFilter, params: dict[str, Any]) -> str:
         """SQL conditions of the filter (without a leading AND), or `1`."""
         parts: list[str] = []
         if flt.statuses:
@@ -71,11 +71,16 @@ class Reader:
                 params[column] = value
                 parts.append(f"{column} = :{column}")
         if flt.q:  # as the hub's search: payload, error history, last error
-            params["q_like"] = _like(flt.q)
+            params["q_like"] = _like(flt.q.lower())
+            # payload and errors are JSON text, ASCII-escaped (`caf\\u00e9`) except
+            # PostgreSQL's jsonb errors, which escape only `"` and `\\`
+            ascii_errors = not isinstance(self.sql, PostgresSql)
+            params["q_payload"] = _like(json.dumps(flt.q.lower())[1:-1])
+            params["q_errors"] = _like(json.dumps(flt.q.lower(), ensure_ascii=ascii_errors)[1:-1])
             parts.append(
-                "(payload LIKE :q_like ESCAPE '\\' "
-                "OR coalesce(last_error, '') LIKE :q_like ESCAPE '\\' "
-                "OR errors LIKE :q_like ESCAPE '\\')"
+                "(lower(CAST(payload AS TEXT)) LIKE :q_payload ESCAPE '\\' "
+                "OR lower(coalesce(last_error, '')) LIKE :q_like ESCAPE '\\' "
+                "OR lower(CAST(errors AS TEXT)) LIKE :q_errors ESCAPE '\\')"
             )
         return " AND ".join(parts) or "1"
 

@@ -23,7 +23,7 @@ from jobcore.models import (
 )
 from jobcore.timeutil import iso
 from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
-from jobcore_http.auth import acting_as, hub_of, require
+from jobcore_http.auth import acting_as, hub_of, principal_of, require
 from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError, status_of
@@ -116,6 +116,8 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
             hub.longpolls.pop(body.worker_id, None)
     if not jobs:
         return Response(status_code=204)
+    if wait > 0:
+        await _still_authorized(request, hub, body.worker_id, jobs)
     if body.max_jobs is None:
         return JSONResponse(job_json(jobs[0]))
     return JSONResponse([job_json(job) for job in jobs])
@@ -145,6 +147,20 @@ async def _claim(
         return answer.result()
     hub.engine.withdraw(pending)
     return []
+
+
+async def _still_authorized(request: Request, hub: Hub, worker: str, jobs: list[Job]) -> None:
+    """A long-poll outlives its auth check: a token revoked meanwhile gets no jobs (they go
+    back at once, instead of sitting claimed by a revoked agent until the lease expires)."""
+    try:
+        principal = await run_in_threadpool(principal_of, request)
+        if principal is None or not principal.allows("agent"):
+            raise ApiError(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
+        acting_as(principal, worker)
+    except ApiError:
+        for job in jobs:
+            await settle(hub.engine.record(Released(Lease.of(job))))
+        raise
 
 
 async def _disconnected(request: Request) -> None:
