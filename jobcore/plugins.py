@@ -21,17 +21,17 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
 from jobcore import hookspecs
 from jobcore.errors import ConfigError, JobcoreError, StorageError
+from jobcore.storage.base import Storage
 
 if TYPE_CHECKING:
     from jobcore.config import Config
     from jobcore.models import Job, NewJob
-    from jobcore.storage.base import Storage
 
 log = logging.getLogger("jobcore.plugins")
 
@@ -241,8 +241,8 @@ class JobcorePluginManager(pluggy.PluginManager):
         """The first backend a plugin returns for `url` (firstresult, in hook call order).
 
         A backend's `StorageError` (it handles the URL but cannot open it) passes
-        through; any other exception is a plugin bug, raised as a `StorageError`
-        naming the plugin.
+        through; any other exception, or an answer that is not a `Storage`, is a
+        plugin bug, raised as a `StorageError` naming the plugin.
         """
         kwargs = {"url": url, "config": config, "create": create}
         for impl in reversed(self.hook.jobcore_storage_backend.get_hookimpls()):
@@ -259,8 +259,15 @@ class JobcorePluginManager(pluggy.PluginManager):
                     f"{one_line(f'{type(exc).__name__}: {exc}')}; fix or disable it "
                     "(JOBCORE_DISABLE_PLUGINS)"
                 ) from None
-            if storage is not None:
-                return cast("Storage", storage)
+            if storage is None:
+                continue
+            if not isinstance(storage, Storage):
+                raise StorageError(
+                    f"plugin {impl.plugin_name} answered {url!r} with a "
+                    f"{type(storage).__name__}, not a Storage; fix or disable it "
+                    "(JOBCORE_DISABLE_PLUGINS)"
+                )
+            return storage
         return None
 
     def reconcile(self, job: Job, config: Config) -> list[str]:

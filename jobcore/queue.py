@@ -23,15 +23,12 @@ from jobcore.errors import (
 )
 from jobcore.ids import new_id
 from jobcore.json_values import check_finite, check_meta, encode_finite
+from jobcore.limits import check_enqueue_options
 from jobcore.models import FINISHED, Job, JobStatus, NewJob
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
 from jobcore.storage.base import Inserted, Stats, Storage, Swept
-
-MAX_DELAY_SECONDS = 100 * 365 * 86400.0
-MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-"""The largest `delay` enqueue accepts (a bound, so no delay makes a time the store cannot hold)."""
 
 log = logging.getLogger("jobcore.queue")
 
@@ -182,20 +179,16 @@ class Queue:
                 "(max_payload_bytes); store large data elsewhere and pass a reference"
             )
         settings = self.config.type_settings(type)
-        if delay is not None and run_at is not None:
-            raise InvalidPayload("give either delay or run_at, not both")
-        if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
-            raise InvalidPayload(
-                f"delay must be between 0 and {MAX_DELAY_SECONDS:g} seconds, not {delay}"
-            )
-        if run_at is not None and not 0 <= run_at <= MAX_TIME_MS:
-            raise InvalidPayload(
-                f"run_at must be a time in ms since 1970 up to year 9999, not {run_at}"
-            )
-        if max_attempts is not None and max_attempts < 1:
-            raise InvalidPayload(f"max_attempts must be >= 1, not {max_attempts}")
-        if timeout is not None and timeout <= 0:
-            raise InvalidPayload(f"timeout must be > 0, not {timeout}")
+        check_enqueue_options(
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            parent_id=parent_id,
+        )
         effective_timeout = _first(
             timeout, settings.timeout, job_type.timeout, self.config.core.timeout
         )
@@ -394,7 +387,19 @@ class Queue:
         decision: RetryDecision | None = self.pm.hook.jobcore_retry_decision(
             job=job, error=error, policy=policy
         )
-        return decision if decision is not None else policy.decide(job, error)
+        if decision is None:
+            return policy.decide(job, error)
+        if decision.retries and job.attempts >= job.max_attempts:
+            # DESIGN: duplicates are bounded by max_attempts, whatever a plugin decides.
+            log.warning(
+                "a jobcore_retry_decision plugin asked to retry job %s after its last attempt "
+                "(%d/%d); failing it",
+                job.id,
+                job.attempts,
+                job.max_attempts,
+            )
+            return RetryDecision.fail(f"attempts exhausted ({job.attempts}/{job.max_attempts})")
+        return decision
 
 
 def _no_lone_surrogates(type: str, payload: Any) -> None:

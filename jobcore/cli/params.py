@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
+from jobcore.limits import INT32_MAX, INT32_MIN, LONGEST_SECONDS
 from jobcore.timeutil import parse_duration, parse_time
 
-LONGEST = 100 * 365 * 86400.0  # seconds; longer would overflow millisecond times
+LONGEST = LONGEST_SECONDS
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]
@@ -69,5 +70,5 @@ DURATION = DurationType()
 POSITIVE_DURATION = DurationType(positive=True)
 TIME = TimeType()
 NON_EMPTY = NonEmptyType()
-INT32 = click.IntRange(-(2**31), 2**31 - 1)  # what every backend stores as an integer
-POSITIVE_INT32 = click.IntRange(1, 2**31 - 1)
+INT32 = click.IntRange(INT32_MIN, INT32_MAX)  # what every backend stores as an integer
+POSITIVE_INT32 = click.IntRange(1, INT32_MAX)

@@ -88,6 +88,13 @@ from jobcore import hookimpl
 def jobcore_storage_backend(url, config, create):
     raise RuntimeError("backend bug")
 """,
+    "not_a_storage_plugin": """
+from jobcore import hookimpl
+
+@hookimpl(tryfirst=True)
+def jobcore_storage_backend(url, config, create):
+    return "sqlite is fine"
+""",
     "list_meta_plugin": """
 from jobcore import hookimpl
 
@@ -257,6 +264,15 @@ def test_a_raising_storage_backend_is_one_error_line_naming_the_plugin(tmp_path:
         "RuntimeError: backend bug; fix or disable it (JOBCORE_DISABLE_PLUGINS)"
     )
     assert not (tmp_path / "jobs.db").exists()
+
+
+def test_a_storage_backend_answering_a_non_storage_is_one_error_line(tmp_path: Path) -> None:
+    done = jobcore(tmp_path, "list", plugins="not_a_storage_plugin")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"Error: plugin not_a_storage_plugin answered {str(tmp_path / 'jobs.db')!r} with a "
+        "str, not a Storage; fix or disable it (JOBCORE_DISABLE_PLUGINS)"
+    )
 
 
 def test_a_url_no_backend_handles_names_the_plugin_that_would(tmp_path: Path) -> None:

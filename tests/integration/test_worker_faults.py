@@ -177,15 +177,20 @@ def test_clamp_delay_ms_and_describe_error_take_anything() -> None:
 
 
 def test_an_outcome_the_store_refuses_fails_that_job_alone(queue: Queue) -> None:
-    # SQLite stores 64-bit integers: a child's priority of 2**70 cannot be written, so the
-    # parent's completion (which inserts the child) is refused by the store.
-    poison = queue.enqueue("huge_child", {"priority": 2**70}).job
+    # The application's own trigger refuses this one job's completion (which also inserts
+    # its child), so the store refuses that outcome; its failure is still writable.
+    poison = queue.enqueue("huge_child", {"priority": 5}).job
     ok = [queue.enqueue("noop", {"sleep": 0.01}).job for _ in range(6)]
+    with queue.transaction() as conn:
+        conn.execute(
+            f"CREATE TRIGGER refuse BEFORE UPDATE ON jobs WHEN OLD.id = '{poison.id}' "
+            "AND NEW.status = 'completed' BEGIN SELECT RAISE(ABORT, 'refused by the app'); END"
+        )
     worker, thread = start_worker(queue, until_empty=True)
     finish(worker, thread)
     failed = queue.get(poison.id)
     assert failed.status is JobStatus.FAILED
-    assert "int too big" in (failed.last_error or "")
+    assert "refused by the app" in (failed.last_error or "")
     assert all(queue.get(job.id).status is JobStatus.COMPLETED for job in ok)
     assert [job.id for job in queue.list_jobs(limit=100) if job.parent_id] == []
 

@@ -1,0 +1,61 @@
+"""Bounds on enqueue options, defined once for `Queue.build` and the CLI."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from jobcore.errors import InvalidPayload
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1  # priority and max_attempts: what every backend stores as an integer
+LONGEST_SECONDS = 100 * 365 * 86400.0  # delay and timeout; longer would overflow ms times
+SHORTEST_TIMEOUT_SECONDS = 0.001  # the store's resolution
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
+def check_enqueue_options(
+    *,
+    queue: Any,
+    priority: Any,
+    delay: Any,
+    run_at: Any,
+    max_attempts: Any,
+    timeout: Any,
+    idempotency_key: Any,
+    parent_id: Any,
+) -> None:
+    """Raise `InvalidPayload` naming the first enqueue option out of its range (None = unset)."""
+    if queue is not None and (not isinstance(queue, str) or not queue.strip()):
+        raise InvalidPayload(f"queue must be a non-empty string, not {queue!r}")
+    _check_int("priority", priority, INT32_MIN, INT32_MAX)
+    _check_int("max_attempts", max_attempts, 1, INT32_MAX)
+    _check_int("run_at", run_at, 0, MAX_TIME_MS, "a time in ms since 1970 up to year 9999")
+    _check_seconds("delay", delay, 0.0)
+    _check_seconds("timeout", timeout, SHORTEST_TIMEOUT_SECONDS)
+    for name, value in (("idempotency_key", idempotency_key), ("parent_id", parent_id)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidPayload(f"{name} must be a string, not {type(value).__name__}")
+    if delay is not None and run_at is not None:
+        raise InvalidPayload("give either delay or run_at, not both")
+
+
+def _check_int(name: str, value: Any, low: int, high: int, what: str = "") -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPayload(f"{name} must be an integer, not {type(value).__name__}")
+    if not low <= value <= high:
+        range_text = what or f"an integer from {low} to {high}"
+        raise InvalidPayload(f"{name} must be {range_text}, not {value}")
+
+
+def _check_seconds(name: str, value: Any, low: float) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidPayload(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not (math.isfinite(value) and low <= value <= LONGEST_SECONDS):
+        raise InvalidPayload(
+            f"{name} must be between {low:g} and {LONGEST_SECONDS:g} seconds, not {value}"
+        )
