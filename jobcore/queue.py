@@ -22,7 +22,8 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id
-from jobcore.models import FINISHED, Job, JobStatus, NewJob, strict_json
+from jobcore.json_values import check_finite, check_meta, encode_finite
+from jobcore.models import FINISHED, Job, JobStatus, NewJob
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -161,6 +162,8 @@ class Queue:
     ) -> NewJob:
         """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
         job_type = self.job_type(type)
+        # Before the model: it may turn NaN in untyped fields into null without a word.
+        check_finite(f"payload for {type!r}", payload)
         model = self.validate_payload(job_type, {} if payload is None else payload)
         if job_type.check is not None:
             job_type.check(model, self.config)
@@ -168,19 +171,9 @@ class Queue:
             stored = model.model_dump(mode="json")
         except ValueError as exc:  # pydantic: "Maximum serialization depth exceeded"
             raise InvalidPayload(f"payload for {type!r} cannot be stored: {exc}") from None
-        try:
-            encoded = strict_json(stored)
-        except ValueError:
-            raise InvalidPayload(
-                f"payload for {type!r} holds NaN or Infinity, which JSON cannot represent"
-            ) from None
+        encoded = encode_finite(f"payload for {type!r}", stored)
         if "\\ud" in encoded or "\\uD" in encoded:
             _no_lone_surrogates(type, stored)
-        if meta:
-            try:
-                strict_json(meta)
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise InvalidPayload(f"meta must be a JSON object: {exc}") from None
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         limit = self.config.core.max_payload_bytes
         if size > limit:
@@ -231,6 +224,8 @@ class Queue:
         )
         if self._has_meta_hooks:
             job.meta.update(self.pm.enqueue_meta(job))
+        if job.meta:
+            check_meta(f"meta of a {type!r} job", job.meta)
         return job
 
     def enqueue(

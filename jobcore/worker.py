@@ -8,36 +8,33 @@ executor reports, an in-process enqueue wakes it, another process commits, or
 a timer is due. A keeper thread on its own connection extends leases and
 sweeps, so neither waits behind the outcome writer. See `jobcore.inflight` for
 the phases of an attempt.
+
+The parts: `jobcore.executors` (handler threads), `jobcore.supervisor`
+(timeouts, graces, give-backs, cancels, lost leases), `jobcore.group_commit`
+(outcomes + claim in one transaction, refused batches recorded apart),
+`jobcore.keeper` (heartbeats and sweep) and `jobcore.notifier` (hooks).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue as stdqueue
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from functools import partial
+from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
 from jobcore import wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import (
-    JobcoreError,
-    NotADatabase,
-    SchemaTooNew,
-    StorageError,
-    StorageFull,
-    StorageReadOnly,
-    StorageUnavailable,
-    TransientStorageError,
-)
+from jobcore.errors import JobcoreError, StorageError
+from jobcore.executors import Executors
+from jobcore.group_commit import GroupCommit, is_transient
 from jobcore.inflight import Attempt, InFlight, Phase
+from jobcore.keeper import MAX_DB_BACKOFF, Keeper
 from jobcore.models import (
     Cancelled,
     Completed,
@@ -45,45 +42,22 @@ from jobcore.models import (
     Job,
     JobStatus,
     Lease,
-    Outcome,
     Released,
     Retrying,
 )
-from jobcore.plugins import notify
+from jobcore.notifier import Notifier
 from jobcore.queue import Queue
 from jobcore.registry import JobType, Payload
 from jobcore.storage.base import Recorded
+from jobcore.supervisor import Supervisor
 
 log = logging.getLogger("jobcore.worker")
 
-MAX_DB_BACKOFF = 30.0
-UNRECORDABLE = "the store refused this outcome"
 MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A database error that says nothing about the outcomes being written (busy, I/O)."""
-    return isinstance(exc, TransientStorageError)
-
-
-ENVIRONMENT_ERRORS = (
-    TransientStorageError,
-    StorageFull,
-    StorageReadOnly,
-    NotADatabase,
-    StorageUnavailable,
-    SchemaTooNew,
-)
-
-
-def is_environmental(exc: BaseException) -> bool:
-    """The store as a whole cannot take writes now (full, read-only, busy, I/O): no outcome
-    is to blame, so none may be replaced by a failure; the loop backs off instead."""
-    return isinstance(exc, ENVIRONMENT_ERRORS)
 
 
 def _ended_unreported(job: Job) -> bool:
@@ -161,18 +135,28 @@ class Worker:
         self._to_mark: list[Attempt] = []  # loop-owned: began since the last commit, unmarked
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
-        self._keeper_news: list[tuple[Attempt, str]] = []  # ("lost" | "cancel"), under _cond
-        self._ready: stdqueue.SimpleQueue[Attempt | None] = stdqueue.SimpleQueue()
-        self._executors: set[threading.Thread] = set()
-        self._keeper: threading.Thread | None = None
-        self._keeper_event = threading.Event()  # heartbeat requested, or stop
-        self._keeper_stop = False
-        self._swept_once = False  # the keeper's first sweep ran (or failed)
-        self._notices: stdqueue.SimpleQueue[list[Callable[[], None]] | None] = (
-            stdqueue.SimpleQueue()
+        self.executors = Executors(queue, self.inflight, self.attempts)
+        self.notifier = Notifier(self.pm)
+        self.keeper = Keeper(
+            queue,
+            self.inflight,
+            self._cond,
+            lease=self.lease,
+            notifier=self.notifier,
+            wake=self.wake,
         )
-        self._batch: list[Callable[[], None]] = []  # notifications of the current iteration
-        self._notifier: threading.Thread | None = None
+        self.supervisor = Supervisor(
+            self.inflight,
+            self.attempts,
+            stop_grace=self.stop_grace,
+            prefetch_wait=self.prefetch_wait,
+            record=lambda attempt: self._unrecorded.append(attempt),
+            finish=self._finish,
+            replace_executor=self._replace_executor,
+        )
+        self.group_commit = GroupCommit(
+            queue, worker=self.worker_id, lease=self.lease, queues=self.queues, types=self.types
+        )
         self._stopping = False
         self._stop_deadline: float | None = None
         self._maybe_more = True
@@ -219,114 +203,6 @@ class Worker:
             self._woken = True
             self._cond.notify_all()
 
-    def _request_heartbeat(self) -> None:
-        self._keeper_event.set()
-
-    # -- executors ---------------------------------------------------------------
-
-    def _spawn_executor(self) -> None:
-        thread = threading.Thread(target=self._executor_main, name="jobcore-executor", daemon=True)
-        self._executors.add(thread)
-        thread.start()
-
-    def _executor_main(self) -> None:
-        """Begin attempts and report their outcomes; never dies while the worker runs."""
-        while True:
-            attempt = self._ready.get()
-            if attempt is None:
-                return
-            if not self.inflight.begin(attempt):
-                continue  # released or cancelled before it began
-            try:
-                if attempt.durable_start and not self._mark_durably(attempt):
-                    outcome: Outcome = Released(lease=attempt.lease)
-                else:
-                    outcome = self.attempts.execute(attempt)
-            except BaseException as exc:  # execute() never raises; this is the last guard
-                outcome = Failed(lease=attempt.lease, error=describe_error(exc))
-            if not self.inflight.report(attempt, outcome):
-                log.info(
-                    "job %s finished after it was given up (%s); outcome dropped",
-                    attempt.job.id,
-                    attempt.ctx.stop_reason,
-                )
-                if attempt.replaced:
-                    return  # a fresh executor took this slot
-
-    def _mark_durably(self, attempt: Attempt) -> bool:
-        """Commit the start marker before the handler runs; False: give the job back."""
-        try:
-            held = self.queue.storage.mark_started([attempt.lease])
-        except Exception as exc:
-            log.error(
-                "job %s: could not record its start (%s); giving it back",
-                attempt.job.id,
-                describe_error(exc),
-            )
-            return False
-        attempt.start_marked = attempt.job.id in held
-        return attempt.start_marked
-
-    # -- the keeper: leases and the sweep, on its own thread and connection --------
-
-    def _keeper_main(self) -> None:
-        lease_s = self.lease
-        next_heartbeat = time.monotonic() + lease_s / 4
-        next_sweep = time.monotonic()
-        backoff = 0.0
-        while not self._keeper_stop:
-            mono = time.monotonic()
-            try:
-                if self._keeper_event.is_set() or mono >= next_heartbeat:
-                    self._keeper_event.clear()
-                    self._extend_leases()
-                    next_heartbeat = mono + lease_s / 4
-                if mono >= next_sweep:
-                    self._sweep()
-                    next_sweep = mono + lease_s / 2
-                backoff = 0.0
-            except Exception as exc:
-                self._swept_once = True
-                backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
-                log.error(
-                    "database error extending leases or sweeping (%s); retrying in %.1fs",
-                    describe_error(exc),
-                    backoff,
-                )
-                next_heartbeat = min(next_heartbeat, mono + backoff)
-                next_sweep = max(next_sweep, mono + backoff)
-            if self._keeper_stop:
-                return
-            self._keeper_event.wait(max(0.0, min(next_heartbeat, next_sweep) - time.monotonic()))
-
-    def _extend_leases(self) -> None:
-        with self._cond:
-            held = [a for a in self.inflight if a.phase is not Phase.DONE and not a.lost]
-        if not held:
-            return
-        owned = self.queue.storage.extend_leases(
-            [attempt.lease for attempt in held], lease_ms=int(self.lease * 1000)
-        )
-        news = [
-            (attempt, "lost" if attempt.job.id not in owned else "cancel")
-            for attempt in held
-            if attempt.job.id not in owned or owned[attempt.job.id]
-        ]
-        if news:
-            with self._cond:
-                self._keeper_news.extend(news)
-                self._cond.notify_all()
-
-    def _sweep(self) -> None:
-        # Hold the store's sweep lock for one interval: if this worker dies, another
-        # worker takes the sweep over within that time.
-        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500))
-        if swept:
-            self._notices.put([partial(self.queue.announce_swept, item) for item in swept])
-        if not self._swept_once or any(item.action in ("reclaimed", "released") for item in swept):
-            self._swept_once = True  # until_empty: jobs of dead workers count as runnable
-            self.wake()
-
     # -- the loop ------------------------------------------------------------------
 
     def run(self) -> int:
@@ -334,12 +210,9 @@ class Worker:
         key = self.queue.wake_key
         wakeup.subscribe(key, self.wake)
         previous_handlers = self._install_signals()
-        self._notifier = threading.Thread(
-            target=self._notifier_main, name="jobcore-notifier", daemon=True
-        )
-        self._notifier.start()
+        self.notifier.start()
         for _ in range(self.concurrency):
-            self._spawn_executor()
+            self.executors.spawn()
         self._announce("jobcore_worker_started", worker=self.worker_id, queue=self.queue)
         log.info(
             "worker %s started: concurrency %d, types %s, queues %s",
@@ -350,24 +223,15 @@ class Worker:
         )
         try:
             if self._ready_database():
-                self._keeper = threading.Thread(
-                    target=self._keeper_main, name="jobcore-keeper", daemon=True
-                )
-                self._keeper.start()
+                self.keeper.start()
                 self._loop()
         finally:
-            self._keeper_stop = True
-            self._keeper_event.set()
-            if self._keeper is not None:
-                self._keeper.join(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
+            self.keeper.stop(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
             wakeup.unsubscribe(key, self.wake)
             self._restore_signals(previous_handlers)
-            for _ in list(self._executors):
-                self._ready.put(None)
+            self.executors.stop()
             self._announce("jobcore_worker_stopped", worker=self.worker_id)
-            self._flush_notices()
-            self._notices.put(None)
-            self._notifier.join(timeout=10)
+            self.notifier.stop(timeout=10)
             log.info(
                 "worker %s stopped: %s",
                 self.worker_id,
@@ -401,7 +265,7 @@ class Worker:
             with self._cond:
                 inbox = self.inflight.take_inbox()
                 self._to_mark.extend(self.inflight.take_began())
-                news, self._keeper_news = self._keeper_news, []
+                news, self.keeper.news = self.keeper.news, []
                 woken, self._woken = self._woken, False
                 stopping, stop_deadline = self._stopping, self._stop_deadline
             mono = time.monotonic()
@@ -412,15 +276,15 @@ class Worker:
                     self._finish(attempt)
             for attempt, what in news:
                 if what == "lost":
-                    self._lease_lost(attempt, mono)
+                    self.supervisor.lease_lost(attempt, mono)
                 else:
-                    self._cancel(attempt)
-            self._check_timeouts(mono)
-            self._check_graces(mono)
-            self._check_waiting(mono, stopping)
+                    self.supervisor.cancel(attempt)
+            self.supervisor.check_timeouts(mono)
+            self.supervisor.check_graces(mono)
+            self.supervisor.check_waiting(mono, stopping)
             past_deadline = stopping and stop_deadline is not None and mono >= stop_deadline
             if past_deadline:
-                self._stop_started(mono)
+                self.supervisor.stop_started(mono)
             if mono >= self._db_retry_at:
                 try:
                     free = self._free_slots(stopping)
@@ -433,7 +297,7 @@ class Worker:
                         for job_id in storage.cancel_requested(self.worker_id):
                             asked = self.inflight.get(job_id)
                             if asked is not None:
-                                self._cancel(asked)
+                                self.supervisor.cancel(asked)
                     # Scheduled jobs can only have become due by the clock or by others' writes.
                     full_poll = (
                         woken
@@ -510,13 +374,13 @@ class Worker:
         if len(self.inflight) or self._unrecorded:
             return False
         with self._cond:
-            if self.inflight.has_news() or self._keeper_news:
+            if self.inflight.has_news() or self.keeper.news:
                 return False
         if stopping:
             return True
         if self.max_jobs is not None and self.finished >= self.max_jobs:
             return True
-        return self.until_empty and not self._maybe_more and self._swept_once
+        return self.until_empty and not self._maybe_more and self.keeper.swept_once
 
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
@@ -546,7 +410,7 @@ class Worker:
         cond = self._cond
         while True:
             with cond:
-                if self.inflight.has_news() or self._keeper_news or self._woken:
+                if self.inflight.has_news() or self.keeper.news or self._woken:
                     return
                 first = self.inflight.first_unmarked_start()
                 if first is not None:
@@ -586,102 +450,6 @@ class Worker:
         with self._cond:
             self._cond.wait_for(lambda: self._stopping, timeout=seconds)
 
-    # -- deciding what happens to attempts (loop thread) ---------------------------
-
-    def _check_timeouts(self, mono: float) -> None:
-        for attempt in self.inflight.in_phase(Phase.STARTED):
-            if attempt.deadline is None or mono < attempt.deadline:
-                continue
-            fallback = self.attempts.timeout_outcome(attempt)
-            if self.inflight.stop(attempt, "timeout", fallback, mono + self.stop_grace):
-                attempt.duration_ms = (attempt.job.timeout_ms or 0) * 1.0
-                log.warning(
-                    "job %s (%s) timed out after %gs; its handler was asked to stop "
-                    "(it keeps its lease for up to %gs more)",
-                    attempt.job.id,
-                    attempt.job.type,
-                    (attempt.job.timeout_ms or 0) / 1000,
-                    self.stop_grace,
-                )
-
-    def _check_graces(self, mono: float) -> None:
-        """Handlers asked to stop that outlived their grace: record the fallback without them."""
-        for attempt in self.inflight.in_phase(Phase.STOPPING):
-            if attempt.stop_until is None or mono < attempt.stop_until:
-                continue
-            fallback = attempt.fallback
-            moved = self.inflight.try_move(
-                attempt, Phase.DONE if fallback is None else Phase.REPORTED, fallback
-            )
-            if not moved:
-                continue  # it reported just now: its own outcome wins
-            attempt.replaced = True
-            log.warning(
-                "job %s: its handler did not stop within %gs of being asked (%s); "
-                "leaving its thread behind",
-                attempt.job.id,
-                self.stop_grace,
-                attempt.ctx.stop_reason,
-            )
-            if not self._stopping:
-                self._spawn_executor()
-            if fallback is None:
-                self._finish(attempt)
-            else:
-                self._unrecorded.append(attempt)
-
-    def _check_waiting(self, mono: float, stopping: bool) -> None:
-        """Give back prefetched jobs that waited too long, or all of them when stopping."""
-        for attempt in self.inflight.in_phase(Phase.CLAIMED):
-            if not stopping and mono - attempt.claimed_at < self.prefetch_wait:
-                continue
-            if self.inflight.try_move(attempt, Phase.REPORTED, Released(lease=attempt.lease)):
-                if not stopping:
-                    log.info(
-                        "giving back job %s: it waited %.1fs for an executor",
-                        attempt.job.id,
-                        mono - attempt.claimed_at,
-                    )
-                self._unrecorded.append(attempt)
-
-    def _stop_started(self, mono: float) -> None:
-        """The shutdown deadline passed: ask running handlers to stop, release them once they did."""
-        for attempt in self.inflight.in_phase(Phase.STARTED):
-            self.inflight.stop(
-                attempt, "shutdown", Released(lease=attempt.lease), mono + self.stop_grace
-            )
-
-    def _cancel(self, attempt: Attempt) -> None:
-        """A cancel was requested: a job not yet started never starts; a running one is asked to stop."""
-        if attempt.phase is Phase.CLAIMED:
-            cancelled = Cancelled(lease=attempt.lease, error="cancelled before it started")
-            if self.inflight.try_move(attempt, Phase.REPORTED, cancelled):
-                log.info(
-                    "cancel requested for job %s before it started; it will not run", attempt.job.id
-                )
-                self._unrecorded.append(attempt)
-        elif attempt.phase in (Phase.STARTED, Phase.STOPPING) and attempt.ctx.stop_reason is None:
-            log.info("cancel requested for running job %s; asking it to stop", attempt.job.id)
-            attempt.ctx.request_stop("cancel")
-
-    def _lease_lost(self, attempt: Attempt, mono: float) -> None:
-        if attempt.phase is Phase.DONE or attempt.lost:
-            return  # recorded meanwhile: the extension found it finished
-        attempt.lost = True
-        log.error(
-            "lost the lease of job %s (lease %s); stopping it",
-            attempt.job.id,
-            attempt.lease.lease_id,
-        )
-        if attempt.phase is Phase.CLAIMED and self.inflight.try_move(attempt, Phase.DONE):
-            self._finish(attempt)
-        elif attempt.phase is Phase.STARTED:
-            self.inflight.stop(attempt, "lease lost", None, mono + self.stop_grace)
-        elif attempt.phase is Phase.STOPPING:
-            attempt.fallback = None
-            attempt.ctx.request_stop("lease lost")
-        # reported: its outcome will be answered as stale
-
     # -- database steps ------------------------------------------------------------
 
     def _commit(self, claim_limit: int, *, promote: bool) -> int:
@@ -693,28 +461,17 @@ class Worker:
         marks = [
             attempt for attempt in self._to_mark if attempt.phase in (Phase.STARTED, Phase.STOPPING)
         ]
-        try:
-            recorded, claimed = self.queue.storage.commit_batch(
-                [self._outcome(attempt) for attempt in batch],
-                worker=self.worker_id,
-                claim_limit=min(claim_limit, self.claim_batch),
-                lease_ms=int(self.lease * 1000),
-                queues=self.queues,
-                types=self.types,
-                promote=promote,
-                started=[attempt.lease for attempt in marks],
-                start=0,
-            )
-        except Exception as exc:
-            if not batch or is_environmental(exc):
-                raise
-            log.warning(
-                "group commit of %d outcome(s) failed (%s); recording them apart",
-                len(batch),
-                describe_error(exc),
-            )
-            self._record_apart(batch)
+        committed = self.group_commit.commit(
+            batch,
+            claim_limit=min(claim_limit, self.claim_batch),
+            promote=promote,
+            started=[attempt.lease for attempt in marks],
+            start=0,
+            recorded_apart=self._recorded_apart,
+        )
+        if committed is None:  # refused: recorded apart, nothing claimed
             return 0
+        recorded, claimed = committed
         self._unrecorded = []
         self._to_mark = []
         for attempt in marks:
@@ -724,58 +481,14 @@ class Worker:
         self._start_claimed(claimed)
         return len(claimed)
 
-    def _record_apart(self, batch: list[Attempt]) -> None:
-        """Split a refused batch until the outcome the store refuses is alone; fail that job.
+    def _replace_executor(self) -> None:
+        """A handler was left behind: a fresh executor takes its slot (unless stopping)."""
+        if not self._stopping:
+            self.executors.spawn()
 
-        Parts that commit are done. If even a plain failure of that job is refused,
-        the database is at fault, not the outcome: its outcome is put back and the
-        error propagates (the loop backs off and tries again).
-        """
-        parts = [batch]
-        refused: dict[str, Outcome] = {}  # job id -> the outcome replaced by a failure
-        while parts:
-            part = parts.pop(0)
-            try:
-                recorded, _ = self.queue.storage.commit_batch(
-                    [self._outcome(attempt) for attempt in part],
-                    worker=self.worker_id,
-                    claim_limit=0,
-                    lease_ms=int(self.lease * 1000),
-                    queues=self.queues,
-                    types=self.types,
-                    promote=False,
-                )
-            except Exception as exc:
-                if is_environmental(exc):
-                    raise
-                if len(part) > 1:
-                    middle = len(part) // 2
-                    parts[:0] = [part[:middle], part[middle:]]
-                    continue
-                [attempt] = part
-                if attempt.job.id in refused:
-                    attempt.outcome = refused[attempt.job.id]
-                    raise
-                outcome = refused[attempt.job.id] = self._outcome(attempt)
-                log.error(
-                    "job %s: the store refused its %s outcome (%s); recording it as failed",
-                    attempt.job.id,
-                    type(outcome).__name__.lower(),
-                    describe_error(exc),
-                )
-                attempt.outcome = Failed(
-                    lease=attempt.lease, error=f"{UNRECORDABLE}: {describe_error(exc)}"
-                )
-                parts.insert(0, part)
-                continue
-            for attempt, answer in zip(part, recorded, strict=True):
-                self._unrecorded.remove(attempt)
-                self._after_record(attempt, answer)
-
-    @staticmethod
-    def _outcome(attempt: Attempt) -> Outcome:
-        assert attempt.outcome is not None
-        return attempt.outcome
+    def _recorded_apart(self, attempt: Attempt, answer: Recorded) -> None:
+        self._unrecorded.remove(attempt)
+        self._after_record(attempt, answer)
 
     def _finish(self, attempt: Attempt) -> None:
         """The attempt leaves the table; count it unless it never ran and was given back."""
@@ -844,7 +557,7 @@ class Worker:
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
-            self._ready.put(attempt)
+            self.executors.submit(attempt)
 
     def _context(self, job: Job) -> JobContext:
         try:
@@ -858,32 +571,16 @@ class Worker:
             worker=self.worker_id,
             config=self.queue.config,
             build_child=self.queue.build,
-            request_heartbeat=self._request_heartbeat,
+            request_heartbeat=self.keeper.request_heartbeat,
         )
 
-    # -- notifications -------------------------------------------------------------
-    # Hooks run on one notifier thread, in commit order, so a slow observer
-    # never holds up claims or outcome commits.
+    # -- notifications (run by the notifier thread, see `jobcore.notifier`) ---------
 
     def _announce(self, hook_name: str, **kwargs: Any) -> None:
-        """Queue a notification; `_flush_notices` hands the batch to the notifier thread."""
-        self._batch.append(partial(notify, self.pm, hook_name, **kwargs))
+        self.notifier.announce(hook_name, **kwargs)
 
     def _flush_notices(self) -> None:
-        if self._batch:
-            self._notices.put(self._batch)
-            self._batch = []
-
-    def _notifier_main(self) -> None:
-        while True:
-            calls = self._notices.get()
-            if calls is None:
-                return
-            for call in calls:
-                try:
-                    call()
-                except BaseException:  # notify() already isolates hooks; this is a last guard
-                    log.exception("notification failed")
+        self.notifier.flush()
 
     # -- signals ---------------------------------------------------------------
 

@@ -11,16 +11,14 @@ off with jitter while the hub is away). The main thread waits for a stop.
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 from jobcore.attempt import AttemptRunner
-from jobcore.context import JobContext
 from jobcore.errors import JobcoreError, UnknownJobType
 from jobcore.inflight import Attempt
 from jobcore.models import Failed, Outcome, Released
@@ -28,7 +26,9 @@ from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
 from jobcore_agent.cache import ArtifactCache
 from jobcore_agent.capabilities import capabilities
+from jobcore_agent.claims import AgentContext, Claim
 from jobcore_agent.client import (
+    Backoff,
     HubAuthError,
     HubClient,
     HubError,
@@ -48,42 +48,6 @@ DELIVERY_GRACE = 5.0  # seconds a stopping agent keeps trying to deliver before 
 
 class AgentFatal(JobcoreError):
     """The agent cannot go on (its token was refused)."""
-
-
-class Backoff:
-    """Exponential reconnect delays with jitter: each in [d/2, d], d doubling up to `cap`."""
-
-    def __init__(self, cap: float, base: float = 0.25) -> None:
-        self.cap = cap
-        self.base = base
-        self.failures = 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.base * 2**self.failures)
-        self.failures += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
-class AgentContext(JobContext):
-    """A `JobContext` that also knows where `exec` gets executables (the hub, the cache)."""
-
-    artifact_source: ArtifactSource | None = None
-
-
-@dataclass(eq=False)
-class Claim:
-    """A job this agent claimed, from the claim until the hub has its outcome."""
-
-    run: Attempt
-    key: str  # the outbox key: `job_id:lease_id` (`job_id:attempt` from a hub without lease ids)
-    lease_id: str | None
-    settled: bool = False  # an outcome is recorded in the outbox (or the lease is gone)
-    holds_slot: bool = False  # its executor thread holds one of the `concurrency` slots
-    fallback: Outcome | None = None  # recorded at `stop_until` if the handler asked to stop has not
-    stop_until: float | None = None  # monotonic
 
 
 class Agent:
@@ -719,4 +683,4 @@ class Agent:
             signal.signal(signum, handler)
 
 
-__all__ = ["Agent", "AgentContext", "AgentFatal", "Backoff"]
+__all__ = ["Agent", "AgentContext", "AgentFatal", "Backoff", "Claim"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -109,8 +110,14 @@ class HubClient:
         self._http.close()
 
     def owns(self, url: str) -> bool:
-        """True when `url` points at this hub (so the token may be sent with it)."""
-        return url == self.base or url.startswith(self.base + "/")
+        """True when `url` is one of this hub's artifacts (so the token may be sent with it).
+
+        Only the artifact store: an `exec` payload's url comes from producers, and the
+        agent's token on another hub route (`GET /api/queue` claims a job) would act
+        for the agent, e.g. claim someone else's job and drop it."""
+        prefix = self.base + "/api/artifacts/"
+        rest = url[len(prefix) :]
+        return url.startswith(prefix) and rest.isalnum() and "/" not in rest
 
     def _post(
         self,
@@ -224,3 +231,20 @@ class HubClient:
 
 def _drain(response: httpx.Response, data: dict[str, Any]) -> bool:
     return bool(data.get("drain")) or response.headers.get(DRAIN_HEADER, "") in ("1", "true")
+
+
+class Backoff:
+    """Exponential reconnect delays with jitter: each in [d/2, d], d doubling up to `cap`."""
+
+    def __init__(self, cap: float, base: float = 0.25) -> None:
+        self.cap = cap
+        self.base = base
+        self.failures = 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2**self.failures)
+        self.failures += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.failures = 0

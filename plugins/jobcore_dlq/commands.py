@@ -11,7 +11,6 @@ from jobcore import JobStatus
 from jobcore.cli import CliState, pass_state
 from jobcore.cli.output import emit_json, job_detail, job_rows, short, table
 from jobcore.cli.params import DURATION
-from jobcore.timeutil import now_ms
 from jobcore_dlq import summarize
 
 FAILED = [JobStatus.FAILED.value]
@@ -37,10 +36,10 @@ def list_failed(
     state: CliState, types: tuple[str, ...], since: float | None, limit: int, as_json: bool
 ) -> None:
     """Failed jobs, newest first."""
-    after = None if since is None else now_ms() - int(since * 1000)
-    jobs = state.queue(create=False).storage.list_jobs(
-        statuses=FAILED, types=types, finished_after=after, limit=limit
-    )
+    queue = state.queue(create=False)
+    # the store's clock stamped completed_at (PostgreSQL: the server's), not this machine's
+    after = None if since is None else queue.storage.now() - int(since * 1000)
+    jobs = queue.storage.list_jobs(statuses=FAILED, types=types, finished_after=after, limit=limit)
     if as_json:
         emit_json([job.to_json() for job in jobs])
     elif jobs:
@@ -133,7 +132,7 @@ def export(state: CliState, fmt: str, types: tuple[str, ...]) -> None:
 def purge(state: CliState, older_than: float, types: tuple[str, ...], yes: bool) -> None:
     """Delete failed jobs for good."""
     queue = state.queue(create=False)
-    before = now_ms() - int(older_than * 1000)
+    before = queue.storage.now() - int(older_than * 1000)  # the store's clock, as on jobs
     doomed = sum(
         1
         for job in queue.storage.scan(statuses=FAILED, types=types)

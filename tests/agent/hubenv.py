@@ -105,7 +105,14 @@ class Hub:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(30)
+            try:
+                self.proc.wait(45)  # the hub's own shutdown_timeout is 30 s
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                raise AssertionError(f"the hub did not exit within 45 s of {sig!r}") from None
+            finally:
+                self.proc = None
         self.proc = None
 
     def log(self) -> str:

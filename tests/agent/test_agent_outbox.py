@@ -42,7 +42,7 @@ def test_each_worker_sees_only_its_own_outcomes(tmp_path: Path) -> None:
 
 
 def test_reconnect_backoff_grows_with_jitter_up_to_its_cap() -> None:
-    from jobcore_agent.agent import Backoff
+    from jobcore_agent.client import Backoff
 
     backoff = Backoff(cap=4.0, base=0.25)
     delays = [backoff.next() for _ in range(8)]

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore.errors import JobNotFound
-from jobcore.timeutil import now_ms
 from jobcore_http.dashboard.access import Viewer
 from jobcore_http.dashboard.charts import bar_chart, series
 from jobcore_http.dashboard.filters import (
@@ -87,7 +86,7 @@ def queue_rows(counts: Counts, finished: History) -> list[QueueRow]:
 @router.get("/", response_class=HTMLResponse)
 def overview(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
-    now = now_ms()
+    now = dash.now()
     counts = dash.counts.get()
     past = dash.history.peek()
     finished = past.value if past is not None else History()
@@ -192,7 +191,7 @@ def job(request: Request, job_id: str, session: Viewer) -> HTMLResponse:
             "job": found,
             "attempts": tries,
             "timeline": timeline(found, tries),
-            "timeline_svg": timeline_svg(found, tries, now_ms()),
+            "timeline_svg": timeline_svg(found, tries, dash.now()),
             "retryable": RETRYABLE,
             "cancellable": CANCELLABLE,
         },
@@ -202,7 +201,7 @@ def job(request: Request, job_id: str, session: Viewer) -> HTMLResponse:
 @router.get("/ui/workers", response_class=HTMLResponse)
 def workers(request: Request, session: Viewer) -> HTMLResponse:
     dash = dashboard(request)
-    now = now_ms()
+    now = dash.now()
     claims = dash.reader.claims()
     seen = dash.history.peek()
     rows = worker_rows(

@@ -10,6 +10,7 @@ that differs whenever another connection changed the store (SQLite's
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import threading
@@ -48,6 +49,18 @@ class _PerThread:
             with self._lock:
                 self._all.append(conn)
         return conn
+
+    def drop(self) -> None:
+        """Forget this thread's connection (it broke); the next `get()` opens a new one."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is None:
+            return
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        with contextlib.suppress(Exception):  # already broken: nothing to give back
+            conn.close()
 
     def close(self) -> None:
         with self._lock:
@@ -111,8 +124,20 @@ class PostgresSql:
         return _PARAM.sub(r"%(\1)s", sql.replace(" NOT INDEXED", ""))
 
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        result: list[Any] = self._conns.get().execute(self.translate(sql), params or {}).fetchall()
-        return result
+        """Run a read; a connection lost to a server restart or a terminated backend is
+        replaced and the read tried once more (reads are safe to repeat)."""
+        psycopg = importlib.import_module("psycopg")
+        statement = self.translate(sql)
+        for tries_left in (1, 0):
+            conn = self._conns.get()
+            try:
+                result: list[Any] = conn.execute(statement, params or {}).fetchall()
+                return result
+            except psycopg.OperationalError:
+                if not conn.closed or tries_left == 0:
+                    raise
+                self._conns.drop()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def change_token(self) -> int:
         return self._token()

@@ -11,7 +11,6 @@ from starlette.requests import Request
 
 from jobcore.models import JobStatus
 from jobcore.queue import Queue
-from jobcore.timeutil import now_ms
 from jobcore_http.dashboard.overview import ChangeCache, Counts, History, count, history
 from jobcore_http.dashboard.reader import Reader
 from jobcore_http.store import HubStore, hub_store_for
@@ -27,6 +26,10 @@ class Dashboard:
     counts: ChangeCache[Counts]
     history: ChangeCache[History]
     dead_letters: ChangeCache[list[dict[str, Any]]]
+
+    def now(self) -> int:
+        """The store's clock (PostgreSQL's, not this process's: leases are set by it)."""
+        return self.queue.storage.now()
 
     def close(self) -> None:
         self.reader.close()
@@ -46,7 +49,7 @@ def make_dashboard(queue: Queue, store: HubStore | None = None) -> Dashboard:
         reader=reader,
         counts=ChangeCache(token, lambda: count(reader), "dashboard-counts"),
         history=ChangeCache(
-            token, lambda: history(reader, now_ms()), "dashboard-history", factor=30
+            token, lambda: history(reader, queue.storage.now()), "dashboard-history", factor=30
         ),
         dead_letters=ChangeCache(token, failed_groups, "dashboard-dead-letters", factor=30),
     )

@@ -1,0 +1,120 @@
+"""The keeper: a worker's thread that extends its leases and sweeps the store.
+
+It runs on its own connection, so heartbeats and the sweep never wait behind
+the loop's outcome commits. What it learns about held attempts (a lease lost,
+a cancel requested) goes to `news` for the loop to act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+
+from jobcore.attempt import describe_error
+from jobcore.inflight import Attempt, InFlight, Phase
+from jobcore.notifier import Notifier
+from jobcore.queue import Queue
+
+log = logging.getLogger("jobcore.worker")
+
+MAX_DB_BACKOFF = 30.0
+
+
+class Keeper:
+    """Extends the leases of held attempts every lease/4 and sweeps every lease/2."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        inflight: InFlight,
+        cond: threading.Condition,
+        *,
+        lease: float,
+        notifier: Notifier,
+        wake: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        self.inflight = inflight
+        self._cond = cond
+        self.lease = lease
+        self._notifier = notifier
+        self._wake = wake
+        self.news: list[tuple[Attempt, str]] = []  # ("lost" | "cancel"), under the worker's cond
+        self.swept_once = False  # the first sweep ran (or failed)
+        self._event = threading.Event()  # heartbeat requested, or stop
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="jobcore-keeper", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        self._stop = True
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    def request_heartbeat(self) -> None:
+        self._event.set()
+
+    def _main(self) -> None:
+        lease_s = self.lease
+        next_heartbeat = time.monotonic() + lease_s / 4
+        next_sweep = time.monotonic()
+        backoff = 0.0
+        while not self._stop:
+            mono = time.monotonic()
+            try:
+                if self._event.is_set() or mono >= next_heartbeat:
+                    self._event.clear()
+                    self._extend_leases()
+                    next_heartbeat = mono + lease_s / 4
+                if mono >= next_sweep:
+                    self._sweep()
+                    next_sweep = mono + lease_s / 2
+                backoff = 0.0
+            except Exception as exc:
+                self.swept_once = True
+                backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
+                log.error(
+                    "database error extending leases or sweeping (%s); retrying in %.1fs",
+                    describe_error(exc),
+                    backoff,
+                )
+                next_heartbeat = min(next_heartbeat, mono + backoff)
+                next_sweep = max(next_sweep, mono + backoff)
+            if self._stop:
+                return
+            self._event.wait(max(0.0, min(next_heartbeat, next_sweep) - time.monotonic()))
+
+    def _extend_leases(self) -> None:
+        with self._cond:
+            held = [a for a in self.inflight if a.phase is not Phase.DONE and not a.lost]
+        if not held:
+            return
+        owned = self.queue.storage.extend_leases(
+            [attempt.lease for attempt in held], lease_ms=int(self.lease * 1000)
+        )
+        news = [
+            (attempt, "lost" if attempt.job.id not in owned else "cancel")
+            for attempt in held
+            if attempt.job.id not in owned or owned[attempt.job.id]
+        ]
+        if news:
+            with self._cond:
+                self.news.extend(news)
+                self._cond.notify_all()
+
+    def _sweep(self) -> None:
+        # Hold the store's sweep lock for one interval: if this worker dies, another
+        # worker takes the sweep over within that time.
+        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500))
+        if swept:
+            self._notifier.put([partial(self.queue.announce_swept, item) for item in swept])
+        if not self.swept_once or any(item.action in ("reclaimed", "released") for item in swept):
+            self.swept_once = True  # until_empty: jobs of dead workers count as runnable
+            self._wake()
