@@ -4,43 +4,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hubproc import RUNNING, Hub, jobcore
+from hubproc import RUNNING, Hub, Tokens, make_tokens
 from testenv import subprocess_env
-
-
-@dataclass
-class Tokens:
-    admin: str
-    read: str
-    produce: str
-    agent: str  # acts for agent "agent-1"
-    revoked: str
-
-
-def make_tokens(hub: Hub, db: Path) -> Tokens:
-    admin = jobcore(db, "tokens", "create", "--name", "admin", "--scope", "admin").stdout.strip()
-    made = {}
-    with hub.client(admin) as client:
-        for name, scope, agent in (
-            ("reader", "read", None),
-            ("producer", "produce", None),
-            ("agent-1", "agent", "agent-1"),
-            ("old", "read", None),
-        ):
-            answer = client.post(
-                "/api/tokens", json={"name": name, "scope": scope, "agent_id": agent}
-            )
-            assert answer.status_code == 201, answer.text
-            made[name] = answer.json()["token"]
-        assert client.delete("/api/tokens/old").status_code == 204
-    return Tokens(admin, made["reader"], made["producer"], made["agent-1"], made["old"])
 
 
 @pytest.fixture(autouse=True)

@@ -6,8 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Tokens
-from hubproc import Hub
+from hubproc import Hub, Tokens
 
 W = {"worker_id": "agent-1"}
 

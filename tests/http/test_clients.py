@@ -11,8 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Tokens
-from hubproc import Hub
+from hubproc import Hub, Tokens
 from testenv import subprocess_env
 
 

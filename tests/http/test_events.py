@@ -9,8 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import Tokens
-from hubproc import Hub, jobcore
+from hubproc import Hub, Tokens, jobcore
 from sse import Event, read_events
 
 from jobcore.storage.base import Storage

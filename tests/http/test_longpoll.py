@@ -9,8 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from conftest import Tokens
-from hubproc import Hub, jobcore
+from hubproc import Hub, Tokens, jobcore
 
 
 def wait_claim(hub: Hub, token: str, queue: str, wait: float) -> tuple[httpx.Response, float]:

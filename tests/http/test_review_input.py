@@ -14,8 +14,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
-from conftest import Tokens
-from hubproc import Hub
+from hubproc import Hub, Tokens
 
 JSON = {"content-type": "application/json"}
 

@@ -9,8 +9,7 @@ import threading
 import time
 from typing import Any
 
-from conftest import Tokens
-from hubproc import Hub
+from hubproc import Hub, Tokens
 
 
 def test_a_token_revoked_during_a_long_poll_gets_no_job(hub: Hub, tokens: Tokens) -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Tokens
-from hubproc import Hub
+from hubproc import Hub, Tokens
 from jobcore_http.dashboard.filters import JobFilter
 from jobcore_http.dashboard.reader import Reader
 from jobcore_http.store import hub_store_for

@@ -8,8 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Tokens
-from hubproc import Hub
+from hubproc import Hub, Tokens
 
 
 def unique(prefix: str = "q") -> str:

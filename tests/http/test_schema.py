@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_tokens
-from hubproc import Hub
+from hubproc import Hub, make_tokens
 from testenv import subprocess_env
 
 SCHEMATHESIS = shutil.which("schemathesis", path=str(Path(sys.executable).parent))

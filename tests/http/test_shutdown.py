@@ -7,8 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from conftest import make_tokens
-from hubproc import Hub, free_port, jobcore
+from hubproc import Hub, free_port, jobcore, make_tokens
 
 
 def test_sigterm_ends_long_polls_and_streams_and_exits_0(tmp_path: Path) -> None:

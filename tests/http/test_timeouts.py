@@ -8,8 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import make_tokens
-from hubproc import Hub
+from hubproc import Hub, make_tokens
 from sse import read_events
 from testenv import subprocess_env, wait_for
 
