@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobcore.attempt import describe_error
+from jobcore.clockjump import ClockJumps
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.notifier import Notifier
 from jobcore.queue import Queue
@@ -24,7 +25,13 @@ MAX_DB_BACKOFF = 30.0
 
 
 class Keeper:
-    """Extends the leases of held attempts every lease/4 and sweeps every lease/2."""
+    """Extends the leases of held attempts every lease/4 and sweeps every lease/2.
+
+    Leases expire by the store's clock: when it steps ahead of elapsed time by more
+    than lease/4, every live lease in the store may look expired. The keeper then
+    extends its own leases at once and sweeps only one lease period later, so every
+    worker has renewed its leases before anyone re-queues their jobs.
+    """
 
     def __init__(
         self,
@@ -66,9 +73,20 @@ class Keeper:
         next_heartbeat = time.monotonic() + lease_s / 4
         next_sweep = time.monotonic()
         backoff = 0.0
+        jumps = ClockJumps(self.queue.storage.now, tolerance_ms=int(lease_s * 250))
         while not self._stop:
             mono = time.monotonic()
             try:
+                ahead_ms = jumps.check()
+                if ahead_ms:
+                    log.warning(
+                        "the store's clock stepped %.1fs ahead of elapsed time; extending "
+                        "this worker's leases now and sweeping in %.1fs, not before",
+                        ahead_ms / 1000,
+                        lease_s,
+                    )
+                    self._event.set()
+                    next_sweep = max(next_sweep, mono + lease_s)
                 if self._event.is_set() or mono >= next_heartbeat:
                     self._event.clear()
                     self._extend_leases()
