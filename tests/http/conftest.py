@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hubproc import Hub, jobcore
+from hubproc import Hub, jobcore, reap_started_since
 from testenv import subprocess_env
 
 
@@ -41,6 +41,17 @@ def make_tokens(hub: Hub, db: Path) -> Tokens:
             made[name] = answer.json()["token"]
         assert client.delete("/api/tokens/old").status_code == 204
     return Tokens(admin, made["reader"], made["producer"], made["agent-1"], made["old"])
+
+
+@pytest.fixture(autouse=True)
+def _no_hub_outlives_its_test() -> Iterator[None]:
+    """Hubs a test started and did not stop (it failed first) are killed and reaped.
+
+    Module-scoped hubs are set up before this fixture, so they are not counted as the test's.
+    """
+    before = len(Hub.started)
+    yield
+    reap_started_since(before)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from testenv import subprocess_env
@@ -42,6 +42,8 @@ def jobcore(
 class Hub:
     """`jobcore serve` running on a database; `client(token)` talks to it."""
 
+    started: ClassVar[list[Hub]] = []  # every hub of this test run, for `reap_started_since`
+
     def __init__(
         self, db: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
     ) -> None:
@@ -57,7 +59,12 @@ class Hub:
             stderr=subprocess.STDOUT,
             env=self.env,
         )
-        self._wait_up()
+        Hub.started.append(self)
+        try:
+            self._wait_up()
+        except BaseException:
+            self.kill()  # a hub that never came up is not left running for the next test
+            raise
 
     def _wait_up(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -85,15 +92,37 @@ class Hub:
             base_url=self.url, headers=headers, timeout=options.pop("timeout", 30), **options
         )
 
-    def terminate(self, timeout: float = 30.0) -> int:
+    def terminate(self, timeout: float = 45.0) -> int:
+        """SIGTERM and the exit code; a hub still running after `timeout` s is killed, and
+        that is an AssertionError (its default outlasts the hub's 30 s shutdown_timeout)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"jobcore serve did not exit within {timeout} s of SIGTERM: {self.output()[-4000:]}"
+            ) from None
+        except BaseException:  # interrupted (a test timeout): never leave it running
+            self.kill()
+            raise
         self._log_file.close()
         return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.wait(30)
         self._log_file.close()
+
+
+def reap_started_since(count: int) -> None:
+    """Kill and reap every hub started after the first `count` that is still running.
+
+    A test that fails between starting a hub and stopping it would otherwise leave a live
+    `jobcore serve` behind (and Popen's ResourceWarning in whichever test runs the GC next).
+    """
+    for hub in Hub.started[count:]:
+        hub.kill()
+    del Hub.started[count:]

@@ -1,0 +1,26 @@
+"""The test harness's hubs never outlive their test (a leaked one warned in a later test)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from hubproc import Hub, reap_started_since
+
+
+def test_a_hub_left_running_is_killed_and_reaped(tmp_path: Path) -> None:
+    before = len(Hub.started)
+    hub = Hub(tmp_path / "jobs.db")
+    assert hub.proc.poll() is None
+    reap_started_since(before)
+    assert hub.proc.returncode == -signal.SIGKILL
+    assert len(Hub.started) == before
+
+
+def test_a_hub_that_ignores_sigterm_is_killed_and_reported(tmp_path: Path) -> None:
+    hub = Hub(tmp_path / "jobs.db")
+    hub.proc.send_signal(signal.SIGSTOP)  # it cannot act on the SIGTERM
+    with pytest.raises(AssertionError, match=r"did not exit within 0\.5 s of SIGTERM"):
+        hub.terminate(timeout=0.5)
+    assert hub.proc.returncode == -signal.SIGKILL
