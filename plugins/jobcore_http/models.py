@@ -132,7 +132,7 @@ class QueueAddIn(Strict):
     """The simple JSON queue's job: `data` is the payload."""
 
     type: Annotated[Text, Field(min_length=1, max_length=100)]
-    data: Any = Field(description="the payload, a JSON object")
+    data: Any = Field(description="the payload: any JSON value (an object is the payload itself)")
 
 
 class QueueUpdateIn(Strict):

@@ -109,19 +109,23 @@ def run_command(
         pump.start()
     deadline = None if timeout is None else time.monotonic() + timeout
     stopped: str | None = None
-    while True:
-        try:
-            proc.wait(0.05)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        reason = should_stop()
-        if reason is None and deadline is not None and time.monotonic() >= deadline:
-            reason = "timeout"
-        if reason is not None:
-            stopped = reason
-            kill_group(proc)
-            break
+    try:
+        while True:
+            try:
+                proc.wait(0.05)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            reason = should_stop()
+            if reason is None and deadline is not None and time.monotonic() >= deadline:
+                reason = "timeout"
+            if reason is not None:
+                stopped = reason
+                kill_group(proc)
+                break
+    except BaseException:  # should_stop() raised, or an interrupt: the command does not outlive us
+        kill_group(proc)
+        raise
     if stopped is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # nothing of the command outlives it

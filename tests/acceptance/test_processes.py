@@ -87,7 +87,8 @@ def test_sigkilled_worker_job_is_reclaimed_and_completed(cluster: Cluster) -> No
     job_id = cluster.enqueue("sleepy", {"seconds": 1.0, "started": str(marker)})
     first = cluster.worker("--lease", "1s")
     cluster.wait_file(marker)
-    time.sleep(0.3)  # its start is committed (within 50 ms of the handler beginning)
+    # its start is committed (within 50 ms of the handler beginning; slower on a loaded machine)
+    wait_for(lambda: cluster.job(job_id)["started_at"] is not None, timeout=30)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     assert cluster.job(job_id)["status"] == "claimed"  # the dead worker's lease still holds it
@@ -180,8 +181,9 @@ def test_other_process_enqueue_wakes_an_idle_worker(cluster: Cluster) -> None:
     time.sleep(1.0)  # idle now; its next full poll is a minute away
     started = time.monotonic()
     job_id = cluster.enqueue("noop", {})
-    wait_for(lambda: cluster.job(job_id)["status"] == "completed", timeout=10)
-    assert time.monotonic() - started < 10
+    # well within the minute to its next poll, with room for a loaded machine
+    wait_for(lambda: cluster.job(job_id)["status"] == "completed", timeout=30)
+    assert time.monotonic() - started < 30
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(20) == 0
 

@@ -175,7 +175,12 @@ def test_two_agents_racing_for_one_cache_entry_download_it_once(
         )
         for _ in range(2)
     ]
-    outputs = [racer.communicate(timeout=30)[0].split() for racer in racers]
+    try:
+        outputs = [racer.communicate(timeout=60)[0].split() for racer in racers]
+    finally:
+        for racer in racers:  # a racer that hung is killed and reaped, not left running
+            racer.kill()
+            racer.communicate()
     assert all(racer.returncode == 0 for racer in racers)
     assert sorted(int(out[0]) for out in outputs) == [0, 1]  # one fetched, the other waited
     assert {out[1] for out in outputs} == {str(cache_dir / "artifacts" / digest)}

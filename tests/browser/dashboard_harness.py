@@ -105,11 +105,18 @@ class Hub:
                 stdout=log,
                 stderr=log,
             )
+        try:
+            self._wait_up(self.process)
+        except BaseException:
+            self.stop()  # a hub that never came up is not left running
+            raise
+
+    def _wait_up(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 raise AssertionError(
-                    f"jobcore serve exited {self.process.returncode}: "
+                    f"jobcore serve exited {process.returncode}: "
                     + (self.folder / "serve.log").read_text()[-2000:]
                 )
             try:
@@ -123,15 +130,20 @@ class Hub:
         raise AssertionError("jobcore serve did not answer /api/health within 30 s")
 
     def stop(self) -> None:
-        if self.process is None:
+        process, self.process = self.process, None
+        if process is None:
             return
-        self.process.send_signal(signal.SIGTERM)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(timeout=20)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+            process.kill()
+            process.wait()
+        except BaseException:  # interrupted (a test timeout): never leave it running
+            process.kill()
+            process.wait()
+            raise
 
 
 def sign_in(page: Any, hub: Hub, token: str, path: str = "/") -> None:

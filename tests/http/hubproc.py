@@ -100,6 +100,11 @@ class Hub:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+            raise AssertionError(
+                f"jobcore serve did not exit within {timeout} s of SIGTERM: {self.output()[-4000:]}"
+            ) from None
+        except BaseException:  # interrupted (a test timeout): never leave it running
+            self.kill()
             raise
         self._log_file.close()
         RUNNING.discard(self)

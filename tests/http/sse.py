@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +27,12 @@ def read_events(
     *,
     last_event_id: int | None = None,
     kinds: tuple[str, ...] = (),
+    opened: threading.Event | None = None,
 ) -> tuple[str, list[Event]]:
     """Open the stream and collect events (of `kinds`, if given) until there are `count`
-    (or `count(events)` is true); returns (the stream's first line, the events)."""
+    (or `count(events)` is true); returns (the stream's first line, the events).
+
+    `opened` is set at the stream's first line: from then on no new event is missed."""
     done = count if callable(count) else (lambda events: len(events) >= count)
     headers = {"Authorization": f"Bearer {token}"}
     if last_event_id is not None:
@@ -40,6 +46,8 @@ def read_events(
         for line in answer.iter_lines():
             if not first:
                 first = line
+                if opened is not None:
+                    opened.set()
             if line == "":
                 if "id" in fields and (not kinds or fields.get("event") in kinds):
                     events.append(
@@ -54,3 +62,14 @@ def read_events(
             name, _, value = line.partition(":")
             fields[name] = value[1:] if value.startswith(" ") else value
     return first, events
+
+
+def wait_open(opened: threading.Event, reading: Future[Any], timeout: float = 30.0) -> None:
+    """Wait until the stream read by `reading` is open; its own error if it failed first."""
+    deadline = time.monotonic() + timeout
+    while not opened.wait(0.05):
+        if reading.done():
+            reading.result()  # raises what went wrong
+            raise AssertionError("the event stream ended before its first line")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the event stream did not open within {timeout} s")

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from hubproc import Hub, Tokens, jobcore
-from sse import Event, read_events
+from sse import Event, read_events, wait_open
 
 from jobcore.storage.base import Storage
 
@@ -20,9 +20,12 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_an_enqueue_in_another_process_is_streamed(hub: Hub, tokens: Tokens) -> None:
+    opened = threading.Event()
     with ThreadPoolExecutor(1) as pool:
-        reading = pool.submit(read_events, hub.url, tokens.read, 1, kinds=("job:enqueued",))
-        time.sleep(0.5)
+        reading = pool.submit(
+            read_events, hub.url, tokens.read, 1, kinds=("job:enqueued",), opened=opened
+        )
+        wait_open(opened, reading)
         job_id = jobcore(hub.db, "enqueue", "noop", "{}", "--queue", "sse-1").stdout.strip()
         first, events = reading.result(30)
     assert first.startswith("retry: ")
@@ -83,9 +86,12 @@ def test_a_dropped_stream_misses_nothing(hub: Hub, tokens: Tokens) -> None:
             if e.kind == "job:enqueued" and e.data.get("queue") == queue
         ]
 
+    opened = threading.Event()
     with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(read_events, hub.url, tokens.read, lambda evs: len(mine(evs)) >= 5)
-        time.sleep(0.5)  # the stream is open before the first enqueue
+        first = pool.submit(
+            read_events, hub.url, tokens.read, lambda evs: len(mine(evs)) >= 5, opened=opened
+        )
+        wait_open(opened, first)  # the stream is open before the first enqueue
         producing = pool.submit(produce)
         _, batch = first.result(30)
         got = mine(batch)

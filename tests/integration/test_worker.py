@@ -285,7 +285,8 @@ def test_in_process_enqueue_wakes_an_idle_worker(jobcore_make_queue: MakeQueue) 
     worker, thread = start_worker(queue)
     time.sleep(0.2)  # idle: claimed nothing, next poll is a minute away
     job = queue.enqueue("noop", {}).job
-    wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=5)
+    # far sooner than the next poll a minute away, with room for a loaded machine
+    wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=30)
     worker.stop()
     thread.join(10)
 

@@ -166,3 +166,27 @@ def test_shutdown_kills_the_group_before_the_worker_returns(
     assert not alive(grandchild)  # killed and reaped before the release was committed
     released = queue.get(job.id)
     assert released.status is JobStatus.PENDING and released.attempts == 0
+
+
+def test_a_stop_check_that_raises_leaves_no_command_running(tmp_path: Path) -> None:
+    from jobcore_shell.runner import run_command
+
+    pid_file = tmp_path / "pid"
+
+    def should_stop() -> str | None:
+        if pid_file.exists() and pid_file.read_text().strip():
+            raise RuntimeError("the stop check broke")
+        return None
+
+    with pytest.raises(RuntimeError, match="the stop check broke"):
+        run_command(
+            f"echo $$ > {pid_file}; exec sleep 60",
+            shell=True,
+            cwd=None,
+            env=None,
+            timeout=None,
+            output_limit=1000,
+            should_stop=should_stop,
+        )
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not left running
+        os.kill(int(pid_file.read_text()), 0)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from jobcore.models import Completed, Failed, JobStatus, Lease, Outcome
+from jobcore.models import Completed, Failed, Job, JobStatus, Lease, Outcome
 from jobcore_http.auth import agent_id_of, hub_of, require
 from jobcore_http.engine import settle
 from jobcore_http.errors import ApiError
@@ -24,6 +24,15 @@ from jobcore_http.tokens import Principal
 
 router = APIRouter(prefix="/api/queue")
 
+WRAPPED = "jobcore_http.queue_data"
+"""`meta` key marking a payload that wraps a non-object `data` of the JSON queue."""
+
+
+def queue_data(job: Job) -> Any:
+    """The JSON queue's `data` of a job: its payload, unwrapped if `add` wrapped it."""
+    return job.payload.get("data") if job.meta.get(WRAPPED) is True else job.payload
+
+
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
 }
@@ -37,11 +46,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     dependencies=[Depends(require("produce"))],
 )
 async def add(request: Request, body: QueueAddIn) -> JSONResponse:
-    """Add a job `{type, data}`; answers `{id, status}`."""
-    if not isinstance(body.data, dict):
-        raise ApiError(400, "data must be a JSON object")
+    """Add a job `{type, data}`; answers `{id, status}`.
+
+    `data` may be any JSON value, as in the JSON queue: a value that is not an
+    object is stored as the payload `{"data": value}`, marked in `meta`, and
+    handed back as it came by `GET /api/queue`.
+    """
     hub = hub_of(request)
-    job = hub.queue.build(body.type, body.data)
+    if isinstance(body.data, dict):
+        job = hub.queue.build(body.type, body.data)
+    else:
+        job = hub.queue.build(body.type, {"data": body.data}, meta={WRAPPED: True})
     [item] = await settle(hub.engine.insert([job]))
     return JSONResponse({"id": item.job.id, "status": str(item.job.status)}, status_code=201)
 
@@ -63,7 +78,7 @@ async def next_job(
     if not jobs:
         return Response(status_code=204)
     job = jobs[0]
-    return JSONResponse({"id": job.id, "type": job.type, "data": job.payload})
+    return JSONResponse({"id": job.id, "type": job.type, "data": queue_data(job)})
 
 
 @router.put("/{job_id}", response_model=SuccessOut, responses=ERRORS)
