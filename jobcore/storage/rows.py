@@ -141,15 +141,22 @@ def insert_values(job: NewJob, now: int) -> tuple[Any, ...]:
     )
 
 
-def new_row(job: NewJob, now: int) -> Job:
-    """The row `insert_job` writes, built without reading it back."""
-    run_at = job.run_at_for(now)
+def new_row(
+    job: NewJob, now: int, *, run_at: int | None = None, status: JobStatus | None = None
+) -> Job:
+    """The row an insert wrote, built without reading it back.
+
+    `run_at` and `status` default to what `job` says at `now`; a backend that
+    had the store compute them passes the stored values.
+    """
+    if run_at is None:
+        run_at = job.run_at_for(now)
     return Job(
         id=job.id,
         type=job.type,
         queue=job.queue,
         payload=job.payload,
-        status=JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED,
+        status=status or (JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED),
         priority=job.priority,
         attempts=0,
         max_attempts=job.max_attempts,

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from jobcore.models import Completed, Job, JobStatus, NewJob, Outcome, replace_job
+from jobcore.models import Completed, Job, JobStatus, Outcome, replace_job
 from jobcore.transitions import Transition
 from jobcore_postgres.statements import JOB_COLUMNS, SLIM_COLUMNS
 
@@ -31,36 +31,6 @@ def slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) ->
     history = [*claimed.history, last_history_entry] if transition.history else claimed.history
     result = outcome.result if isinstance(outcome, Completed) else claimed.result
     return replace_job(claimed, errors=errors, history=history, result=result, **values)
-
-
-def new_job_row(job: NewJob, status: str, now: int, run_at: int) -> Job:
-    return Job(
-        id=job.id,
-        type=job.type,
-        queue=job.queue,
-        payload=job.payload,
-        status=JobStatus(status),
-        priority=job.priority,
-        attempts=0,
-        max_attempts=job.max_attempts,
-        run_at=run_at,
-        timeout_ms=job.timeout_ms,
-        idempotency_key=job.idempotency_key,
-        locked_by=None,
-        locked_at=None,
-        lease_expires_at=None,
-        heartbeat_at=None,
-        cancel_requested=False,
-        last_error=None,
-        errors=[],
-        result=None,
-        parent_id=job.parent_id,
-        meta=dict(job.meta),
-        created_at=now,
-        claimed_at=None,
-        completed_at=None,
-        updated_at=now,
-    )
 
 
 def event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str, Any] | None:

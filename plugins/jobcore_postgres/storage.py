@@ -26,11 +26,13 @@ from jobcore.models import (
     Completed,
     Failed,
     Job,
+    JobStatus,
     Lease,
     NewJob,
     Outcome,
 )
 from jobcore.storage.base import Inserted, Recorded
+from jobcore.storage.rows import new_row
 from jobcore.transitions import (
     EXTEND,
     MARK_STARTED,
@@ -45,7 +47,7 @@ from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
 from jobcore_postgres.reads import PostgresReads
-from jobcore_postgres.rows import clean_text, json_strict, new_job_row, row_to_job, slim_to_job
+from jobcore_postgres.rows import clean_text, json_strict, row_to_job, slim_to_job
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
@@ -444,7 +446,8 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             made = created.get(job.id)
             if made is not None:
                 status, now, run_at = made
-                results.append(Inserted(new_job_row(job, status, now, run_at), created=True))
+                row = new_row(job, now, run_at=run_at, status=JobStatus(status))
+                results.append(Inserted(row, created=True))
                 continue
             existing = conn.execute(
                 f"SELECT {', '.join(JOB_COLUMNS)} FROM {self._d.table('jobs')} "
