@@ -295,12 +295,18 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 del tx.callbacks[mark:]
                 raise
             return
+        with self._outermost() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _outermost(self) -> Iterator[Conn]:
+        """A connection for this thread's outermost transaction; its after-commit
+        callbacks run once the block ends without an exception."""
         with self._connection() as conn:
             tx = _Tx(conn)
             self._local.tx = tx
             try:
-                with conn.transaction():
-                    yield conn
+                yield conn
             finally:
                 self._local.tx = None
         for callback in tx.callbacks:
@@ -318,19 +324,8 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             with self._write() as conn:
                 yield conn
             return
-        with self._connection() as conn:
-            tx = _Tx(conn)
-            self._local.tx = tx
-            try:
-                with conn.pipeline(), conn.transaction():
-                    yield conn
-            finally:
-                self._local.tx = None
-        for callback in tx.callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("after-commit callback failed")
+        with self._outermost() as conn, conn.pipeline(), conn.transaction():
+            yield conn
 
     def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
         """`send` statements in one pipelined transaction, `collect` their answers after the
@@ -339,22 +334,10 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         if getattr(self._local, "tx", None) is not None:
             with self._write() as conn:
                 return collect(conn, send(conn))
-        with self._connection() as conn:
-            tx = _Tx(conn)
-            self._local.tx = tx
-            try:
-                with conn.pipeline():
-                    with conn.transaction():
-                        sent = send(conn)
-                    result = collect(conn, sent)
-            finally:
-                self._local.tx = None
-        for callback in tx.callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("after-commit callback failed")
-        return result
+        with self._outermost() as conn, conn.pipeline():
+            with conn.transaction():
+                sent = send(conn)
+            return collect(conn, sent)
 
     @contextmanager
     def transaction(self) -> Iterator[Conn]:
