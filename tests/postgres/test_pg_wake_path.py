@@ -114,6 +114,7 @@ def test_a_cancel_from_another_connection_reaches_a_busy_worker_with_no_deadline
         )
         other.insert([job])
         wait_for(started.exists, timeout=30)
+        wait_for(lambda: queue.get(job.id).started_at is not None, timeout=30)  # nothing due
         other.cancel([job.id])
         wait_for(lambda: queue.get(job.id).status is JobStatus.CANCELLED, timeout=30)
         assert thread.is_alive()
