@@ -11,6 +11,7 @@ repetition, medians with min-max (the machine is noisy; nothing is asserted):
   transaction and one `unnest` INSERT per 1000;
 - enqueue -> handler start latency (p50/p99) against an idle worker in another
   process, woken by LISTEN/NOTIFY (PostgreSQL) or `data_version` (SQLite);
+  `--only latency` runs these rows alone, with what an idle worker costs;
 - claim cost: ms per claim of one job (inside one transaction, so no commit)
   with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite.
 
@@ -416,6 +417,51 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
                 )
 
 
+def idle_cost(db: str, seconds: float) -> tuple[float, float]:
+    """(CPU % of a core, transactions/s in the database) of an idle worker over `seconds`."""
+    from benchmarks.cases import _cpu_seconds
+
+    queue = _queue(db)
+    queue.storage.migrate()
+    queue.close()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.postgres", "idle-worker", db],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = db.split("?")[0]
+    xacts = (
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+        "WHERE datname = current_database()"
+    )
+    try:
+        time.sleep(2.0)  # imported, started, idle
+        with psycopg.connect(url, autocommit=True) as conn:
+            before_tx, before_cpu = conn.execute(xacts).fetchone(), _cpu_seconds(worker.pid)
+            time.sleep(seconds)
+            after_tx, after_cpu = conn.execute(xacts).fetchone(), _cpu_seconds(worker.pid)
+    finally:
+        _stop(worker)
+    assert before_tx is not None and after_tx is not None
+    # other helpers' databases are not counted; this connection's own two reads are
+    return (after_cpu - before_cpu) / seconds * 100, (after_tx[0] - before_tx[0] - 2) / seconds
+
+
+def run_latency(sizes: Sizes, stores: Stores, results: Results) -> None:
+    """`--only latency`: the latency rows alone (PostgreSQL and SQLite interleaved), and
+    what an idle PostgreSQL worker costs."""
+    for rep in range(1, sizes.reps + 1):
+        print(f"repetition {rep}/{sizes.reps}", file=sys.stderr)
+        for kind in ("postgres", "sqlite"):
+            p50, p99 = latency(stores.fresh(kind), sizes.latency)
+            results.add("enqueue -> start p50", f"jobcore-{kind}", "ms", p50)
+            results.add("enqueue -> start p99", f"jobcore-{kind}", "ms", p99)
+        cpu, rate = idle_cost(stores.fresh("postgres"), 20.0 if sizes is FULL else 10.0)
+        results.add("idle worker CPU", "jobcore-postgres", "% of a core", cpu)
+        results.add("idle worker transactions", "jobcore-postgres", "/s", rate)
+
+
 def report(results: Results, sizes: Sizes, seconds: float) -> str:
     lines = [
         f"{sizes.reps} repetition(s), {seconds:.0f}s. Medians (min-max).",
@@ -430,7 +476,8 @@ def report(results: Results, sizes: Sizes, seconds: float) -> str:
         )
     pg1 = results.median("drain, 1 process(es) x 10 threads", "jobcore-postgres")
     floor = results.median("drain, raw 1 per txn", "raw-postgres")
-    lines += ["", f"drain by one process vs the raw one-commit floor: {pg1 / floor:.2f}x"]
+    if pg1 == pg1:  # not NaN: the drain rows ran
+        lines += ["", f"drain by one process vs the raw one-commit floor: {pg1 / floor:.2f}x"]
     return "\n".join(lines)
 
 
@@ -446,6 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int)
     parser.add_argument("--server", default=SERVER)
+    parser.add_argument("--only", choices=["latency"], help="run these rows alone, save nothing")
     options = parser.parse_args(args)
     sizes = QUICK if options.quick else FULL
     if options.reps:
@@ -455,10 +503,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         stores = Stores(options.server, Path(tmp))
         try:
-            run(sizes, stores, results)
+            (run_latency if options.only == "latency" else run)(sizes, stores, results)
         finally:
             stores.drop()
     text = report(results, sizes, time.time() - began)
+    if options.only:
+        print(text)
+        return
     out = (
         ROOT / "benchmarks" / "results" / ("postgres-quick.md" if options.quick else "postgres.md")
     )
