@@ -24,7 +24,7 @@ import psycopg
 from benchmarks.cases import _percentiles, _stop
 
 ROOT = Path(__file__).resolve().parent.parent
-# Oban for Python needs Python >= 3.12: its own environment, made by `python -m benchmarks.peers.setup`.
+# Oban for Python needs Python >= 3.12: its own environment, made by `python -m benchmarks.setup_peers`.
 OBAN_VENV = Path(
     os.environ.get("JOBCORE_BENCH_OBAN_VENV", Path.home() / ".cache" / "jobcore-bench" / "oban-py")
 )
@@ -78,7 +78,7 @@ OBAN = Peer(
     "oban-py",
     "benchmarks.peers.oban_bench",
     ("oban",),
-    f"python -m benchmarks.peers.setup: a Python >= 3.12 environment with oban==0.7.0 at {OBAN_VENV}",
+    f"python -m benchmarks.setup_peers: a Python >= 3.12 environment with oban==0.7.0 at {OBAN_VENV}",
     oban_venv=True,
 )
 RAW_NOTIFY = Peer("raw-notify", "benchmarks.peers.raw_notify", ("psycopg",), "pip install psycopg")
@@ -103,10 +103,9 @@ class Running:
             raise PeerError(
                 f"{self.peer.name} {self.action}: no answer in {timeout:.0f}s"
             ) from None
-        finally:
-            self.err.seek(0)
-            err = self.err.read()
-            self.err.close()
+        self.err.seek(0)
+        err = self.err.read()
+        self.err.close()
         if self.proc.returncode != 0 or not out.strip():
             tail = " | ".join(err.strip().splitlines()[-3:])
             raise PeerError(f"{self.peer.name} {self.action} exited {self.proc.returncode}: {tail}")
@@ -154,7 +153,11 @@ def drain(peer: Peer, url: str, n: int, processes: int, concurrency: int = 10) -
     call(peer, "fill", dsn, schema, n)
     start_at = time.time() + 1.5  # after the workers' imports
     procs = [_spawn(peer, "drain", dsn, schema, concurrency, start_at) for _ in range(processes)]
-    reports = [proc.result(1800) for proc in procs]
+    try:
+        reports = [proc.result(1800) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.stop()
     done = sum(r["completed"] for r in reports)
     if done != n:
         raise PeerError(f"{peer.name} drain completed {done} of {n}")

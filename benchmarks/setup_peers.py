@@ -39,7 +39,7 @@ def find_python312(given: str | None) -> str | None:
     candidates = [given, os.environ.get("JOBCORE_BENCH_PYTHON312")]
     candidates += [shutil.which(name) for name in ("python3.12", "python3.13")]
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates += [str(p) for p in sorted(pyenv.glob("3.1[2-9]*/bin/python3")))]
+    candidates += [str(p) for p in sorted(pyenv.glob("3.1[2-9]*/bin/python3"))]
     for candidate in candidates:
         if candidate and (version := _version(candidate)) and version >= (3, 12):
             return candidate

@@ -1,7 +1,7 @@
 """Oban for Python 0.7 (psycopg 3, uvloop like its CLI): `python -m benchmarks.peers.oban_bench`.
 
-Needs Python >= 3.12, so it runs in its own environment (`python -m
-benchmarks.peers.setup`). Its tables go into SCHEMA as Oban's `prefix`. The
+Needs Python >= 3.12, so it runs in its own environment (made by
+`python -m benchmarks.setup_peers --oban`). Its tables go into SCHEMA as Oban's `prefix`. The
 worker is one `Oban` with `queues={"default": CONCURRENCY}` and a pool of
 concurrency + 2 connections; other settings are Oban's defaults (a fetch is
 debounced 5 ms after completions; outcomes are acknowledged in batches).
