@@ -161,7 +161,7 @@ def drain(peer: Peer, url: str, n: int, processes: int, concurrency: int = 10) -
     done = sum(r["completed"] for r in reports)
     if done != n:
         raise PeerError(f"{peer.name} drain completed {done} of {n}")
-    seconds = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    seconds = max(float(r["end"]) for r in reports) - min(float(r["start"]) for r in reports)
     return n / seconds
 
 
