@@ -61,6 +61,12 @@ class Peer:
             return f"not installed ({self.install_hint})"
         return None
 
+    def version(self) -> str:
+        """`NAME VERSION` of the peer's distribution, as its interpreter has it."""
+        ask = f"import importlib.metadata as m; print(m.version({self.imports[0]!r}))"
+        probe = subprocess.run([self.python, "-c", ask], capture_output=True, text=True)
+        return f"{self.imports[0]} {probe.stdout.strip()}" if probe.returncode == 0 else ""
+
 
 PROCRASTINATE = Peer(
     "procrastinate",

@@ -454,7 +454,7 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
             p50, p99 = latency(stores.fresh(kind), sizes.latency)
             add(LATENCY[0], f"jobcore-{kind}", "ms", p50)
             add(LATENCY[1], f"jobcore-{kind}", "ms", p99)
-        for queue in (pg_peers.PGQUEUER, pg_peers.RAW_NOTIFY):
+        for queue in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY):
             peer(LATENCY, "ms", queue, pg_peers.latency, fresh(), sizes.latency)
         for finished in sizes.finished:
             for kind in ("postgres", "sqlite"):
@@ -543,6 +543,25 @@ def report(results: Results, sizes: Sizes, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def environment(server: str, command: list[str], load: float) -> str:
+    """Where and how the run was made: the server, its commit setting, the load, the peers."""
+    with psycopg.connect(server) as conn:
+        version, sync = conn.execute(
+            "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
+        ).fetchone() or ("?", "?")
+    peers = [
+        peer.version() or f"{peer.name} not installed"
+        for peer in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY)
+    ]
+    return (
+        f"`python -m benchmarks.postgres {' '.join(command)}`, finished "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. PostgreSQL {version} "
+        f"(synchronous_commit {sync}), {os.cpu_count()} cores, 1-minute load average "
+        f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end. "
+        f"Peers: {', '.join(peers)}."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "drain-worker":
@@ -561,13 +580,20 @@ def main(argv: list[str] | None = None) -> None:
         sizes = Sizes(options.reps, *list(sizes.__dict__.values())[1:])
     results = Results()
     began = time.time()
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         stores = Stores(options.server, Path(tmp))
         try:
             run(sizes, stores, results)
         finally:
             stores.drop()
-    text = report(results, sizes, time.time() - began)
+    text = "\n\n".join(
+        [
+            "# jobcore on PostgreSQL: benchmark results",
+            environment(options.server, args, load),
+            report(results, sizes, time.time() - began),
+        ]
+    )
     out = (
         ROOT / "benchmarks" / "results" / ("postgres-quick.md" if options.quick else "postgres.md")
     )

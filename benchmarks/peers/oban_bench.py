@@ -18,9 +18,12 @@ from typing import Any
 from oban import Job, Oban, worker
 from oban.schema import install as install_schema
 
-from benchmarks.peers.common import main, wait_until_async
+from benchmarks.peers.common import latency_spacing, main, wait_until_async
 
 completed = 0
+stamps: list[float] = []  # ms from just before `Oban.enqueue` to the job's start
+stamped = asyncio.Event()  # set once `wanted` stamps are in
+wanted = 0
 
 
 @worker(queue="default")
@@ -28,6 +31,14 @@ class Noop:
     async def process(self, job: Job) -> None:
         global completed
         completed += 1
+
+
+@worker(queue="default")
+class Stamp:
+    async def process(self, job: Job) -> None:
+        stamps.append((time.time() - job.args["t0"]) * 1000)
+        if len(stamps) >= wanted:
+            stamped.set()
 
 
 def _noop_job() -> Job:
@@ -93,5 +104,38 @@ async def drain(dsn: str, schema: str, concurrency: str, start_at: str) -> dict[
     return {"start": start, "end": end, "completed": completed}
 
 
+async def latency_worker(dsn: str, schema: str, k: str) -> dict[str, Any]:
+    """An idle `Oban(queues={"default": 10})`, woken by its insert notification, until
+    `k` `Stamp` jobs started."""
+    global wanted
+    wanted = int(k)
+    pool = await Oban.create_pool(dsn, min_size=12, max_size=12)
+    async with Oban(pool=pool, prefix=schema, queues={"default": 10}):
+        await stamped.wait()
+    await pool.close()
+    return {"latency_ms": stamps}
+
+
+async def latency_producer(dsn: str, schema: str, k: str) -> dict[str, Any]:
+    pool = await Oban.create_pool(dsn, min_size=1, max_size=2)
+    stamp: Any = Stamp  # `@worker` adds `new`, which type checkers cannot see
+    async with Oban(pool=pool, prefix=schema) as oban:
+        for i in range(int(k)):
+            await asyncio.sleep(latency_spacing(i))
+            await oban.enqueue(stamp.new({"t0": time.time()}))
+    await pool.close()
+    return {}
+
+
 if __name__ == "__main__":
-    main({"install": install, "enqueue": enqueue, "fill": fill, "drain": drain}, use_uvloop=True)
+    main(
+        {
+            "install": install,
+            "enqueue": enqueue,
+            "fill": fill,
+            "drain": drain,
+            "latency-worker": latency_worker,
+            "latency-producer": latency_producer,
+        },
+        use_uvloop=True,
+    )

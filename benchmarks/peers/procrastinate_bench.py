@@ -9,14 +9,19 @@ default, `delete_jobs="never"`), like jobcore keeps them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import Any
 
 from procrastinate import App, PsycopgConnector
 
-from benchmarks.peers.common import main, wait_until_async
+from benchmarks.peers.common import latency_spacing, main, wait_until_async
 
 completed = 0
+stamps: list[float] = []  # ms from just before `defer_async` to the task's start
+stamped = asyncio.Event()  # set once `wanted` stamps are in
+wanted = 0
 
 
 def make_app(dsn: str, schema: str, pool_size: int = 4) -> App:
@@ -32,6 +37,12 @@ def make_app(dsn: str, schema: str, pool_size: int = 4) -> App:
     async def noop() -> None:
         global completed
         completed += 1
+
+    @app.task(name="stamp")
+    async def stamp(t0: float) -> None:
+        stamps.append((time.time() - t0) * 1000)
+        if len(stamps) >= wanted:
+            stamped.set()
 
     return app
 
@@ -76,5 +87,40 @@ async def drain(dsn: str, schema: str, concurrency: str, start_at: str) -> dict[
     return {"start": start, "end": end, "completed": completed}
 
 
+async def latency_worker(dsn: str, schema: str, k: str) -> dict[str, Any]:
+    """An idle worker with default settings (woken by NOTIFY), until `k` `stamp` jobs started."""
+    global wanted
+    wanted = int(k)
+    app = make_app(dsn, schema, pool_size=12)
+    async with app.open_async():
+        worker = asyncio.create_task(
+            app.run_worker_async(concurrency=10, install_signal_handlers=False)
+        )
+        await stamped.wait()
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+    return {"latency_ms": stamps}
+
+
+async def latency_producer(dsn: str, schema: str, k: str) -> dict[str, Any]:
+    app = make_app(dsn, schema, pool_size=1)
+    stamp = app.tasks["stamp"]
+    async with app.open_async():
+        for i in range(int(k)):
+            await asyncio.sleep(latency_spacing(i))
+            await stamp.defer_async(t0=time.time())
+    return {}
+
+
 if __name__ == "__main__":
-    main({"install": install, "enqueue": enqueue, "fill": fill, "drain": drain})
+    main(
+        {
+            "install": install,
+            "enqueue": enqueue,
+            "fill": fill,
+            "drain": drain,
+            "latency-worker": latency_worker,
+            "latency-producer": latency_producer,
+        }
+    )
