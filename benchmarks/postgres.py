@@ -298,6 +298,12 @@ def raw_enqueue(url: str, n: int, batch: int) -> float:
     return _rate(n, seconds)
 
 
+def _until_completed(queue: Any, n: int, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < n:
+        time.sleep(0.05)
+
+
 def latency(db: str, k: int) -> tuple[float, float]:
     from benchmarks import plugin
 
@@ -310,14 +316,16 @@ def latency(db: str, k: int) -> tuple[float, float]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(1.5)
+        # a first job that the worker runs once it is up (a loaded machine may take seconds
+        # to start it); it is not measured
+        queue.enqueue("stamp", {"t0": time.time()})
+        _until_completed(queue, 1)
+        time.sleep(0.5)  # idle again
         ids = []
         for i in range(k):
             time.sleep(0.01 + (i % 7) * 0.003)
             ids.append(queue.enqueue("stamp", {"t0": time.time()}).job.id)
-        deadline = time.time() + 60
-        while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < k:
-            time.sleep(0.05)
+        _until_completed(queue, k + 1)
         values = [queue.get(job_id).result["latency_ms"] for job_id in ids]
     finally:
         _stop(worker)
