@@ -13,6 +13,24 @@ from jobcore_postgres.statements import JOB_COLUMNS, SLIM_COLUMNS
 json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 """Compact JSON that refuses NaN and infinities (PostgreSQL's json type would)."""
 
+_decode = json.JSONDecoder().decode
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """`json.loads` for the json and jsonb columns the server sends (UTF-8 text).
+
+    Most of a job's JSON columns are empty (`errors`, `history`, `meta`, a noop's
+    payload): those skip the parser, and the rest skip `json.loads`' encoding
+    detection. Every call answers a fresh object.
+    """
+    if isinstance(data, str):
+        return _decode(data)
+    if data == b"[]":
+        return []
+    if data == b"{}":
+        return {}
+    return _decode(bytes(data).decode())
+
 
 def row_to_job(row: Sequence[Any]) -> Job:
     values = dict(zip(JOB_COLUMNS, row, strict=False))
