@@ -48,7 +48,14 @@ from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
 from jobcore_postgres.reads import PostgresReads
-from jobcore_postgres.rows import clean_text, json_loads, json_strict, row_to_job, slim_to_job
+from jobcore_postgres.rows import (
+    clean_text,
+    json_loads,
+    json_strict,
+    result_json,
+    row_to_job,
+    slim_to_job,
+)
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
@@ -669,7 +676,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 lease_ids=[o.lease.lease_id for o in group],
                 errors=[clean_text(getattr(o, "error", None)) for o in group],
                 results=[
-                    json_strict(o.result) if isinstance(o, Completed) else None for o in group
+                    result_json(o.result) if isinstance(o, Completed) else None for o in group
                 ],
                 delays=[
                     clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
@@ -689,15 +696,20 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         """{index in outcomes: the row its statement updated}."""
         done: dict[int, Job] = {}
         for item in sent:
+            waiting: dict[str, list[int]] = {}  # job id -> its reports not yet answered, in order
+            for i in item.indexes:
+                if i not in done:  # answered by an earlier transition's statement
+                    waiting.setdefault(outcomes[i].lease.job_id, []).append(i)
             for row in item.cursor.fetchall():
-                for i in item.indexes:
-                    if i not in done and outcomes[i].lease.job_id == row[0]:
-                        done[i] = (
-                            row_to_job(row)
-                            if item.transition is None
-                            else slim_to_job(row, outcomes[i], item.transition)
-                        )
-                        break
+                reports = waiting.get(row[0])
+                if not reports:
+                    continue
+                i = reports.pop(0)
+                done[i] = (
+                    row_to_job(row)
+                    if item.transition is None
+                    else slim_to_job(row, outcomes[i], item.transition)
+                )
         return done
 
     @staticmethod
@@ -707,7 +719,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         for outcome in outcomes:
             if isinstance(outcome, Completed):
                 try:
-                    json_strict(outcome.result)
+                    result_json(outcome.result)
                 except (TypeError, ValueError) as exc:
                     outcome = Failed(outcome.lease, f"could not record outcome: {exc}")
             checked.append(outcome)

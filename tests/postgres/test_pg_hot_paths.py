@@ -172,3 +172,32 @@ def test_pooled_connections_decode_json_with_json_loads(queue: Queue) -> None:
             oid = conn.adapters.types[name].oid
             loader = conn.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
             assert loader is not None and loader._loads is json_loads  # type: ignore[attr-defined]
+
+
+def test_a_batch_answers_each_report_with_its_own_row(queue: Queue) -> None:
+    """Answers are matched to reports by job id, also when a job is reported twice."""
+    storage: Any = queue.storage
+    queue.enqueue_many("noop", [{}] * 6)
+    _, claimed = storage.commit_batch([], worker="w", claim_limit=6, lease_ms=60_000)
+    outcomes = [Completed(Lease.of(job), {"n": n}) for n, job in enumerate(reversed(claimed))]
+    outcomes.append(outcomes[2])  # the same report again, in the same batch
+    recorded, _ = storage.commit_batch(outcomes, worker="w", claim_limit=0, lease_ms=60_000)
+    assert [answer.job.id for answer in recorded if answer.job] == [
+        o.lease.job_id for o in outcomes
+    ]
+    assert [answer.state for answer in recorded] == ["recorded"] * 6 + ["already"]
+    assert [answer.job.result for answer in recorded[:6]] == [{"n": n} for n in range(6)]
+    assert all(queue.get(o.lease.job_id).result == o.result for o in outcomes)
+
+
+def test_none_results_are_stored_as_json_null(queue: Queue) -> None:
+    storage: Any = queue.storage
+    queue.enqueue("noop", {})
+    _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
+    [answer] = storage.record([Completed(Lease.of(job), None)])
+    assert answer.state == "recorded" and answer.job.result is None
+    with storage._connection() as conn:
+        [(text,)] = conn.execute(
+            f"SELECT result::text FROM {storage.schema}.jobs WHERE id = %s", (job.id,)
+        ).fetchall()
+    assert text == "null"
