@@ -290,10 +290,13 @@ class Worker:
                 try:
                     free = self._free_slots(stopping)
                     # Another connection committed: maybe new work, maybe a cancel request.
+                    # A store that pushes changes may tell work apart from claims and
+                    # outcomes (this loop's own commits among them): `wait_for_work`.
                     changed, self._external_change = self._external_change, False
-                    changed = changed or (
-                        (free > 0 or len(self.inflight) > 0) and storage.wait_for_change(0)
-                    )
+                    look = storage.wait_for_change
+                    if getattr(storage, "pushes_changes", False):
+                        look = getattr(storage, "wait_for_work", look)
+                    changed = changed or ((free > 0 or len(self.inflight) > 0) and look(0))
                     if changed and len(self.inflight):
                         for job_id in storage.cancel_requested(self.worker_id):
                             asked = self.inflight.get(job_id)

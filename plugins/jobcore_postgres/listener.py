@@ -6,7 +6,9 @@ into one). The listener thread counts them; `Listener.wait` blocks until the
 count moves past what the caller saw. A notification that may bring work (not
 `NO_WORK`: its events did more than claim or end jobs) also wakes the process's
 `jobcore.wakeup` subscribers of the store (workers, the hub), so they need not
-poll, and no worker claims again because another one claimed or finished a job. While the listening connection is down (server restart) waiters
+poll, and no worker claims again because another one claimed or finished a job;
+such notifications are also counted apart (`work_count`), so a worker does not
+take its own commits' notifications for a change worth a full poll. While the listening connection is down (server restart) waiters
 are told "maybe changed" at a short interval, so a worker falls back to polling
 until the listener reconnects.
 """
@@ -36,7 +38,8 @@ class Listener:
         self.channel = channel
         self.where = where
         self.wake_key = wake_key
-        self.count = 0
+        self.count = 0  # every notification
+        self.work_count = 0  # the ones that may bring work or a cancel request: not NO_WORK
         self.connected = False
         self.users = 0
         self._cond = threading.Condition()
@@ -57,6 +60,8 @@ class Listener:
     def _bump(self, *, wake: bool = True) -> None:
         with self._cond:
             self.count += 1
+            if wake:
+                self.work_count += 1
             self._cond.notify_all()
         if wake:
             wakeup.notify(self.wake_key)
@@ -84,21 +89,29 @@ class Listener:
                 delay = min(delay * 2, 2.0)
         self.connected = False
 
-    def wait(self, seen: int, timeout: float) -> tuple[int, bool]:
-        """Block until the count differs from `seen` or `timeout` passes: (count, maybe changed)."""
+    def wait(self, seen: int, timeout: float, *, work: bool = False) -> tuple[int, bool]:
+        """Block until the count differs from `seen` or `timeout` passes: (count, maybe changed).
+
+        With `work`, the count is `work_count`: notifications of claims and outcomes alone
+        (`NO_WORK`) do not end the wait.
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self.count == seen:
+            while self._count(work) == seen:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 if not self.connected:
                     self._cond.wait(min(remaining, DOWN_POLL))
                     if not self.connected:
-                        return self.count, True  # maybe changed: let the caller look
+                        return self._count(work), True  # maybe changed: let the caller look
                     continue
                 self._cond.wait(remaining)
-            return self.count, self.count != seen
+            count = self._count(work)
+            return count, count != seen
+
+    def _count(self, work: bool) -> int:
+        return self.work_count if work else self.count
 
 
 _listeners: dict[tuple[str, str], Listener] = {}

@@ -807,21 +807,36 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         committed event is polled every `poll_step`; while the listener is down
         the answer is "maybe" every few hundred ms, so the caller looks itself.
         """
+        return self._wait_for(timeout, work=False)
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Like `wait_for_change`, but claims and outcomes alone (`NO_WORK` notifications,
+        such as those of this thread's own commits) are no change: True once work may have
+        been added or made due, or a cancel requested, since this thread last looked.
+
+        Optional (the worker uses it while `pushes_changes`); counted apart from
+        `wait_for_change`, so the hub's waiter still hears every commit.
+        """
+        return self._wait_for(timeout, work=True)
+
+    def _wait_for(self, timeout: float, *, work: bool) -> bool:
         timeout = max(0.0, timeout)
         if self.poll_only:
             return self._poll_for_change(timeout)
         listener = self._listener or self._start_listening()
-        seen_count: int | None = getattr(self._local, "seen_count", None)
-        if seen_count is None:  # first wait on this thread: listening starts now
-            seen_count = self._local.seen_count = listener.count
+        local = self._local
+        if getattr(local, "seen_count", None) is None:  # first wait on this thread
+            local.seen_count, local.seen_work = listener.count, listener.work_count
             current = self._seq_now()  # what committed between first use and listening
-            seen_seq: int = self._local.seen_seq
-            self._local.seen_seq = current
+            seen_seq: int = local.seen_seq
+            local.seen_seq = current
             if current != seen_seq:
                 return True
         # from here on the notifications alone tell: no query per wait
-        count, changed = listener.wait(seen_count, timeout)
-        self._local.seen_count = count
+        if work:
+            local.seen_work, changed = listener.wait(local.seen_work, timeout, work=True)
+        else:
+            local.seen_count, changed = listener.wait(local.seen_count, timeout)
         return changed
 
     def _seq_now(self) -> int:

@@ -152,3 +152,77 @@ def test_a_cancel_from_another_connection_reaches_a_busy_worker_with_no_deadline
     finally:
         worker.stop()
         thread.join(10)
+
+
+def count_calls(storage: PostgresStorage, *names: str) -> dict[str, int]:
+    """Count calls of these storage methods from here on (the counts dict updates live)."""
+    counts = dict.fromkeys(names, 0)
+    for name in names:
+        method = getattr(storage, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(storage, name, counted)
+    return counts
+
+
+def completed(queue: Queue) -> int:
+    return queue.stats().counts.get("completed", 0)
+
+
+def test_a_draining_worker_does_not_look_for_work_after_its_own_commits(
+    queue: Queue, pg_storage_factory: Factory
+) -> None:
+    # Each group commit (claims, outcomes) notifies as 'no-work'. Counted as a change, it
+    # made the next loop a full poll: promote, next_due(), now(), cancel_requested() per commit.
+    worker, thread = start_idle_worker(queue, concurrency=4, prefetch=0)
+    counts = count_calls(queue.storage, "next_due", "cancel_requested", "commit_batch")
+    try:
+        jobs = [queue.build("noop", {}) for _ in range(200)]
+        pg_storage_factory().insert(jobs)  # one notification that brings work
+        wait_for(lambda: completed(queue) == len(jobs), timeout=60)
+        assert counts["commit_batch"] >= len(jobs) // 4  # it drained in many commits
+        # the insert's notification (and maybe the listener's start): a few full polls,
+        # not one per commit
+        assert counts["next_due"] <= 5
+        assert counts["cancel_requested"] <= 5
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_work_made_by_a_workers_own_commits_is_still_claimed(
+    queue: Queue, pg_storage_factory: Factory
+) -> None:
+    # children enqueued and retries scheduled by its own outcomes notify as work
+    worker, thread = start_idle_worker(queue)
+    try:
+        parent = queue.build("parent", {"children": 3})
+        retried = queue.build("fail", {"how": "retry_after", "seconds": 0.2})
+        pg_storage_factory().insert([parent])
+        wait_for(lambda: completed(queue) == 4, timeout=30)
+        pg_storage_factory().insert([retried])
+        wait_for(lambda: queue.get(retried.id).attempts >= 2, timeout=30)
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_wait_for_work_skips_claims_and_outcomes_that_wait_for_change_sees(
+    queue: Queue, pg_storage_factory: Factory
+) -> None:
+    storage, other = queue.storage, pg_storage_factory()
+    other.insert([queue.build("noop", {}), queue.build("noop", {})])
+    while storage.wait_for_change(0.3) or storage.wait_for_work(0.3):
+        pass  # the first waits, the insert: seen
+    assert storage.pushes_changes
+    first, second = other.claim(worker="elsewhere", limit=2, lease_ms=60_000)
+    other.record([Completed(Lease.of(first), None)])
+    assert storage.wait_for_change(10)  # the hub's waiter hears every commit
+    assert not storage.wait_for_work(0.5)  # nothing to claim, nothing to cancel
+    other.cancel([second.id])  # a cancel request of a claimed job appends no event
+    assert storage.wait_for_work(10)
+    other.insert([queue.build("noop", {})])
+    assert storage.wait_for_work(10)
