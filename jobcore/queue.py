@@ -315,6 +315,8 @@ class Queue:
 
     def _after_insert(self, inserted: Sequence[Inserted]) -> None:
         wakeup.notify(self.wake_key)
+        if not self.pm.hook.jobcore_job_enqueued.get_hookimpls():
+            return  # nobody listens: no call per job
         for item in inserted:
             if item.created:
                 notify(self.pm, "jobcore_job_enqueued", job=item.job)

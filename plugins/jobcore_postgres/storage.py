@@ -27,7 +27,6 @@ from jobcore.models import (
     Completed,
     Failed,
     Job,
-    JobStatus,
     Lease,
     NewJob,
     Outcome,
@@ -49,6 +48,7 @@ from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
 from jobcore_postgres.reads import PostgresReads
 from jobcore_postgres.rows import (
+    _STATUS,
     clean_text,
     json_loads,
     json_strict,
@@ -413,11 +413,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 "%(delays)s::bigint, %(timeouts)s::bigint, %(keys)s::text, %(parents)s::text, "
                 f"%(metas)s::text)) AS v({names})"
             )
-        else:  # text arrays go in binary: no per-element quoting on the client
+        else:  # arrays go in binary: no per-element text formatting and quoting on the client
             rows = (
                 "unnest(%(ids)b::text[], %(types)b::text[], %(queues)b::text[], "
-                "%(payloads)b::text[], %(priorities)s::int[], %(max_attempts)s::int[], "
-                "%(run_ats)s::bigint[], %(delays)s::bigint[], %(timeouts)s::bigint[], "
+                "%(payloads)b::text[], %(priorities)b::int[], %(max_attempts)b::int[], "
+                "%(run_ats)b::bigint[], %(delays)b::bigint[], %(timeouts)b::bigint[], "
                 f"%(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) AS v({names})"
             )
         conflict = (
@@ -478,7 +478,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             made = created.get(job.id)
             if made is not None:
                 status, now, run_at = made
-                row = new_row(job, now, run_at=run_at, status=JobStatus(status))
+                row = new_row(job, now, run_at=run_at, status=_STATUS[status])
                 results.append(Inserted(row, created=True))
                 continue
             existing = conn.execute(
