@@ -173,6 +173,18 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             EXECUTE FUNCTION {s}.notify_cancel_request();
         """,
     ),
+    (
+        "jobs_claim only for unfiltered claims",
+        """
+        -- A claim filtered by queue or type must walk its own index: with statistics taken
+        -- while the table was small the planner found jobs_claim as cheap and walked every
+        -- queue's pending rows. Only the unfiltered claim states `attempts >= 0` (always
+        -- true, by the table's CHECK), so only it can use this index.
+        DROP INDEX {s}.jobs_claim;
+        CREATE INDEX jobs_claim ON {s}.jobs (priority DESC, run_at, id)
+            WHERE status = 'pending' AND attempts >= 0;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
