@@ -195,7 +195,7 @@ def _retrying(call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     for _ in range(30):
         try:
             return call(*args, **kwargs)
-        except TransientStorageError as exc:
+        except (TransientStorageError, psycopg.OperationalError) as exc:
             print(f"retrying after: {exc}", file=sys.stderr)
             time.sleep(1)
     return call(*args, **kwargs)
@@ -227,8 +227,8 @@ def churn(db: str, n: int, prune: bool) -> dict[str, float]:
                 break
             if prune and done // prune_every > pruned:
                 pruned = done // prune_every
-                _retrying(storage.prune, before=storage.now() + 1)
-                vacuum(storage)
+                _retrying(lambda: storage.prune(before=storage.now() + 1))
+                _retrying(vacuum, storage)
     seconds = time.perf_counter() - began
     storage.close()
     return {"seconds": seconds, "jobs": done}
@@ -272,7 +272,7 @@ def run(scale: Scale, stores: Any, results: Any) -> None:
     print(f"scale: churn of {scale.churn:,} jobs, with and without pruning", file=sys.stderr)
     variants = {PRUNED: stores.fresh("postgres"), KEPT: stores.fresh("postgres")}
     for label, db in variants.items():
-        storage = _storage(db)
+        storage = _retrying(_storage, db)
         _measure(results, scale, storage, f"start ({label})")
         storage.close()
     from benchmarks.postgres import ROOT, _env
@@ -297,23 +297,29 @@ def run(scale: Scale, stores: Any, results: Any) -> None:
             "jobs/s",
             report["jobs"] / report["seconds"],
         )
-    storage = _storage(variants[PRUNED])
+    storage = _retrying(_storage, variants[PRUNED])
     _measure(results, scale, storage, f"after churn ({PRUNED})")
     storage.close()
-    storage = _storage(variants[KEPT], event_retention_ms=0)
+    storage = _retrying(_storage, variants[KEPT], event_retention_ms=0)
     _measure(results, scale, storage, f"after churn ({KEPT})")
-    add(f"prune all, then sweep events ({KEPT})", "jobcore-postgres", "s", _prune_all(storage))
+    add(
+        f"prune all, then sweep events ({KEPT})",
+        "jobcore-postgres",
+        "s",
+        _retrying(_prune_all, storage),
+    )
     _measure(results, scale, storage, f"after churn ({KEPT}), pruned, not vacuumed")
-    add(f"VACUUM jobs, events ({KEPT})", "jobcore-postgres", "s", vacuum(storage))
+    add(f"VACUUM jobs, events ({KEPT})", "jobcore-postgres", "s", _retrying(vacuum, storage))
     _measure(results, scale, storage, f"after churn ({KEPT}), pruned, then VACUUM")
     storage.close()
 
 
 def _measure(results: Any, scale: Scale, storage: Any, when: str) -> None:
-    for name, unit, value in sizes(storage):
+    for name, unit, value in _retrying(sizes, storage):
         results.add(f"{name}, {when}", "jobcore-postgres", unit, value)
-    results.add(f"claim, {when}", "jobcore-postgres", "ms/claim", claim_ms(storage, scale.claims))
-    touched = claim_buffers(storage)
+    ms = _retrying(claim_ms, storage, scale.claims)
+    results.add(f"claim, {when}", "jobcore-postgres", "ms/claim", ms)
+    touched = _retrying(claim_buffers, storage)
     results.add(f"claim, {when}, buffers touched", "jobcore-postgres", "buffers/claim", touched)
 
 
