@@ -260,7 +260,9 @@ def run(scale: Scale, stores: Any, results: Any) -> None:
     print("scale: flat claim", file=sys.stderr)
     for finished in scale.finished:
         name = f"claim, {finished:,} finished + {scale.not_due:,} not due"
-        ms, touched = flat_claim(stores.fresh("postgres"), finished, scale.not_due, scale.claims)
+        ms, touched = _retrying(  # after a server restart, again on a fresh store
+            lambda n=finished: flat_claim(stores.fresh("postgres"), n, scale.not_due, scale.claims)
+        )
         add(name, "jobcore-postgres", "ms/claim", ms)
         add(f"{name}, buffers touched", "jobcore-postgres", "buffers/claim", touched)
         storage = _storage(stores.fresh("sqlite"))
