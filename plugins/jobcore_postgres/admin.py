@@ -3,6 +3,7 @@ sweep and store-level locks, events added by hand, whole-row imports (`jobcore c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -21,7 +22,8 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 SWEEP_LIMIT = 1000  # expired leases handled per sweep transition and call
 PRUNE_BATCH = 5000  # finished jobs deleted per transaction
-EVENT_PRUNE_BATCH = 10_000
+EVENT_PRUNE_BATCH = 10_000  # old events deleted per transaction
+EVENT_PRUNE_BUDGET_S = 2.0  # a sweep catching up on old events stops after this long
 
 
 class PostgresAdmin:
@@ -96,15 +98,24 @@ class PostgresAdmin:
                 )
                 for row in conn.execute(sql, self._params()).fetchall():
                     swept.append(Swept(row_to_job(row), action))
-            events = self._d.table("events")
-            # oldest first along events_at, which stops at the cutoff: by seq, a batch that
-            # found fewer old events than its limit would read every newer event too
-            conn.execute(
-                f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
-                f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY at LIMIT {EVENT_PRUNE_BATCH})",
-                self._params(keep=self.event_retention_ms),
-            )
+            more = self._prune_events(conn)
+        deadline = time.monotonic() + EVENT_PRUNE_BUDGET_S
+        while more and time.monotonic() < deadline:  # catching up: one short transaction each
+            with self._connection() as conn:
+                more = self._prune_events(conn)
         return swept
+
+    def _prune_events(self, conn: Conn) -> bool:
+        """Delete one batch of events older than the retention; True if more may remain."""
+        events = self._d.table("events")
+        # oldest first along events_at, which stops at the cutoff: by seq, a batch that
+        # found fewer old events than its limit would read every newer event too
+        deleted = conn.execute(
+            f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
+            f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY at LIMIT {EVENT_PRUNE_BATCH})",
+            self._params(keep=self.event_retention_ms),
+        ).rowcount
+        return deleted >= EVENT_PRUNE_BATCH
 
     def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
         sql = self._statement(

@@ -306,6 +306,23 @@ def test_prune_deletes_in_bounded_batches(
     assert storage.count_by_status() == {"pending": 1}
 
 
+def test_the_sweep_catches_up_on_old_events_in_bounded_batches(
+    pg_storage_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy queue writes events faster than one batch per sweep: the sweep keeps deleting."""
+    monkeypatch.setattr(admin_module, "EVENT_PRUNE_BATCH", 3)
+    storage = pg_storage_factory(event_retention_ms=60_000)
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {storage.schema}.events (at, kind) SELECT "
+            f"{storage.schema}.now_ms() - CASE WHEN g <= 10 THEN 120000 ELSE 0 END, 'x' "
+            "FROM generate_series(1, 15) g"
+        )
+        storage.sweep(force=True)
+        row = conn.execute(f"SELECT count(*) FROM {storage.schema}.events").fetchone()
+    assert row is not None and row[0] == 5  # the 10 old ones gone, in 4 batches; newer kept
+
+
 def test_the_store_clock_is_the_servers(pg_storage_factory: Factory) -> None:
     storage = pg_storage_factory()
     with psycopg.connect(storage.target.conninfo) as conn:
