@@ -4,6 +4,13 @@ One reader (on the change waiter's thread) pulls new rows of the store's
 `events` table once per change, while anyone listens, into a ring of recent
 events; each stream serves from the ring, and reads the store itself only
 when it resumes from further back (`Last-Event-ID`).
+
+A cursor is the seq of the last event a stream got, and the store's delivery
+order need not be seq order (PostgreSQL delivers an event whose transaction
+committed late after events with greater seqs), so the ring finds a cursor by
+identity, never by comparing seqs. PostgreSQL also holds an event back while
+an older transaction runs; when that transaction wrote no events its end
+notifies nobody, so the waiter also calls `changed` every `REREAD` seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from jobcore_http.store import HubStore
 from jobcore_http.views import job_json
 
 log = logging.getLogger("jobcore.http.events")
+
+REREAD = 1.0  # seconds: how often the feed reads again with no change seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,19 +96,17 @@ class EventFeed:
             self.signal.fire()
 
     def recent(self, cursor: int) -> list[SseEvent] | None:
-        """Events after `cursor` from the ring; None when the ring does not reach back that far."""
+        """Events after `cursor` from the ring; None when the ring does not hold that event."""
         with self._lock:
-            if cursor >= self.latest:
+            if cursor == self.latest:
                 return []
-            if not self._ring or self._ring[0].seq > cursor + 1:
-                return None
             newer = []
             for event in reversed(self._ring):  # only the new ones are looked at
-                if event.seq <= cursor:
-                    break
+                if event.seq == cursor:
+                    newer.reverse()
+                    return newer
                 newer.append(event)
-            newer.reverse()
-            return newer
+            return None
 
     def load(self, cursor: int, limit: int) -> list[SseEvent]:
         """Events after `cursor` read from the store, each with its job's (or worker's) JSON."""

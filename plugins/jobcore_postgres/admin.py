@@ -13,6 +13,7 @@ from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job
 from jobcore.storage.base import Swept
 from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
+from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
 from jobcore_postgres.rows import json_strict, row_to_job
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
@@ -97,10 +98,8 @@ class PostgresAdmin:
                 )
                 for row in conn.execute(sql, self._params()).fetchall():
                     swept.append(Swept(row_to_job(row), action))
-            events = self._d.table("events")
             conn.execute(
-                f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
-                f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY seq LIMIT {EVENT_PRUNE_BATCH})",
+                self._statement("prune_events", prune_sql, self._d, EVENT_PRUNE_BATCH),
                 self._params(keep=self.event_retention_ms),
             )
         return swept
