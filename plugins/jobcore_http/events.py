@@ -47,6 +47,7 @@ class EventFeed:
         self.store = store
         self.supported = callable(getattr(storage, "events_after", None))
         self.latest = 0
+        self._base = 0  # the event the ring starts after
         self.signal = AsyncSignal()
         self._ring: deque[SseEvent] = deque(maxlen=ring)
         self._lock = threading.Lock()
@@ -60,7 +61,7 @@ class EventFeed:
         with self._lock:
             if self._listeners == 0 and self.supported:
                 self._ring.clear()
-                self.latest = newest
+                self.latest = self._base = newest
             self._listeners += 1
             return self.latest
 
@@ -87,6 +88,7 @@ class EventFeed:
             with self._lock:
                 if self.latest != cursor:  # a first listener reset the feed meanwhile
                     break
+                self._rebase(len(self._ring) + len(batch) - (self._ring.maxlen or 0), batch)
                 self._ring.extend(batch)
                 self.latest = batch[-1].seq
             pulled = True
@@ -95,11 +97,21 @@ class EventFeed:
         if pulled:
             self.signal.fire()
 
+    def _rebase(self, dropped: int, batch: list[SseEvent]) -> None:
+        """The ring is about to drop its `dropped` oldest (of itself, then `batch`)."""
+        if dropped > 0:
+            kept = len(self._ring)
+            self._base = (
+                self._ring[dropped - 1].seq if dropped <= kept else batch[dropped - kept - 1].seq
+            )
+
     def recent(self, cursor: int) -> list[SseEvent] | None:
         """Events after `cursor` from the ring; None when the ring does not hold that event."""
         with self._lock:
             if cursor == self.latest:
                 return []
+            if cursor == self._base:
+                return list(self._ring)
             newer = []
             for event in reversed(self._ring):  # only the new ones are looked at
                 if event.seq == cursor:
