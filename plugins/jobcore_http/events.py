@@ -112,7 +112,7 @@ class EventFeed:
                 return []
             if cursor == self._base:
                 return list(self._ring)
-            newer = []
+            newer: list[SseEvent] = []
             for event in reversed(self._ring):  # only the new ones are looked at
                 if event.seq == cursor:
                     newer.reverse()
