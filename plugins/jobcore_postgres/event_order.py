@@ -89,12 +89,13 @@ def newest_delivered_sql(d: Dialect) -> str:
 
 
 def prune_sql(d: Dialect, batch: int) -> str:
-    """Delete up to `batch` deliverable events older than `%(keep)s` ms, never the newest."""
+    """Delete up to `batch` deliverable events older than `%(keep)s` ms (walking `events_at`),
+    never the newest."""
     events = d.table("events")
     return (
         f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
         f"WHERE at < {d.now} - %(keep)s::bigint AND xid < {HORIZON} "
-        f"AND seq <> ({newest_delivered_sql(d)}) ORDER BY seq LIMIT {batch})"
+        f"AND seq <> ({newest_delivered_sql(d)}) ORDER BY at LIMIT {batch})"
     )
 
 
