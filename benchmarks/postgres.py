@@ -12,7 +12,15 @@ repetition, medians with min-max (the machine is noisy; nothing is asserted):
 - enqueue -> handler start latency (p50/p99) against an idle worker in another
   process, woken by LISTEN/NOTIFY (PostgreSQL) or `data_version` (SQLite);
 - claim cost: ms per claim of one job (inside one transaction, so no commit)
-  with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite.
+  with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite;
+- the peers, interleaved with those rows (`benchmarks/pg_peers.py`, one module
+  each in `benchmarks/peers/`, run as subprocesses): procrastinate, pgqueuer and
+  Oban for Python draining the same number of noop jobs (concurrency 10, 1 and 2
+  processes), enqueueing one job per call and with their batch APIs, and
+  enqueue -> start latency for pgqueuer and a raw LISTEN/NOTIFY floor. A peer
+  that is not installed or fails is reported with the reason.
+
+The report ends with issue 12's targets, computed from this run's medians.
 
 The server is `--server` (default postgres on 127.0.0.1:5432); each run uses a
 database of its own and drops it.
@@ -21,20 +29,25 @@ database of its own and drops it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from benchmarks import pg_peers
 from benchmarks.cases import _percentiles, _stop
+from benchmarks.pg_peers import Peer, PeerError
 from jobcore.ids import new_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,10 +60,11 @@ class Row:
     system: str
     unit: str
     values: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why a repetition has no value
 
     @property
     def median(self) -> float:
-        return statistics.median(self.values)
+        return statistics.median(self.values) if self.values else float("nan")
 
 
 class Results:
@@ -60,6 +74,11 @@ class Results:
     def add(self, name: str, system: str, unit: str, value: float) -> None:
         self.rows.setdefault((name, system), Row(name, system, unit)).values.append(value)
         print(f"  {name:<44} {system:<16} {value:>12,.1f} {unit}", file=sys.stderr, flush=True)
+
+    def note(self, name: str, system: str, unit: str, text: str) -> None:
+        """Record why (name, system) has no value in this repetition."""
+        self.rows.setdefault((name, system), Row(name, system, unit)).notes.append(text)
+        print(f"  {name:<44} {system:<16} {text}", file=sys.stderr, flush=True)
 
     def median(self, name: str, system: str) -> float:
         row = self.rows.get((name, system))
@@ -104,6 +123,35 @@ class Stores:
 
 def _rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("nan")
+
+
+@functools.cache
+def _unavailable(peer: Peer) -> str | None:
+    return peer.missing()
+
+
+def measure_peer(
+    results: Results,
+    names: tuple[str, ...],
+    unit: str,
+    peer: Peer,
+    fn: Callable[..., float | tuple[float, ...]],
+    *args: Any,
+) -> None:
+    """Add `fn(peer, *args)` as the peer's value(s) for `names`, or why there is none."""
+    reason = _unavailable(peer)
+    if reason is None:
+        try:
+            value = fn(peer, *args)
+        except PeerError as error:
+            reason = f"failed: {error}"
+        else:
+            values = value if isinstance(value, tuple) else (value,)
+            for name, each in zip(names, values, strict=True):
+                results.add(name, peer.name, unit, each)
+            return
+    for name in names:
+        results.note(name, peer.name, unit, reason)
 
 
 def _env() -> dict[str, str]:
@@ -352,59 +400,62 @@ FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, (1000, 100_000), 10_000)
 QUICK = Sizes(1, 3000, 1000, 300, 3000, 20, (1000, 10_000), 1000)
 
 
+DRAIN_1 = "drain, 1 process(es) x 10 threads"
+RAW_DRAIN_1 = "drain, raw 1 per txn"
+ENQUEUE_1 = "enqueue, 1 per call"
+ENQUEUE_BATCH = "enqueue, 1000 per call"
+LATENCY = ("enqueue -> start p50", "enqueue -> start p99")
+
+# The issue's figures (jobs/s, or ms for latency), measured on a quiet machine, for scale.
+REFERENCE: dict[tuple[str, str], float] = {
+    (DRAIN_1, "procrastinate"): 500,
+    (DRAIN_1, "oban-py"): 2322,
+    (DRAIN_1, "pgqueuer"): 6128,
+    (RAW_DRAIN_1, "raw-postgres"): 1539,
+    ("drain, raw 100 per txn", "raw-postgres"): 16470,
+    (ENQUEUE_1, "procrastinate"): 847,
+    (ENQUEUE_1, "oban-py"): 1408,
+    (ENQUEUE_1, "pgqueuer"): 2203,
+    (ENQUEUE_1, "raw-postgres"): 3352,
+    (ENQUEUE_BATCH, "pgqueuer"): 47670,
+    (ENQUEUE_BATCH, "raw-postgres"): 96574,
+    (LATENCY[0], "pgqueuer"): 3.8,
+    (LATENCY[1], "pgqueuer"): 6.3,
+    (LATENCY[0], "raw-notify"): 2.0,
+    (LATENCY[1], "raw-notify"): 2.6,
+}
+
+
 def run(sizes: Sizes, stores: Stores, results: Results) -> None:
     add = results.add
+    peer = functools.partial(measure_peer, results)
+    fresh = functools.partial(stores.fresh, "postgres")
     for rep in range(1, sizes.reps + 1):
         print(f"repetition {rep}/{sizes.reps}", file=sys.stderr)
         for procs in (1, 2):
             name = f"drain, {procs} process(es) x 10 threads"
-            add(
-                name,
-                "jobcore-postgres",
-                "jobs/s",
-                drain(stores.fresh("postgres"), sizes.drain, procs),
-            )
+            add(name, "jobcore-postgres", "jobs/s", drain(fresh(), sizes.drain, procs))
             add(name, "jobcore-sqlite", "jobs/s", drain(stores.fresh("sqlite"), sizes.drain, procs))
+            for queue in pg_peers.QUEUES:
+                peer((name,), "jobs/s", queue, pg_peers.drain, fresh(), sizes.drain, procs)
+        add(RAW_DRAIN_1, "raw-postgres", "jobs/s", raw_drain(fresh(), sizes.raw, 1))
         add(
-            "drain, raw 1 per txn",
-            "raw-postgres",
-            "jobs/s",
-            raw_drain(stores.fresh("postgres"), sizes.raw, 1),
+            "drain, raw 100 per txn", "raw-postgres", "jobs/s", raw_drain(fresh(), sizes.drain, 100)
         )
-        add(
-            "drain, raw 100 per txn",
-            "raw-postgres",
-            "jobs/s",
-            raw_drain(stores.fresh("postgres"), sizes.drain, 100),
-        )
-        add(
-            "enqueue, 1 per call",
-            "jobcore-postgres",
-            "jobs/s",
-            enqueue(stores.fresh("postgres"), sizes.enqueue, 1),
-        )
-        add(
-            "enqueue, 1 per call",
-            "raw-postgres",
-            "jobs/s",
-            raw_enqueue(stores.fresh("postgres"), sizes.enqueue, 1),
-        )
-        add(
-            "enqueue, 1000 per call",
-            "jobcore-postgres",
-            "jobs/s",
-            enqueue(stores.fresh("postgres"), sizes.batch, 1000),
-        )
-        add(
-            "enqueue, 1000 per call",
-            "raw-postgres",
-            "jobs/s",
-            raw_enqueue(stores.fresh("postgres"), sizes.batch, 1000),
-        )
+        add(ENQUEUE_1, "jobcore-postgres", "jobs/s", enqueue(fresh(), sizes.enqueue, 1))
+        add(ENQUEUE_1, "raw-postgres", "jobs/s", raw_enqueue(fresh(), sizes.enqueue, 1))
+        for queue in pg_peers.QUEUES:
+            peer((ENQUEUE_1,), "jobs/s", queue, pg_peers.enqueue, fresh(), sizes.enqueue, 1)
+        add(ENQUEUE_BATCH, "jobcore-postgres", "jobs/s", enqueue(fresh(), sizes.batch, 1000))
+        add(ENQUEUE_BATCH, "raw-postgres", "jobs/s", raw_enqueue(fresh(), sizes.batch, 1000))
+        for queue in pg_peers.QUEUES:
+            peer((ENQUEUE_BATCH,), "jobs/s", queue, pg_peers.enqueue, fresh(), sizes.batch, 1000)
         for kind in ("postgres", "sqlite"):
             p50, p99 = latency(stores.fresh(kind), sizes.latency)
-            add("enqueue -> start p50", f"jobcore-{kind}", "ms", p50)
-            add("enqueue -> start p99", f"jobcore-{kind}", "ms", p99)
+            add(LATENCY[0], f"jobcore-{kind}", "ms", p50)
+            add(LATENCY[1], f"jobcore-{kind}", "ms", p99)
+        for queue in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY):
+            peer(LATENCY, "ms", queue, pg_peers.latency, fresh(), sizes.latency)
         for finished in sizes.finished:
             for kind in ("postgres", "sqlite"):
                 name = f"claim, {finished:,} finished + {sizes.not_due:,} not due"
@@ -416,22 +467,99 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
                 )
 
 
+def _ratio(a: float, b: float) -> str:
+    return "" if math.isnan(a) or math.isnan(b) or b == 0 else f"{a / b:.2f}x"
+
+
+def targets(results: Results) -> list[tuple[str, float, str, bool]]:
+    """Issue 12's targets: (what, measured, shown as, met) from this run's medians."""
+    pg = functools.partial(results.median, system="jobcore-postgres")
+    rows = [
+        ("drain by 1 process: jobcore-postgres / pgqueuer >= 1.2", DRAIN_1, "pgqueuer", 1.2),
+        (
+            "drain by 1 process: jobcore-postgres / raw one-commit floor >= 4",
+            RAW_DRAIN_1,
+            "raw-postgres",
+            4.0,
+        ),
+        ("enqueue 1 per call: jobcore-postgres / raw >= 0.8", ENQUEUE_1, "raw-postgres", 0.8),
+        (
+            "batch enqueue (1000 per call): jobcore-postgres / raw unnest >= 0.5",
+            ENQUEUE_BATCH,
+            "raw-postgres",
+            0.5,
+        ),
+    ]
+    out: list[tuple[str, float, str, bool]] = []
+    for what, name, system, target in rows:
+        ours = pg(DRAIN_1) if name == RAW_DRAIN_1 else pg(name)
+        value = ours / results.median(name, system)
+        out.append((what, value, f"{value:.2f}x", value >= target))
+    for name, limit in ((LATENCY[0], 3.5), (LATENCY[1], 6.0)):
+        value = pg(name)
+        out.append(
+            (f"jobcore-postgres {name} <= {limit} ms", value, f"{value:.2f} ms", value <= limit)
+        )
+    return out
+
+
 def report(results: Results, sizes: Sizes, seconds: float) -> str:
     lines = [
-        f"{sizes.reps} repetition(s), {seconds:.0f}s. Medians (min-max).",
+        f"{sizes.reps} repetition(s), {seconds:.0f}s. Medians (min-max). "
+        '"jobcore-postgres / this": the jobcore-postgres median of the same measurement '
+        "over this row's (above 1: jobcore is faster). \"issue's figure\": issue 12's "
+        "reference measurement on a quiet machine, for scale only.",
         "",
-        "| measurement | system | median | min-max |",
-        "|---|---|---|---|",
+        "| measurement | system | median | min-max | jobcore-postgres / this | issue's figure |",
+        "|---|---|---|---|---|---|",
     ]
     for row in results.rows.values():
+        reference = REFERENCE.get((row.name, row.system))
+        shown = f"{reference:,g} {row.unit}" if reference else ""
+        if not row.values:
+            lines.append(
+                f"| {row.name} | {row.system} | {'; '.join(dict.fromkeys(row.notes))} | | | {shown} |"
+            )
+            continue
+        versus = ""
+        if row.unit == "jobs/s" and row.system != "jobcore-postgres":
+            versus = _ratio(results.median(row.name, "jobcore-postgres"), row.median)
+        spread = f"{min(row.values):,.1f}-{max(row.values):,.1f}"
+        if row.notes:
+            spread += f" ({len(row.notes)} failed: {row.notes[-1]})"
         lines.append(
-            f"| {row.name} | {row.system} | {row.median:,.1f} {row.unit} | "
-            f"{min(row.values):,.1f}-{max(row.values):,.1f} |"
+            f"| {row.name} | {row.system} | {row.median:,.1f} {row.unit} | {spread} | {versus} | {shown} |"
         )
-    pg1 = results.median("drain, 1 process(es) x 10 threads", "jobcore-postgres")
-    floor = results.median("drain, raw 1 per txn", "raw-postgres")
-    lines += ["", f"drain by one process vs the raw one-commit floor: {pg1 / floor:.2f}x"]
+    lines += [
+        "",
+        "Issue 12's targets, from the medians above:",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    for what, value, shown, met in targets(results):
+        verdict = "not measured" if math.isnan(value) else ("met" if met else "missed")
+        lines.append(f"| {what} | {'-' if math.isnan(value) else shown} | {verdict} |")
     return "\n".join(lines)
+
+
+def environment(server: str, command: list[str], load: float) -> str:
+    """Where and how the run was made: the server, its commit setting, the load, the peers."""
+    with psycopg.connect(server) as conn:
+        version, sync = conn.execute(
+            "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
+        ).fetchone() or ("?", "?")
+    peers = [
+        peer.version() or f"{peer.name} not installed"
+        for peer in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY)
+    ]
+    return (
+        f"`python -m benchmarks.postgres {' '.join(command)}`, finished "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. PostgreSQL {version} "
+        f"(synchronous_commit {sync}), {os.cpu_count()} cores, 1-minute load average "
+        f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end. "
+        f"Peers: {', '.join(peers)}."
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -452,13 +580,20 @@ def main(argv: list[str] | None = None) -> None:
         sizes = Sizes(options.reps, *list(sizes.__dict__.values())[1:])
     results = Results()
     began = time.time()
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         stores = Stores(options.server, Path(tmp))
         try:
             run(sizes, stores, results)
         finally:
             stores.drop()
-    text = report(results, sizes, time.time() - began)
+    text = "\n\n".join(
+        [
+            "# jobcore on PostgreSQL: benchmark results",
+            environment(options.server, args, load),
+            report(results, sizes, time.time() - began),
+        ]
+    )
     out = (
         ROOT / "benchmarks" / "results" / ("postgres-quick.md" if options.quick else "postgres.md")
     )
