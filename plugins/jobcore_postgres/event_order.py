@@ -6,7 +6,7 @@ takes seq 2 and commits first; a reader sees 2, hands out `id: 2`, and a
 stream resuming after 2 skips 1 for ever (DESIGN §11 promises no loss).
 
 The choice: a stable horizon on the reader's side. Each event stores its
-writer's transaction id (`xid xid8 DEFAULT pg_current_xact_id()`, migration 3)
+writer's transaction id (`xid xid8 DEFAULT pg_current_xact_id()`, migration 4)
 and readers deliver in `(xid, seq)` order, only events whose transaction is
 older than every transaction that may still commit events here (`HORIZON`).
 A transaction id is taken before its transaction's first write, so every
