@@ -28,15 +28,17 @@ it sorts after everything already delivered, and a cursor never skips.
   keeps its row until newer events pass it.
 - Cost: an event waits for the oldest write transaction still running in this
   database (an application's long outbox transaction delays events, loses
-  none); one `xid8` column and one index per event row; a reader counts the
-  other running transactions' databases only while there are some.
+  none); one `xid8` column and one index per event row (about 0.8 µs more per
+  appended event, server side); a reader looks up the other running
+  transactions' databases only while there are some.
 - The order is commit-safe, not numeric: a later event may have a smaller
   seq. Callers compare cursors by identity (the hub's ring does).
 
 Rejected. (b) numbering at commit under an advisory lock (a deferred trigger)
 holds the lock across the commit's WAL flush, so every committing writer of
-the store waits for the previous one's flush (group commit lost, measured in
-the pg-events report), and renumbering rewrites every event row. (c) a gap
+the store waits for the previous one's flush (group commit lost: the cost
+grows with commit latency and the number of writers), and renumbering rewrites
+every event row. (c) a gap
 time-out (Marten's high-water mark) skips for ever an event whose transaction
 outlives the time-out: a long outbox transaction loses its events.
 
