@@ -14,6 +14,7 @@ from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job
 from jobcore.storage.base import Swept
 from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
+from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
 from jobcore_postgres.rows import json_strict, row_to_job
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
@@ -107,12 +108,11 @@ class PostgresAdmin:
 
     def _prune_events(self, conn: Conn) -> bool:
         """Delete one batch of events older than the retention; True if more may remain."""
-        events = self._d.table("events")
-        # oldest first along events_at, which stops at the cutoff: by seq, a batch that
-        # found fewer old events than its limit would read every newer event too
+        # oldest first along events_at, which stops at the cutoff (by seq, a batch that found
+        # fewer old events than its limit would read every newer event too); only events
+        # already deliverable, never the newest (see event_order)
         deleted = conn.execute(
-            f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
-            f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY at LIMIT {EVENT_PRUNE_BATCH})",
+            self._statement("prune_events", prune_sql, self._d, EVENT_PRUNE_BATCH),
             self._params(keep=self.event_retention_ms),
         ).rowcount
         return deleted >= EVENT_PRUNE_BATCH

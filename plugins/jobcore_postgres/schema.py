@@ -185,6 +185,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE status = 'pending' AND attempts >= 0;
         """,
     ),
+    (
+        "events in commit-safe order",
+        """
+        -- the writer's transaction: readers deliver in (xid, seq) order, only events of
+        -- transactions older than any still running (jobcore_postgres/event_order.py);
+        -- events already stored are older than every later one
+        ALTER TABLE {s}.events ADD COLUMN xid xid8 NOT NULL DEFAULT '1';
+        ALTER TABLE {s}.events ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
+        CREATE INDEX events_delivery ON {s}.events (xid, seq);
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
