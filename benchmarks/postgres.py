@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -545,10 +546,13 @@ def report(results: Results, sizes: Sizes, seconds: float) -> str:
 
 def environment(server: str, command: list[str], load: float) -> str:
     """Where and how the run was made: the server, its commit setting, the load, the peers."""
-    with psycopg.connect(server) as conn:
-        version, sync = conn.execute(
-            "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
-        ).fetchone() or ("?", "?")
+    try:
+        with psycopg.connect(server) as conn:
+            version, sync = conn.execute(
+                "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
+            ).fetchone() or ("?", "?")
+    except psycopg.OperationalError as error:
+        version, sync = f"(not reachable at the end: {error})", "?"
     peers = [
         peer.version() or f"{peer.name} not installed"
         for peer in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY)
@@ -581,24 +585,32 @@ def main(argv: list[str] | None = None) -> None:
     results = Results()
     began = time.time()
     load = os.getloadavg()[0]
+    failure = ""
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         stores = Stores(options.server, Path(tmp))
         try:
-            run(sizes, stores, results)
+            try:
+                run(sizes, stores, results)
+            except Exception as error:  # the report keeps what was measured before it
+                traceback.print_exc()
+                failure = f"{type(error).__name__}: {error}".strip()
+            parts = [
+                "# jobcore on PostgreSQL: benchmark results",
+                environment(options.server, args, load),
+                report(results, sizes, time.time() - began),
+            ]
+            if failure:
+                parts.append(
+                    f"**The run stopped early**, the rows above are what it had: {failure}"
+                )
+            text = "\n\n".join(parts)
+            name = "postgres-quick.md" if options.quick else "postgres.md"
+            (ROOT / "benchmarks" / "results" / name).write_text(text + "\n")
+            print(text)
         finally:
             stores.drop()
-    text = "\n\n".join(
-        [
-            "# jobcore on PostgreSQL: benchmark results",
-            environment(options.server, args, load),
-            report(results, sizes, time.time() - began),
-        ]
-    )
-    out = (
-        ROOT / "benchmarks" / "results" / ("postgres-quick.md" if options.quick else "postgres.md")
-    )
-    out.write_text(text + "\n")
-    print(text)
+    if failure:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
