@@ -43,12 +43,30 @@ class Server:
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self.started = self._start_time()
+        self.started = ""
+        self.wait_up()
+
+    @classmethod
+    def when_up(cls, dsn: str) -> Server:
+        """Once the server at `dsn` answers (waiting while it restarts)."""
+        return cls(dsn)
 
     def _start_time(self) -> str:
         with psycopg.connect(self.dsn, connect_timeout=5) as conn:
             row = conn.execute("SELECT pg_postmaster_start_time()::text").fetchone()
         return str(row[0]) if row else ""
+
+    def wait_up(self, timeout: float = 300.0) -> None:
+        """Return once the server answers again (it is restarting), or raise its error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.started = self._start_time()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def restarted(self) -> str | None:
         """Why the measurement is void, or None."""

@@ -118,6 +118,7 @@ class Stores:
         return str(path)
 
     def drop(self) -> None:
+        pg_peers.Server.when_up(self.server)  # it may be restarting (other sessions' tests)
         with psycopg.connect(self.server, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
 
@@ -148,7 +149,9 @@ def measure_peer(
                 value = fn(peer, fresh(), *args)
             except ServerRestarted as error:  # not the peer's doing: once more, on a new schema
                 print(f"  {error}; measuring again", file=sys.stderr, flush=True)
-                value = fn(peer, fresh(), *args)
+                url = fresh()
+                pg_peers.Server.when_up(url.split("?")[0])
+                value = fn(peer, url, *args)
         except PeerError as error:
             reason = f"failed: {error}"
         else:
@@ -451,6 +454,7 @@ def measure_ours(
         if not (reason := server.restarted()):
             raise
         print(f"  {names[0]} {system}: {reason} ({error}); again", file=sys.stderr, flush=True)
+        server.wait_up()
         value = fn(stores.fresh(kind), *args)
     values = value if isinstance(value, tuple) else (value,)
     for name, each in zip(names, values, strict=True):
@@ -584,6 +588,7 @@ def report(results: Results, sizes: Sizes, seconds: float) -> str:
 def environment(server: str, command: list[str], load: float) -> str:
     """Where and how the run was made: the server, its commit setting, the load, the peers."""
     try:
+        pg_peers.Server.when_up(server)
         with psycopg.connect(server) as conn:
             version, sync = conn.execute(
                 "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
