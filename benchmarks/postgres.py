@@ -11,6 +11,7 @@ repetition, medians with min-max (the machine is noisy; nothing is asserted):
   transaction and one `unnest` INSERT per 1000;
 - enqueue -> handler start latency (p50/p99) against an idle worker in another
   process, woken by LISTEN/NOTIFY (PostgreSQL) or `data_version` (SQLite);
+  `--only latency` runs these rows alone, with what an idle worker costs;
 - claim cost: ms per claim of one job (inside one transaction, so no commit)
   with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite;
 - the peers, interleaved with those rows (`benchmarks/pg_peers.py`, one module
@@ -306,6 +307,12 @@ def raw_enqueue(url: str, n: int, batch: int) -> float:
     return _rate(n, seconds)
 
 
+def _until_completed(queue: Any, n: int, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < n:
+        time.sleep(0.05)
+
+
 def latency(db: str, k: int) -> tuple[float, float]:
     from benchmarks import plugin
 
@@ -318,14 +325,16 @@ def latency(db: str, k: int) -> tuple[float, float]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(1.5)
+        # a first job that the worker runs once it is up (a loaded machine may take seconds
+        # to start it); it is not measured
+        queue.enqueue("stamp", {"t0": time.time()})
+        _until_completed(queue, 1)
+        time.sleep(0.5)  # idle again
         ids = []
         for i in range(k):
             time.sleep(0.01 + (i % 7) * 0.003)
             ids.append(queue.enqueue("stamp", {"t0": time.time()}).job.id)
-        deadline = time.time() + 60
-        while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < k:
-            time.sleep(0.05)
+        _until_completed(queue, k + 1)
         values = [queue.get(job_id).result["latency_ms"] for job_id in ids]
     finally:
         _stop(worker)
@@ -509,6 +518,55 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
                 )
 
 
+def idle_cost(db: str, seconds: float) -> tuple[float, float]:
+    """(CPU % of a core, transactions/s in the database) of an idle worker over `seconds`."""
+    from benchmarks.cases import _cpu_seconds
+
+    queue = _queue(db)
+    queue.storage.migrate()
+    queue.close()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.postgres", "idle-worker", db],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = db.split("?")[0]
+    xacts = (
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+        "WHERE datname = current_database()"
+    )
+    try:
+        time.sleep(2.0)  # imported, started, idle
+        with psycopg.connect(url, autocommit=True) as conn:
+            before_tx, before_cpu = conn.execute(xacts).fetchone(), _cpu_seconds(worker.pid)
+            time.sleep(seconds)
+            after_tx, after_cpu = conn.execute(xacts).fetchone(), _cpu_seconds(worker.pid)
+    finally:
+        _stop(worker)
+    assert before_tx is not None and after_tx is not None
+    # other databases are not counted; this connection's own two reads are
+    return (after_cpu - before_cpu) / seconds * 100, (after_tx[0] - before_tx[0] - 2) / seconds
+
+
+def run_latency(sizes: Sizes, stores: Stores, results: Results) -> None:
+    """`--only latency`: the latency rows alone (jobcore on PostgreSQL and SQLite and the
+    raw LISTEN/NOTIFY floor, interleaved), and what an idle PostgreSQL worker costs."""
+    for rep in range(1, sizes.reps + 1):
+        print(f"repetition {rep}/{sizes.reps}", file=sys.stderr)
+        for kind in ("postgres", "sqlite"):
+            measure_ours(
+                results, stores, LATENCY, f"jobcore-{kind}", "ms", latency, kind, sizes.latency
+            )
+        fresh = functools.partial(stores.fresh, "postgres")
+        measure_peer(
+            results, fresh, LATENCY, "ms", pg_peers.RAW_NOTIFY, pg_peers.latency, sizes.latency
+        )
+        cpu, rate = idle_cost(stores.fresh("postgres"), 20.0 if sizes is FULL else 10.0)
+        results.add("idle worker CPU", "jobcore-postgres", "% of a core", cpu)
+        results.add("idle worker transactions", "jobcore-postgres", "/s", rate)
+
+
 def _ratio(a: float, b: float) -> str:
     return "" if math.isnan(a) or math.isnan(b) or b == 0 else f"{a / b:.2f}x"
 
@@ -620,6 +678,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int)
     parser.add_argument("--server", default=SERVER)
+    parser.add_argument("--only", choices=["latency"], help="run these rows alone, save nothing")
     options = parser.parse_args(args)
     sizes = QUICK if options.quick else FULL
     if options.reps:
@@ -632,22 +691,25 @@ def main(argv: list[str] | None = None) -> None:
         stores = Stores(options.server, Path(tmp))
         try:
             try:
-                run(sizes, stores, results)
+                (run_latency if options.only == "latency" else run)(sizes, stores, results)
             except Exception as error:  # the report keeps what was measured before it
                 traceback.print_exc()
                 failure = f"{type(error).__name__}: {error}".strip()
-            parts = [
-                "# jobcore on PostgreSQL: benchmark results",
-                environment(options.server, args, load),
-                report(results, sizes, time.time() - began),
-            ]
-            if failure:
-                parts.append(
-                    f"**The run stopped early**, the rows above are what it had: {failure}"
-                )
-            text = "\n\n".join(parts)
-            name = "postgres-quick.md" if options.quick else "postgres.md"
-            (ROOT / "benchmarks" / "results" / name).write_text(text + "\n")
+            if options.only:
+                text = report(results, sizes, time.time() - began)
+            else:
+                parts = [
+                    "# jobcore on PostgreSQL: benchmark results",
+                    environment(options.server, args, load),
+                    report(results, sizes, time.time() - began),
+                ]
+                if failure:
+                    parts.append(
+                        f"**The run stopped early**, the rows above are what it had: {failure}"
+                    )
+                text = "\n\n".join(parts)
+                name = "postgres-quick.md" if options.quick else "postgres.md"
+                (ROOT / "benchmarks" / "results" / name).write_text(text + "\n")
             print(text)
         finally:
             stores.drop()

@@ -18,6 +18,7 @@ The parts: `jobcore.executors` (handler threads), `jobcore.supervisor`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -385,7 +386,8 @@ class Worker:
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
 
-        Other connections' commits are looked for every `wake_check_interval`
+        A store that `pushes_changes` (PostgreSQL's listener) wakes the loop through
+        `jobcore.wakeup`; other stores' commits are looked for every `wake_check_interval`
         in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
@@ -406,7 +408,11 @@ class Worker:
             until = min(until, self._stop_deadline)
         if free > 0 and self._maybe_more and not self._db_backoff:
             return  # the last claim was full: there is probably more to claim right away
-        watch = (free > 0 or len(self.inflight) > 0) and not self._db_backoff
+        watch = (
+            (free > 0 or len(self.inflight) > 0)
+            and not self._db_backoff
+            and not getattr(self.queue.storage, "pushes_changes", False)
+        )
         cond = self._cond
         while True:
             with cond:
@@ -418,7 +424,8 @@ class Worker:
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
-                if cond.wait(min(remaining, self.wake_check_interval) if watch else remaining):
+                timeout = min(remaining, self.wake_check_interval) if watch else remaining
+                if cond.wait(None if math.isinf(timeout) else timeout):
                     return  # notified: an outcome, a wake-up, a lease report or a stop request
             if watch:
                 try:

@@ -3,9 +3,11 @@
 Every transaction that appends events sends one empty notification on the
 store's channel (the server folds a transaction's identical notifications
 into one). The listener thread counts them; `Listener.wait` blocks until the
-count moves past what the caller saw. While the listening connection is down
-(server restart) waiters are told "maybe changed" at a short interval, so a
-worker falls back to polling until the listener reconnects.
+count moves past what the caller saw, and each notification also wakes the
+process's `jobcore.wakeup` subscribers of the store (workers, the hub), so they
+need not poll. While the listening connection is down (server restart) waiters
+are told "maybe changed" at a short interval, so a worker falls back to polling
+until the listener reconnects.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 
 import psycopg
 
+from jobcore import wakeup
 from jobcore_postgres.errors import first_line
 
 log = logging.getLogger("jobcore.postgres")
@@ -26,10 +29,11 @@ DOWN_POLL = 0.25  # seconds between "maybe changed" answers while the listener i
 class Listener:
     """A thread holding one `LISTEN` connection; counts notifications."""
 
-    def __init__(self, conninfo: str, channel: str, where: str) -> None:
+    def __init__(self, conninfo: str, channel: str, where: str, wake_key: str) -> None:
         self.conninfo = conninfo
         self.channel = channel
         self.where = where
+        self.wake_key = wake_key
         self.count = 0
         self.connected = False
         self.users = 0
@@ -52,6 +56,7 @@ class Listener:
         with self._cond:
             self.count += 1
             self._cond.notify_all()
+        wakeup.notify(self.wake_key)
 
     def _run(self) -> None:
         delay = 0.05
@@ -97,12 +102,12 @@ _listeners: dict[tuple[str, str], Listener] = {}
 _registry_lock = threading.Lock()
 
 
-def acquire(conninfo: str, channel: str, where: str) -> Listener:
+def acquire(conninfo: str, channel: str, where: str, wake_key: str) -> Listener:
     """The process's listener for this store, started on first use."""
     with _registry_lock:
         listener = _listeners.get((conninfo, channel))
         if listener is None:
-            listener = Listener(conninfo, channel, where)
+            listener = Listener(conninfo, channel, where, wake_key)
             _listeners[(conninfo, channel)] = listener
             listener.start()
         listener.users += 1

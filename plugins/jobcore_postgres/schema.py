@@ -140,6 +140,34 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        "notifications only when events were appended or a cancel was requested",
+        """
+        -- A statement-level trigger fires even when its statement inserted no row: every
+        -- empty claim notified, and each notification made idle workers claim again.
+        CREATE OR REPLACE FUNCTION {s}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF EXISTS (SELECT FROM appended) THEN
+            PERFORM pg_notify('{s}_changes', '');
+          END IF;
+          RETURN NULL;
+        END $$;
+        DROP TRIGGER events_notify ON {s}.events;
+        CREATE TRIGGER events_notify AFTER INSERT ON {s}.events
+            REFERENCING NEW TABLE AS appended
+            FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_change();
+
+        -- a cancel request of a running job appends no event: its holder still hears of it
+        CREATE FUNCTION {s}.notify_cancel_request() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_notify('{s}_changes', '');
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER jobs_cancel_requested AFTER UPDATE OF cancel_requested ON {s}.jobs
+            FOR EACH ROW WHEN (NEW.cancel_requested AND NOT OLD.cancel_requested)
+            EXECUTE FUNCTION {s}.notify_cancel_request();
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

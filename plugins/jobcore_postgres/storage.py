@@ -726,9 +726,16 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         with self._ready_lock:
             if self._listener is None:
                 self._listener = listeners.acquire(
-                    self.target.conninfo, channel(self.schema), self.where
+                    self.target.conninfo, channel(self.schema), self.where, self.wake_key
                 )
             return self._listener
+
+    @property
+    def pushes_changes(self) -> bool:
+        """True while every commit that changes jobs or events wakes this process's
+        `jobcore.wakeup` subscribers of `wake_key` (the listener is up): no need to poll."""
+        listener = self._listener
+        return listener is not None and listener.connected
 
     def wait_for_change(self, timeout: float) -> bool:
         """True once another transaction changed jobs or events since this thread last looked.

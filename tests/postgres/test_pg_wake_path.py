@@ -1,0 +1,123 @@
+"""How a PostgreSQL worker learns of other connections' commits: LISTEN/NOTIFY, not polling.
+
+Every worker here polls once an hour and checks for changes once an hour, so
+anything it does sooner was set off by a notification. The jobs come from a
+second store handle: its writes wake nobody in this process by themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jobcore_postgres
+import jobcore_test_plugin as tp
+import psycopg
+import pytest
+from jobcore_postgres.schema import channel
+from jobcore_postgres.storage import PostgresStorage
+from testenv import wait_for
+
+from jobcore import JobStatus, Queue, Worker
+from jobcore.testing import make_queue
+
+Factory = Callable[..., PostgresStorage]
+HOUR = 3600.0
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[Queue]:
+    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
+    queue.storage.migrate()
+    yield queue
+    queue.close()
+
+
+def start_idle_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.Thread]:
+    """A worker past its start: its first claim and first sweep done, its listener up.
+    Its next heartbeat and sweep are a quarter and half an hour away."""
+    worker = Worker(queue, lease=HOUR, **options)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    wait_for(lambda: worker.keeper.swept_once and queue.storage.pushes_changes, timeout=30)
+    time.sleep(0.2)  # let the wake-up of the first sweep pass
+    return worker, thread
+
+
+def test_a_statement_that_appends_no_event_sends_no_notification(
+    queue: Queue, pg_storage_factory: Factory
+) -> None:
+    storage = pg_storage_factory()
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as listen:
+        listen.execute(f"LISTEN {channel(storage.schema)}")
+        # an empty claim's event insert adds no row: before, it notified every listener,
+        # and each notification made every idle worker claim again, round and round
+        assert storage.claim(worker="w", limit=5, lease_ms=60_000) == []
+        assert storage.commit_batch([], worker="w", claim_limit=5, lease_ms=60_000) == ([], [])
+        storage.insert([queue.build("noop", {})])
+        got = list(listen.notifies(timeout=0.5))
+    assert len(got) == 1  # the insert's, and only it
+
+
+def test_another_connections_commit_wakes_an_idle_worker(
+    queue: Queue, pg_storage_factory: Factory
+) -> None:
+    worker, thread = start_idle_worker(queue)
+    try:
+        job = queue.build("noop", {})
+        pg_storage_factory().insert([job])  # no in-process wake-up: only its notification
+        # the next poll and the next change check are an hour away
+        wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=30)
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_an_idle_worker_on_a_listening_store_does_not_poll_it(pg_url: str) -> None:
+    queue = make_queue(pg_url, jobcore_postgres, poll_interval=HOUR, wake_check_interval=0.001)
+    queue.storage.migrate()
+    checks = 0
+    check = queue.storage.wait_for_change
+
+    def counted(timeout: float) -> bool:
+        nonlocal checks
+        checks += 1
+        return check(timeout)
+
+    queue.storage.wait_for_change = counted  # type: ignore[method-assign]
+    worker, thread = start_idle_worker(queue)
+    try:
+        before = checks
+        time.sleep(0.5)  # polling every wake_check_interval would check hundreds of times
+        assert checks - before == 0
+    finally:
+        worker.stop()
+        thread.join(10)
+        queue.close()
+
+
+def test_a_cancel_from_another_connection_reaches_a_busy_worker_with_no_deadline(
+    queue: Queue, pg_storage_factory: Factory, tmp_path: Path
+) -> None:
+    # every slot busy with a job that has no timeout: the loop's wait has no deadline at all
+    worker, thread = start_idle_worker(queue, concurrency=1, prefetch=0)
+    other = pg_storage_factory()
+    try:
+        started = tmp_path / "started"
+        job = dataclasses.replace(
+            queue.build("sleepy", {"seconds": HOUR, "cooperative": True, "started": str(started)}),
+            timeout_ms=None,
+        )
+        other.insert([job])
+        wait_for(started.exists, timeout=30)
+        wait_for(lambda: queue.get(job.id).started_at is not None, timeout=30)  # nothing due
+        other.cancel([job.id])
+        wait_for(lambda: queue.get(job.id).status is JobStatus.CANCELLED, timeout=30)
+        assert thread.is_alive()
+    finally:
+        worker.stop()
+        thread.join(10)
