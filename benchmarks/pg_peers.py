@@ -15,9 +15,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import psycopg
 
@@ -36,6 +37,25 @@ class PeerError(RuntimeError):
 
 class ServerRestarted(PeerError):
     """PostgreSQL restarted during a measurement: its connections were cut, so it is void."""
+
+
+T = TypeVar("T")
+
+
+def with_restarts(dsn: str, what: str, fn: Callable[[], T], attempts: int = 3) -> T:
+    """`fn()`, taken again (`attempts` in all) when the server at `dsn` restarted under it:
+    other sessions' tests restart the shared server, sometimes twice in a row."""
+    for attempt in range(1, attempts + 1):
+        server = Server(dsn)  # waits while it is down
+        try:
+            return fn()
+        except Exception as error:
+            reason = server.restarted()
+            if reason is None or attempt == attempts:
+                raise
+            print(f"  {what}: {reason} ({error}); again", file=sys.stderr, flush=True)
+            time.sleep(5.0)
+    raise AssertionError("unreachable")
 
 
 class Server:

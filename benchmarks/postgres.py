@@ -49,7 +49,7 @@ import psycopg
 
 from benchmarks import pg_peers
 from benchmarks.cases import _percentiles, _stop
-from benchmarks.pg_peers import Peer, PeerError, ServerRestarted
+from benchmarks.pg_peers import Peer, PeerError
 from jobcore.ids import new_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,15 +145,12 @@ def measure_peer(
     """Add `fn(peer, fresh(), *args)` as the peer's value(s) for `names`, or why there is none."""
     reason = _unavailable(peer)
     if reason is None:
+        dsn = fresh().split("?")[0]
         try:
-            try:
-                value = fn(peer, fresh(), *args)
-            except ServerRestarted as error:  # not the peer's doing: once more, on a new schema
-                print(f"  {error}; measuring again", file=sys.stderr, flush=True)
-                url = fresh()
-                pg_peers.Server.when_up(url.split("?")[0])
-                value = fn(peer, url, *args)
-        except PeerError as error:
+            value = pg_peers.with_restarts(
+                dsn, f"{names[0]} {peer.name}", lambda: fn(peer, fresh(), *args)
+            )
+        except (PeerError, psycopg.Error) as error:
             reason = f"failed: {error}"
         else:
             values = value if isinstance(value, tuple) else (value,)
@@ -454,17 +451,11 @@ def measure_ours(
     kind: str,
     *args: Any,
 ) -> None:
-    """Add `fn(stores.fresh(kind), *args)`; once more on a new store if PostgreSQL restarted
-    under it (other sessions' tests restart the shared server)."""
-    server = pg_peers.Server(stores.server)
-    try:
-        value = fn(stores.fresh(kind), *args)
-    except Exception as error:
-        if not (reason := server.restarted()):
-            raise
-        print(f"  {names[0]} {system}: {reason} ({error}); again", file=sys.stderr, flush=True)
-        server.wait_up()
-        value = fn(stores.fresh(kind), *args)
+    """Add `fn(stores.fresh(kind), *args)`, taken again on a new store if PostgreSQL
+    restarted under it (other sessions' tests restart the shared server)."""
+    value = pg_peers.with_restarts(
+        stores.server, f"{names[0]} {system}", lambda: fn(stores.fresh(kind), *args)
+    )
     values = value if isinstance(value, tuple) else (value,)
     for name, each in zip(names, values, strict=True):
         results.add(name, system, unit, each)
