@@ -3,9 +3,10 @@
 Every transaction that appends events sends one empty notification on the
 store's channel (the server folds a transaction's identical notifications
 into one). The listener thread counts them; `Listener.wait` blocks until the
-count moves past what the caller saw, and each notification also wakes the
-process's `jobcore.wakeup` subscribers of the store (workers, the hub), so they
-need not poll. While the listening connection is down (server restart) waiters
+count moves past what the caller saw. A notification that may bring work (not
+`NO_WORK`: its events did more than claim or end jobs) also wakes the process's
+`jobcore.wakeup` subscribers of the store (workers, the hub), so they need not
+poll, and no worker claims again because another one claimed or finished a job. While the listening connection is down (server restart) waiters
 are told "maybe changed" at a short interval, so a worker falls back to polling
 until the listener reconnects.
 """
@@ -20,6 +21,7 @@ import psycopg
 
 from jobcore import wakeup
 from jobcore_postgres.errors import first_line
+from jobcore_postgres.schema import NO_WORK
 
 log = logging.getLogger("jobcore.postgres")
 
@@ -52,11 +54,12 @@ class Listener:
     def stop(self) -> None:
         self._stop.set()
 
-    def _bump(self) -> None:
+    def _bump(self, *, wake: bool = True) -> None:
         with self._cond:
             self.count += 1
             self._cond.notify_all()
-        wakeup.notify(self.wake_key)
+        if wake:
+            wakeup.notify(self.wake_key)
 
     def _run(self) -> None:
         delay = 0.05
@@ -69,8 +72,8 @@ class Listener:
                     self._bump()  # anything may have happened while we were not listening
                     self._ready.set()
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
-                            self._bump()
+                        for notify in conn.notifies(timeout=0.5):
+                            self._bump(wake=notify.payload != NO_WORK)
             except psycopg.Error as exc:
                 if self.connected:
                     log.warning("listening on %s: %s; reconnecting", self.where, first_line(exc))

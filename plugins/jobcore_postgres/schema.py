@@ -145,10 +145,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """
         -- A statement-level trigger fires even when its statement inserted no row: every
         -- empty claim notified, and each notification made idle workers claim again.
+        -- Events that only take or end work (claims, outcomes) notify as 'no-work': every
+        -- listener counts them, no worker claims because of them.
         CREATE OR REPLACE FUNCTION {s}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-          IF EXISTS (SELECT FROM appended) THEN
+          IF EXISTS (SELECT FROM appended WHERE kind NOT IN
+                     ('job:claimed', 'job:completed', 'job:failed', 'job:cancelled')) THEN
             PERFORM pg_notify('{s}_changes', '');
+          ELSIF EXISTS (SELECT FROM appended) THEN
+            PERFORM pg_notify('{s}_changes', 'no-work');
           END IF;
           RETURN NULL;
         END $$;
@@ -171,6 +176,9 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+NO_WORK = "no-work"  # the payload of a notification whose events only took or ended work
 
 
 def channel(schema: str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from jobcore.errors import ConfigError, StorageError
@@ -47,7 +48,14 @@ from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
 from jobcore_postgres.reads import PostgresReads
-from jobcore_postgres.rows import clean_text, json_strict, row_to_job, slim_to_job
+from jobcore_postgres.rows import (
+    clean_text,
+    json_loads,
+    json_strict,
+    result_json,
+    row_to_job,
+    slim_to_job,
+)
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
@@ -63,6 +71,7 @@ log = logging.getLogger("jobcore.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
+_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 _UNFINISHED = ("scheduled", "pending", "claimed")
 
 
@@ -95,6 +104,11 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
             )
         settings.append(f"synchronous_commit={synchronous_commit}")
     return " ".join(f"-c {setting}" for setting in settings)
+
+
+def _configure(conn: Conn) -> None:
+    """Every pooled connection decodes json and jsonb columns with `json_loads`."""
+    set_json_loads(json_loads, conn)
 
 
 _T = TypeVar("_T")
@@ -165,6 +179,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             open=False,
             timeout=connect_timeout,
             name=f"jobcore-{self.schema}",
+            configure=_configure,
             kwargs={
                 "autocommit": True,
                 # transaction-pooling proxies cannot keep prepared statements
@@ -378,50 +393,84 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     # -- enqueue ---------------------------------------------------------------------
 
-    def _insert_sql(self) -> str:
+    def _insert_sql(self, keyed: bool, single: bool) -> str:
+        """One statement inserting every job and its `job:enqueued` event.
+
+        The store's clock is read once per statement. `keyed`: some job has an
+        idempotency key, so a duplicate of an unfinished job is skipped (ON
+        CONFLICT); without keys no row can conflict and the arbiter check is left
+        out. `single`: one job, its values as scalars (no arrays to build and unnest).
+        """
         d = self._d
+        names = (
+            "id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
+            "timeout_ms, idempotency_key, parent_id, meta"
+        )
+        if single:
+            rows = (
+                "(VALUES (%(ids)s::text, %(types)s::text, %(queues)s::text, %(payloads)s::text, "
+                "%(priorities)s::int, %(max_attempts)s::int, %(run_ats)s::bigint, "
+                "%(delays)s::bigint, %(timeouts)s::bigint, %(keys)s::text, %(parents)s::text, "
+                f"%(metas)s::text)) AS v({names})"
+            )
+        else:  # text arrays go in binary: no per-element quoting on the client
+            rows = (
+                "unnest(%(ids)b::text[], %(types)b::text[], %(queues)b::text[], "
+                "%(payloads)b::text[], %(priorities)s::int[], %(max_attempts)s::int[], "
+                "%(run_ats)s::bigint[], %(delays)s::bigint[], %(timeouts)s::bigint[], "
+                f"%(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) AS v({names})"
+            )
+        conflict = (
+            "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
+            "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
+            if keyed
+            else ""
+        )
         return (
-            # text arrays go in binary: no per-element quoting on the client
-            "WITH v AS (SELECT * FROM unnest(%(ids)b::text[], %(types)b::text[], "
-            "%(queues)b::text[], %(payloads)b::text[], %(priorities)s::int[], "
-            "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(delays)s::bigint[], "
-            "%(timeouts)s::bigint[], %(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) "
-            "AS v(id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
-            f"timeout_ms, idempotency_key, parent_id, meta)), "
-            f"w AS (SELECT v.*, coalesce(v.given_run_at, {d.now} + v.delay_ms) AS run_at FROM v), "
+            f"WITH n AS (SELECT {d.now} AS now), "
+            "v AS (SELECT v.*, coalesce(v.given_run_at, n.now + v.delay_ms) AS run_at, n.now "
+            f"FROM n, {rows}), "
             f"u AS (INSERT INTO {d.table('jobs')} (id, type, queue, payload, status, priority, "
             "max_attempts, run_at, timeout_ms, idempotency_key, parent_id, meta, created_at, "
             "updated_at) "
             "SELECT v.id, v.type, v.queue, v.payload::json, "
-            f"CASE WHEN v.run_at <= {d.now} THEN 'pending' ELSE 'scheduled' END, v.priority, "
-            f"v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
-            f"v.meta::json, {d.now}, {d.now} FROM w AS v "
-            "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
-            "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
+            "CASE WHEN v.run_at <= v.now THEN 'pending' ELSE 'scheduled' END, v.priority, "
+            "v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
+            f"v.meta::json, v.now, v.now FROM v {conflict}"
             "RETURNING id, status, created_at, run_at), "
             f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
             "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
             "SELECT id, status, created_at, run_at FROM u"
         )
 
-    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
-        sql = self._statement("insert", self._insert_sql)
-        params = self._params(
-            ids=[j.id for j in jobs],
-            types=[j.type for j in jobs],
-            queues=[j.queue for j in jobs],
-            payloads=[
+    @staticmethod
+    def _insert_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
+        """The insert's values, column by column (`_insert_sql`'s parameter names)."""
+        return {
+            "ids": [j.id for j in jobs],
+            "types": [j.type for j in jobs],
+            "queues": [j.queue for j in jobs],
+            "payloads": [
                 j.payload_json if j.payload_json is not None else json_strict(j.payload)
                 for j in jobs
             ],
-            priorities=[j.priority for j in jobs],
-            max_attempts=[j.max_attempts for j in jobs],
-            run_ats=[j.run_at for j in jobs],
-            delays=[clamp_delay_ms(j.delay_ms) for j in jobs],
-            timeouts=[j.timeout_ms for j in jobs],
-            keys=[j.idempotency_key for j in jobs],
-            parents=[j.parent_id for j in jobs],
-            metas=[json_strict(j.meta) if j.meta else "{}" for j in jobs],
+            "priorities": [j.priority for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "run_ats": [j.run_at for j in jobs],
+            "delays": [clamp_delay_ms(j.delay_ms) for j in jobs],
+            "timeouts": [j.timeout_ms for j in jobs],
+            "keys": [j.idempotency_key for j in jobs],
+            "parents": [j.parent_id for j in jobs],
+            "metas": [json_strict(j.meta) if j.meta else "{}" for j in jobs],
+        }
+
+    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
+        keyed = any(j.idempotency_key is not None for j in jobs)
+        single = len(jobs) == 1
+        sql = self._statement(("insert", keyed, single), self._insert_sql, keyed, single)
+        columns = self._insert_params(jobs)
+        params = self._params(
+            **({name: values[0] for name, values in columns.items()} if single else columns)
         )
         created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
         results: list[Inserted] = []
@@ -451,8 +500,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             self._ensure_ready()
             with mapped(self.where):
                 return self._insert_on(conn, jobs)
-        if getattr(self._local, "tx", None) is None and len(jobs) == 1:
-            # one job, one statement: atomic on its own, no BEGIN/COMMIT round trips
+        if getattr(self._local, "tx", None) is None and (
+            len(jobs) == 1 or all(j.idempotency_key is None for j in jobs)
+        ):
+            # one statement, atomic on its own: no BEGIN/COMMIT round trips (a duplicate
+            # key's follow-up reads need the transaction unless the job is alone)
             with self._connection() as c:
                 return self._insert_on(c, jobs)
         with self._write() as c:
@@ -506,6 +558,10 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         sql = self._statement(
             ("claim", by_queue, by_type), claim_statement, self._d, by_queue, by_type
         )
+        # Without this the server plans the claim afresh at every execution (its generic
+        # plan looks costlier by estimate, though it is the same plan): a prepared claim
+        # then costs its planning time again each time.
+        conn.execute(_GENERIC_PLANS)
         params = self._params(
             worker=worker,
             limit=limit,
@@ -620,7 +676,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 lease_ids=[o.lease.lease_id for o in group],
                 errors=[clean_text(getattr(o, "error", None)) for o in group],
                 results=[
-                    json_strict(o.result) if isinstance(o, Completed) else None for o in group
+                    result_json(o.result) if isinstance(o, Completed) else None for o in group
                 ],
                 delays=[
                     clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
@@ -640,15 +696,20 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         """{index in outcomes: the row its statement updated}."""
         done: dict[int, Job] = {}
         for item in sent:
+            waiting: dict[str, list[int]] = {}  # job id -> its reports not yet answered, in order
+            for i in item.indexes:
+                if i not in done:  # answered by an earlier transition's statement
+                    waiting.setdefault(outcomes[i].lease.job_id, []).append(i)
             for row in item.cursor.fetchall():
-                for i in item.indexes:
-                    if i not in done and outcomes[i].lease.job_id == row[0]:
-                        done[i] = (
-                            row_to_job(row)
-                            if item.transition is None
-                            else slim_to_job(row, outcomes[i], item.transition)
-                        )
-                        break
+                reports = waiting.get(row[0])
+                if not reports:
+                    continue
+                i = reports.pop(0)
+                done[i] = (
+                    row_to_job(row)
+                    if item.transition is None
+                    else slim_to_job(row, outcomes[i], item.transition)
+                )
         return done
 
     @staticmethod
@@ -658,7 +719,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         for outcome in outcomes:
             if isinstance(outcome, Completed):
                 try:
-                    json_strict(outcome.result)
+                    result_json(outcome.result)
                 except (TypeError, ValueError) as exc:
                     outcome = Failed(outcome.lease, f"could not record outcome: {exc}")
             checked.append(outcome)

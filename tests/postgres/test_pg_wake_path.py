@@ -23,6 +23,7 @@ from jobcore_postgres.storage import PostgresStorage
 from testenv import wait_for
 
 from jobcore import JobStatus, Queue, Worker
+from jobcore.models import Completed, Lease
 from jobcore.testing import make_queue
 
 Factory = Callable[..., PostgresStorage]
@@ -72,6 +73,36 @@ def test_another_connections_commit_wakes_an_idle_worker(
         pg_storage_factory().insert([job])  # no in-process wake-up: only its notification
         # the next poll and the next change check are an hour away
         wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=30)
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_claims_and_outcomes_elsewhere_do_not_wake_an_idle_worker(
+    queue: Queue, pg_storage_factory: Factory
+) -> None:
+    claims = 0
+    commit = queue.storage.commit_batch
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return commit(*args, **kwargs)
+
+    queue.storage.commit_batch = counted  # type: ignore[method-assign]
+    worker, thread = start_idle_worker(queue)
+    other = pg_storage_factory()
+    claims = 0  # from here on
+    try:
+        foreign = [dataclasses.replace(queue.build("noop", {}), type="elsewhere") for _ in range(2)]
+        other.insert(foreign[:1])  # new work, if not for this worker: it looks once
+        wait_for(lambda: claims == 1, timeout=30)
+        [job] = other.claim(worker="elsewhere", limit=1, lease_ms=60_000, types=["elsewhere"])
+        other.record([Completed(Lease.of(job), None)])
+        time.sleep(0.5)  # the notifications of that claim and that outcome have come
+        assert claims == 1  # they took and ended work: nothing to look for
+        other.insert(foreign[1:])
+        wait_for(lambda: claims == 2, timeout=30)
     finally:
         worker.stop()
         thread.join(10)
