@@ -12,14 +12,16 @@ repetition, medians with min-max (the machine is noisy; nothing is asserted):
 - enqueue -> handler start latency (p50/p99) against an idle worker in another
   process, woken by LISTEN/NOTIFY (PostgreSQL) or `data_version` (SQLite);
   `--only latency` runs these rows alone, with what an idle worker costs;
-- claim cost: ms per claim of one job (inside one transaction, so no commit)
-  with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite;
 - the peers, interleaved with those rows (`benchmarks/pg_peers.py`, one module
   each in `benchmarks/peers/`, run as subprocesses): procrastinate, pgqueuer and
   Oban for Python draining the same number of noop jobs (concurrency 10, 1 and 2
   processes), enqueueing one job per call and with their batch APIs, and
   enqueue -> start latency for pgqueuer and a raw LISTEN/NOTIFY floor. A peer
-  that is not installed or fails is reported with the reason.
+  that is not installed or fails is reported with the reason;
+- once, after the repetitions, `benchmarks/pg_scale.py`: claim cost beside 1k,
+  100k and 1M finished rows and 100k not-yet-due jobs (PostgreSQL and SQLite),
+  and table sizes and claim cost before and after churning 1M jobs, pruned or
+  not, and after a manual VACUUM.
 
 The report ends with issue 12's targets, computed from this run's medians.
 
@@ -41,13 +43,13 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from benchmarks import pg_peers
+from benchmarks import pg_peers, pg_scale
 from benchmarks.cases import _percentiles, _stop
 from benchmarks.pg_peers import Peer, PeerError
 from jobcore.ids import new_id
@@ -339,66 +341,6 @@ def latency(db: str, k: int) -> tuple[float, float]:
     return _percentiles(values)
 
 
-def claim_cost(db: str, finished: int, not_due: int, claims: int = 300) -> float:
-    """ms per claim of one job, each in its own transaction, commits not waiting for the disk."""
-    from jobcore_postgres.copy import import_jobs
-
-    from jobcore.models import Completed, Job, JobStatus, Lease
-
-    if db.startswith("postgresql://"):
-        from jobcore_postgres.storage import PostgresStorage
-
-        storage: Any = PostgresStorage(db, synchronous_commit="off")
-    else:
-        from jobcore.storage.sqlite import SQLiteStorage
-
-        storage = SQLiteStorage(db, synchronous="OFF")
-    storage.migrate()
-    queue = _queue(db)
-    now = storage.now()
-    done = Job(
-        id="",
-        type="noop",
-        queue="default",
-        payload={},
-        status=JobStatus.COMPLETED,
-        priority=0,
-        attempts=1,
-        max_attempts=3,
-        run_at=now,
-        timeout_ms=None,
-        idempotency_key=None,
-        locked_by="load",
-        locked_at=None,
-        lease_expires_at=None,
-        heartbeat_at=None,
-        cancel_requested=False,
-        last_error=None,
-        errors=[],
-        result=None,
-        parent_id=None,
-        meta={},
-        created_at=now,
-        claimed_at=now,
-        completed_at=now,
-        updated_at=now,
-    )
-    for start in range(0, finished, 10_000):
-        size = min(10_000, finished - start)
-        import_jobs(storage, [replace(done, id=new_id()) for _ in range(size)], replace=False)
-    queue.enqueue_many("noop", [{}] * not_due, run_at=now + 86_400_000, priority=10)
-    queue.enqueue_many("noop", [{}] * claims)
-    queue.close()
-    spent = 0.0
-    for _ in range(claims):
-        began = time.perf_counter()
-        _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
-        spent += time.perf_counter() - began
-        storage.record([Completed(Lease.of(job), None)])
-    storage.close()
-    return spent / claims * 1000
-
-
 @dataclass(frozen=True)
 class Sizes:
     reps: int
@@ -407,12 +349,11 @@ class Sizes:
     enqueue: int
     batch: int
     latency: int
-    finished: tuple[int, ...]
-    not_due: int
+    scale: pg_scale.Scale  # run once, not per repetition
 
 
-FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, (1000, 100_000), 10_000)
-QUICK = Sizes(1, 3000, 1000, 300, 3000, 20, (1000, 10_000), 1000)
+FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, pg_scale.FULL)
+QUICK = Sizes(1, 3000, 1000, 300, 3000, 20, pg_scale.QUICK)
 
 
 DRAIN_1 = "drain, 1 process(es) x 10 threads"
@@ -495,18 +436,7 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
             ours(LATENCY, f"jobcore-{kind}", "ms", latency, kind, sizes.latency)
         for queue in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY):
             peer(LATENCY, "ms", queue, pg_peers.latency, sizes.latency)
-        for finished in sizes.finished:
-            for kind in ("postgres", "sqlite"):
-                name = f"claim, {finished:,} finished + {sizes.not_due:,} not due"
-                ours(
-                    (name,),
-                    f"jobcore-{kind}",
-                    "ms/claim",
-                    claim_cost,
-                    kind,
-                    finished,
-                    sizes.not_due,
-                )
+    pg_scale.run(sizes.scale, stores, results)
 
 
 def idle_cost(db: str, seconds: float) -> tuple[float, float]:

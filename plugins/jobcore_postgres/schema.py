@@ -173,6 +173,29 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             EXECUTE FUNCTION {s}.notify_cancel_request();
         """,
     ),
+    (
+        "jobs_claim only for unfiltered claims",
+        """
+        -- A claim filtered by queue or type must walk its own index: with statistics taken
+        -- while the table was small the planner found jobs_claim as cheap and walked every
+        -- queue's pending rows. Only the unfiltered claim states `attempts >= 0` (always
+        -- true, by the table's CHECK), so only it can use this index.
+        DROP INDEX {s}.jobs_claim;
+        CREATE INDEX jobs_claim ON {s}.jobs (priority DESC, run_at, id)
+            WHERE status = 'pending' AND attempts >= 0;
+        """,
+    ),
+    (
+        "events in commit-safe order",
+        """
+        -- the writer's transaction: readers deliver in (xid, seq) order, only events of
+        -- transactions older than any still running (jobcore_postgres/event_order.py);
+        -- events already stored are older than every later one
+        ALTER TABLE {s}.events ADD COLUMN xid xid8 NOT NULL DEFAULT '1';
+        ALTER TABLE {s}.events ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
+        CREATE INDEX events_delivery ON {s}.events (xid, seq);
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

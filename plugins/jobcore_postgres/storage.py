@@ -47,6 +47,7 @@ from jobcore_postgres import listener as listeners
 from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
+from jobcore_postgres.event_order import change_mark, changed_since
 from jobcore_postgres.reads import PostgresReads
 from jobcore_postgres.rows import (
     clean_text,
@@ -270,8 +271,8 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         self._ensure_ready()
         try:
             with mapped(self.where), self._pool.connection() as conn:
-                if getattr(self._local, "seen_seq", None) is None:
-                    self._local.seen_seq = self._committed_seq(conn)  # this thread's first use
+                if getattr(self._local, "seen_mark", None) is None:
+                    self._local.seen_mark = change_mark(conn)  # this thread's first use
                 yield conn
         except StorageError as exc:
             if isinstance(exc.__cause__, psycopg.OperationalError):
@@ -777,12 +778,6 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     # -- change notification and events ----------------------------------------------
 
-    def _committed_seq(self, conn: Conn) -> int:
-        row = conn.execute(
-            f"SELECT coalesce(max(seq), 0) FROM {self._d.table('events')}"
-        ).fetchone()
-        return 0 if row is None else int(row[0])
-
     def _start_listening(self) -> listeners.Listener:
         with self._ready_lock:
             if self._listener is None:
@@ -801,11 +796,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
     def wait_for_change(self, timeout: float) -> bool:
         """True once another transaction changed jobs or events since this thread last looked.
 
-        A thread's first wait compares the newest committed event with what it
-        saw at its first use of the store; from then on LISTEN/NOTIFY wakes it
-        (one listening connection per process). With `poll_only` the newest
-        committed event is polled every `poll_step`; while the listener is down
-        the answer is "maybe" every few hundred ms, so the caller looks itself.
+        A thread's first wait looks for events committed since its first use of
+        the store; from then on LISTEN/NOTIFY wakes it (one listening connection
+        per process). With `poll_only` that look is repeated every `poll_step`;
+        while the listener is down the answer is "maybe" every few hundred ms,
+        so the caller looks itself.
         """
         timeout = max(0.0, timeout)
         if self.poll_only:
@@ -814,29 +809,26 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         seen_count: int | None = getattr(self._local, "seen_count", None)
         if seen_count is None:  # first wait on this thread: listening starts now
             seen_count = self._local.seen_count = listener.count
-            current = self._seq_now()  # what committed between first use and listening
-            seen_seq: int = self._local.seen_seq
-            self._local.seen_seq = current
-            if current != seen_seq:
+            changed, self._local.seen_mark = self._changed()  # between first use and listening
+            if changed:
                 return True
         # from here on the notifications alone tell: no query per wait
         count, changed = listener.wait(seen_count, timeout)
         self._local.seen_count = count
         return changed
 
-    def _seq_now(self) -> int:
+    def _changed(self) -> tuple[bool, str]:
+        """Whether events committed since this thread's mark, and the new mark."""
         with self._connection() as conn:
-            return self._committed_seq(conn)
+            return changed_since(conn, self._d, self._local.seen_mark)
 
     def _poll_for_change(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        current = self._seq_now()
-        seen_seq: int = self._local.seen_seq
-        while current == seen_seq:
+        changed, self._local.seen_mark = self._changed()
+        while not changed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             time.sleep(min(self.poll_step, remaining))
-            current = self._seq_now()
-        self._local.seen_seq = current
+            changed, self._local.seen_mark = self._changed()
         return True
