@@ -107,9 +107,7 @@ def scans(found: list[dict[str, Any]], table: str) -> list[tuple[str, str | None
     ]
 
 
-def walks(
-    found: list[dict[str, Any]], table: str, index: str, also: tuple[str, ...] = ()
-) -> int:
+def walks(found: list[dict[str, Any]], table: str, index: str, also: tuple[str, ...] = ()) -> int:
     """The plans find `table`'s rows along `index` (and look rows up by primary key or the
     indexes `also`, nothing else); answers the rows read in `index` that its filters removed."""
     seen = scans(found, table)
