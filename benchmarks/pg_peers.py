@@ -15,9 +15,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import psycopg
 
@@ -32,6 +33,72 @@ OBAN_VENV = Path(
 
 class PeerError(RuntimeError):
     """A peer's subprocess failed; the message ends with its stderr."""
+
+
+class ServerRestarted(PeerError):
+    """PostgreSQL restarted during a measurement: its connections were cut, so it is void."""
+
+
+T = TypeVar("T")
+
+
+def with_restarts(dsn: str, what: str, fn: Callable[[], T], attempts: int = 3) -> T:
+    """`fn()`, taken again (`attempts` in all) when the server at `dsn` restarted under it:
+    other sessions' tests restart the shared server, sometimes twice in a row."""
+    for attempt in range(1, attempts + 1):
+        server = Server(dsn)  # waits while it is down
+        try:
+            return fn()
+        except Exception as error:
+            reason = server.restarted()
+            if reason is None or attempt == attempts:
+                raise
+            print(f"  {what}: {reason} ({error}); again", file=sys.stderr, flush=True)
+            time.sleep(5.0)
+    raise AssertionError("unreachable")
+
+
+class Server:
+    """Tells whether the server restarted since this was made (its postmaster start time)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.started = ""
+        self.wait_up()
+
+    @classmethod
+    def when_up(cls, dsn: str) -> Server:
+        """Once the server at `dsn` answers (waiting while it restarts)."""
+        return cls(dsn)
+
+    def _start_time(self) -> str:
+        with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+            row = conn.execute("SELECT pg_postmaster_start_time()::text").fetchone()
+        return str(row[0]) if row else ""
+
+    def wait_up(self, timeout: float = 300.0) -> None:
+        """Return once the server answers again (it is restarting), or raise its error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.started = self._start_time()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def restarted(self) -> str | None:
+        """Why the measurement is void, or None."""
+        try:
+            now = self._start_time()
+        except psycopg.OperationalError as error:
+            return f"PostgreSQL not reachable during the measurement ({error})".strip()
+        return (
+            None
+            if now == self.started
+            else f"PostgreSQL restarted at {now}, during the measurement"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,15 +167,23 @@ class Running:
     proc: subprocess.Popen[str]
     err: IO[str]
 
-    def result(self, timeout: float) -> dict[str, Any]:
-        """Its JSON line, or PeerError with the end of its stderr."""
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise PeerError(
-                f"{self.peer.name} {self.action}: no answer in {timeout:.0f}s"
-            ) from None
+    def result(self, timeout: float, server: Server | None = None) -> dict[str, Any]:
+        """Its JSON line, or PeerError with the end of its stderr; ServerRestarted as soon
+        as `server` was restarted under it (another session's test may restart it)."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if server is not None and server.restarted():
+                self.stop()
+                raise ServerRestarted(f"{self.peer.name} {self.action}: {server.restarted()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise PeerError(f"{self.peer.name} {self.action}: no answer in {timeout:.0f}s")
+            try:
+                self.proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                continue
+        assert self.proc.stdout is not None  # a pipe: one short JSON line, it cannot fill
+        out = self.proc.stdout.read()
         self.err.seek(0)
         err = self.err.read()
         self.err.close()
@@ -141,7 +216,9 @@ def _spawn(peer: Peer, action: str, dsn: str, schema: str, *args: object) -> Run
 def call(
     peer: Peer, action: str, dsn: str, schema: str, *args: object, timeout: float = 1800
 ) -> dict[str, Any]:
-    return _spawn(peer, action, dsn, schema, *args).result(timeout)
+    """Run one action to its end; ServerRestarted if the server restarts meanwhile."""
+    server = Server(dsn)
+    return _spawn(peer, action, dsn, schema, *args).result(timeout, server)
 
 
 def prepare(peer: Peer, url: str) -> tuple[str, str]:
@@ -157,10 +234,11 @@ def drain(peer: Peer, url: str, n: int, processes: int, concurrency: int = 10) -
     """jobs/s of `processes` workers draining `n` noop jobs, from the first start to the last end."""
     dsn, schema = prepare(peer, url)
     call(peer, "fill", dsn, schema, n)
+    server = Server(dsn)
     start_at = time.time() + 1.5  # after the workers' imports
     procs = [_spawn(peer, "drain", dsn, schema, concurrency, start_at) for _ in range(processes)]
     try:
-        reports = [proc.result(1800) for proc in procs]
+        reports = [proc.result(1800, server) for proc in procs]
     finally:
         for proc in procs:
             proc.stop()
@@ -181,11 +259,12 @@ def latency(peer: Peer, url: str, k: int) -> tuple[float, float]:
     """(p50, p99) ms from just before enqueue to the handler's start, worker idle in
     another process, `k` jobs 10-28 ms apart."""
     dsn, schema = prepare(peer, url)
+    server = Server(dsn)
     worker = _spawn(peer, "latency-worker", dsn, schema, k)
     try:
         time.sleep(1.5)
         call(peer, "latency-producer", dsn, schema, k, timeout=120)
-        values = worker.result(60)["latency_ms"]
+        values = worker.result(60, server)["latency_ms"]
     finally:
         worker.stop()
     return _percentiles(values)

@@ -64,8 +64,8 @@ async def enqueue(dsn: str, schema: str, n: str, batch: str) -> dict[str, Any]:
             for _ in range(count):
                 await oban.enqueue(_noop_job())
         else:
-            for _ in range(0, count, size):
-                await oban.enqueue_many([_noop_job() for _ in range(size)])
+            for first in range(0, count, size):
+                await oban.enqueue_many([_noop_job() for _ in range(min(size, count - first))])
         seconds = time.perf_counter() - start
     await pool.close()
     return {"seconds": seconds}

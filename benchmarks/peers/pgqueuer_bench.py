@@ -44,8 +44,9 @@ async def enqueue(dsn: str, schema: str, n: str, batch: str) -> dict[str, Any]:
         for _ in range(count):
             await queries.enqueue("noop", None)
     else:
-        for _ in range(0, count, size):
-            await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        for first in range(0, count, size):
+            part = min(size, count - first)
+            await queries.enqueue(["noop"] * part, [None] * part, [0] * part)
     seconds = time.perf_counter() - start
     await conn.close()
     return {"seconds": seconds}

@@ -65,8 +65,8 @@ async def enqueue(dsn: str, schema: str, n: str, batch: str) -> dict[str, Any]:
             for _ in range(count):
                 await noop.defer_async()
         else:
-            for _ in range(0, count, size):
-                await noop.batch_defer_async(*[{}] * size)
+            for first in range(0, count, size):
+                await noop.batch_defer_async(*[{}] * min(size, count - first))
         seconds = time.perf_counter() - start
     return {"seconds": seconds}
 
