@@ -101,7 +101,7 @@ def test_review2_worker_process_hears_jobs_enqueued_right_after_its_listener_is_
                 if round_ == 2:
                     time.sleep(0.02)  # around the reconnect
                 job = queue.enqueue("record", {"log": str(log)}).job  # the worst moment
-                wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=10)
+                wait_for(lambda j=job: queue.get(j.id).status is JobStatus.COMPLETED, timeout=10)
         finally:
             queue.close()
     finally:
@@ -124,3 +124,70 @@ def test_review2_every_schema_name_the_url_accepts_is_a_working_store(pg_databas
         queue.close()
         with psycopg.connect(pg_database, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {longest} CASCADE")
+
+
+def test_review2_worker_process_hears_every_transition_that_makes_work(
+    pg_url: str, pg_storage_factory: Factory, tmp_path: Path
+) -> None:
+    """Retries with a delay, children, an operator retry, a sweep by another process and an
+    outbox commit each make work that an idle worker (polling hourly) must start soon."""
+    storage = pg_storage_factory()
+    env = subprocess_env(JOBCORE_DB=pg_url)
+    with open(tmp_path / "worker.log", "wb") as out:
+        proc = subprocess.Popen(
+            [*JOBCORE, "run", "--poll-interval", str(HOUR)],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    queue = make_queue(pg_url, jobcore_postgres, tp)
+
+    def status(job_id: str) -> JobStatus:
+        return queue.get(job_id).status
+
+    try:
+        warm = queue.enqueue("record", {"log": str(tmp_path / "ran.log")}).job
+        wait_for(lambda: status(warm.id) is JobStatus.COMPLETED, timeout=30)
+        time.sleep(0.3)
+        # a retry one second later: due by the worker's own timer, set when it heard of it
+        retried = queue.enqueue(
+            "fail", {"how": "retry_after", "seconds": 1, "message": "x"}, max_attempts=2
+        ).job
+        wait_for(lambda: status(retried.id) is JobStatus.FAILED, timeout=10)
+        assert queue.get(retried.id).attempts == 2
+        # children enqueued along with their parent's completion
+        parent = queue.enqueue("parent", {"children": 2}).job
+        wait_for(lambda: status(parent.id) is JobStatus.COMPLETED, timeout=10)
+        children = [j for j in queue.list_jobs(limit=100) if j.parent_id == parent.id]
+        assert len(children) == 2
+        for child in children:
+            wait_for(lambda c=child: status(c.id) is JobStatus.COMPLETED, timeout=10)
+        # an operator's retry, from another process
+        time.sleep(0.3)
+        done = subprocess.run(
+            [*JOBCORE, "retry", retried.id], env=env, cwd=tmp_path, capture_output=True
+        )
+        assert done.returncode == 0, done.stderr
+        wait_for(
+            lambda: queue.get(retried.id).attempts == 2 and len(queue.get(retried.id).errors) >= 3,
+            timeout=10,
+        )
+        # a lease expired on a worker that died: released by `jobcore sweep` elsewhere
+        ghost_job = queue.build("record", {"log": str(tmp_path / "ran.log")})
+        other = pg_storage_factory()
+        with other.transaction():  # claimed in the transaction that made it: never pending
+            other.insert([ghost_job])
+            [_ghost] = other.claim(worker="ghost", limit=1, lease_ms=1)
+        time.sleep(0.3)  # its lease has expired; the live worker heard only that commit
+        done = subprocess.run([*JOBCORE, "sweep"], env=env, cwd=tmp_path, capture_output=True)
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: status(ghost_job.id) is JobStatus.COMPLETED, timeout=10)
+        # the outbox: a job inserted on the application's own connection
+        with psycopg.connect(storage.target.conninfo) as app, app.transaction():
+            outboxed = queue.enqueue("record", {"log": str(tmp_path / "ran.log")}, conn=app).job
+        wait_for(lambda: status(outboxed.id) is JobStatus.COMPLETED, timeout=10)
+    finally:
+        queue.close()
+        proc.kill()
+        proc.wait()
