@@ -306,6 +306,33 @@ def raw_enqueue(url: str, n: int, batch: int) -> float:
     return _rate(n, seconds)
 
 
+def raw_enqueue_own_schema(db: str, n: int, batch: int) -> float:
+    """The raw floor on jobcore's own schema: the same rows, indexes and `job:enqueued` event
+    rows as jobcore writes, from one plain statement (no validation, no Python objects)."""
+    from jobcore_postgres.storage import PostgresStorage
+
+    storage = PostgresStorage(db)
+    storage.migrate()
+    schema = storage.schema
+    storage.close()
+    sql = (
+        f"WITH u AS (INSERT INTO {schema}.jobs (id, type, queue, payload, status, priority, "
+        "max_attempts, run_at, created_at, updated_at) "
+        f"SELECT id, 'noop', 'default', '{{}}', 'pending', 0, 3, {schema}.now_ms(), "
+        f"{schema}.now_ms(), {schema}.now_ms() FROM unnest(%s::text[]) id "
+        "RETURNING id, created_at) "
+        f"INSERT INTO {schema}.events (at, kind, job_id) "
+        "SELECT created_at, 'job:enqueued', id FROM u"
+    )
+    conn = psycopg.connect(db.split("?")[0], autocommit=True)
+    start = time.perf_counter()
+    for _ in range(0, n, batch):
+        conn.execute(sql, ([new_id() for _ in range(batch)],))
+    seconds = time.perf_counter() - start
+    conn.close()
+    return _rate(n, seconds)
+
+
 def _until_completed(queue: Any, n: int, timeout: float = 60.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < n:
@@ -360,6 +387,8 @@ DRAIN_1 = "drain, 1 process(es) x 10 threads"
 RAW_DRAIN_1 = "drain, raw 1 per txn"
 ENQUEUE_1 = "enqueue, 1 per call"
 ENQUEUE_BATCH = "enqueue, 1000 per call"
+# the raw floor on jobcore's own tables (its indexes and event rows), beside the minimal one
+RAW_OWN = "raw-postgres, jobcore schema"
 LATENCY = ("enqueue -> start p50", "enqueue -> start p99")
 
 # The issue's figures (jobs/s, or ms for latency), measured on a quiet machine, for scale.
@@ -430,6 +459,7 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
         batch = (ENQUEUE_BATCH,)
         ours(batch, "jobcore-postgres", "jobs/s", enqueue, "postgres", sizes.batch, 1000)
         ours(batch, "raw-postgres", "jobs/s", raw_enqueue, "postgres", sizes.batch, 1000)
+        ours(batch, RAW_OWN, "jobs/s", raw_enqueue_own_schema, "postgres", sizes.batch, 1000)
         for queue in pg_peers.QUEUES:
             peer(batch, "jobs/s", queue, pg_peers.enqueue, sizes.batch, 1000)
         for kind in ("postgres", "sqlite"):
@@ -511,6 +541,15 @@ def targets(results: Results) -> list[tuple[str, float, str, bool]]:
             0.5,
         ),
     ]
+    rows.append(
+        (
+            "batch enqueue (1000 per call): jobcore-postgres / raw unnest on jobcore's schema "
+            "(not an issue target: what the schema costs vs what the client costs)",
+            ENQUEUE_BATCH,
+            RAW_OWN,
+            0.5,
+        )
+    )
     out: list[tuple[str, float, str, bool]] = []
     for what, name, system, target in rows:
         ours = pg(DRAIN_1) if name == RAW_DRAIN_1 else pg(name)
