@@ -17,6 +17,7 @@ from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, 
 from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
 from jobcore_postgres.rows import json_strict, row_to_job
+from jobcore_postgres.schema import channel
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -59,6 +60,9 @@ class PostgresAdmin:
         ]
         with self._write() as conn, conn.cursor() as cursor:
             cursor.executemany(sql, rows)
+            # whole rows append no event, so no trigger notifies: wake the idle workers,
+            # which otherwise find the copied pending jobs only at their next poll
+            cursor.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
 
     def _take_lock(self, conn: Conn, name: str, holder: str, ttl_ms: int, force: bool) -> bool:
         locks = self._d.table("locks")

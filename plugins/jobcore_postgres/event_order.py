@@ -14,9 +14,9 @@ event committed later has an id at or above the horizon of any earlier read:
 it sorts after everything already delivered, and a cursor never skips.
 
 - `HORIZON` is the oldest transaction id running in this statement's snapshot,
-  leaving out those `pg_stat_activity` shows belonging to another database
-  (they cannot write this table; an id it does not show, e.g. one that ended
-  meanwhile or a prepared transaction, counts), else the snapshot's `xmax`;
+  leaving out those `pg_stat_activity` (or, prepared, `pg_prepared_xacts`) shows
+  belonging to another database (they cannot write this table; an id neither
+  shows, e.g. one that ended meanwhile, counts), else the snapshot's `xmax`;
   and never past the reader's own transaction, whose events are not committed.
   It comes from the same snapshot as the rows read: a horizon from a later
   snapshot could pass a transaction whose rows this read cannot see.
@@ -62,7 +62,9 @@ HORIZON = (
     "(SELECT least(coalesce("
     "(SELECT min(x) FROM pg_snapshot_xip(pg_current_snapshot()) AS x "
     "WHERE NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.backend_xid = xid(x) "
-    "AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))), "
+    "AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())) "
+    "AND NOT EXISTS (SELECT FROM pg_prepared_xacts p WHERE p.transaction = xid(x) "
+    "AND p.database <> current_database())), "
     "pg_snapshot_xmax(pg_current_snapshot())), pg_current_xact_id_if_assigned()))"
 )
 """The transaction id below which every event is committed (or gone) and delivered in order."""
@@ -78,6 +80,8 @@ def events_after_sql(d: Dialect) -> str:
         f"WHERE (e.xid, e.seq) > ((SELECT coalesce(max(c.xid), '0') FROM {events} c "
         "WHERE c.seq = %(seq)s), %(seq)s) "
         f"AND e.xid < {HORIZON} AND (e.seq > %(seq)s OR EXISTS ({found})) "
+        # a cursor with no row past every seq (sent by a client) would walk every event
+        f"AND (EXISTS ({found}) OR EXISTS (SELECT FROM {events} n WHERE n.seq > %(seq)s)) "
         "ORDER BY e.xid, e.seq LIMIT %(limit)s"
     )
 

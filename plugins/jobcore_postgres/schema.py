@@ -243,6 +243,11 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: st
         version = stored_version(conn, schema)  # another process may have migrated meanwhile
         if version > SCHEMA_VERSION:
             raise _too_new(version, schema, where)
+        if version >= 1:
+            # Workers of the older version may be writing: their transactions lock jobs, then
+            # events. Taking both up front, in that order, queues this behind them; locking them
+            # one script statement at a time (events' trigger, then jobs') deadlocked with them.
+            conn.execute(f"LOCK TABLE {schema}.jobs, {schema}.events IN ACCESS EXCLUSIVE MODE")
         for number in range(version + 1, SCHEMA_VERSION + 1):
             name, script = MIGRATIONS[number - 1]
             log.info("migrating %s schema %s to version %d: %s", where, schema, number, name)
