@@ -47,6 +47,7 @@ from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
 from jobcore_postgres.event_order import change_mark, changed_since
+from jobcore_postgres.held_back import HeldBackWatch
 from jobcore_postgres.reads import PostgresReads
 from jobcore_postgres.rows import (
     _STATUS,
@@ -195,6 +196,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             },
         )
         self._sql: dict[Any, str] = {}
+        self._held_back = HeldBackWatch(self.where)
 
     @property
     def wake_key(self) -> str:
