@@ -43,7 +43,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -376,7 +376,7 @@ class Sizes:
     enqueue: int
     batch: int
     latency: int
-    scale: pg_scale.Scale  # run once, not per repetition
+    scale: pg_scale.Scale | None  # run once, not per repetition; None: not run
 
 
 FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, pg_scale.FULL)
@@ -466,7 +466,8 @@ def run(sizes: Sizes, stores: Stores, results: Results) -> None:
             ours(LATENCY, f"jobcore-{kind}", "ms", latency, kind, sizes.latency)
         for queue in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY):
             peer(LATENCY, "ms", queue, pg_peers.latency, sizes.latency)
-    pg_scale.run(sizes.scale, stores, results)
+    if sizes.scale is not None:
+        pg_scale.run(sizes.scale, stores, results)
 
 
 def idle_cost(db: str, seconds: float) -> tuple[float, float]:
@@ -639,10 +640,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int)
     parser.add_argument("--server", default=SERVER)
     parser.add_argument("--only", choices=["latency"], help="run these rows alone, save nothing")
+    parser.add_argument(
+        "--no-scale",
+        action="store_true",
+        help="leave out benchmarks/pg_scale.py (its own results: python -m benchmarks.pg_scale)",
+    )
     options = parser.parse_args(args)
     sizes = QUICK if options.quick else FULL
     if options.reps:
         sizes = Sizes(options.reps, *list(sizes.__dict__.values())[1:])
+    if options.no_scale:
+        sizes = replace(sizes, scale=None)
     results = Results()
     began = time.time()
     load = os.getloadavg()[0]

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
-from conftest import SERVER, with_database
 from jobcore_postgres.event_order import events_after_sql
 from jobcore_postgres.storage import PostgresStorage
+from pg_testing import SERVER, with_database
 
 Factory = Callable[..., PostgresStorage]
 HOUR = 3_600_000
