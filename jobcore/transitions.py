@@ -435,9 +435,12 @@ def error_text(transition: Transition, outcome: Outcome | None = None) -> str | 
 
 
 def target_status(transition: Transition, delay_ms: int = 0) -> JobStatus:
-    if transition.to_status == RETRY_TARGET:
+    status = transition.to_status
+    if type(status) is JobStatus:  # the usual case: no lookup by value
+        return status
+    if status == RETRY_TARGET:
         return JobStatus.SCHEDULED if delay_ms > 0 else JobStatus.PENDING
-    return JobStatus(transition.to_status)
+    return JobStatus(status)
 
 
 def history_entry(
