@@ -152,7 +152,8 @@ def _iso_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_FIELD_INDEX = {name: index for index, name in enumerate(_JOB_FIELDS)}
+FIELD_INDEX = {name: index for index, name in enumerate(_JOB_FIELDS)}
+"""Each field of `Job` by name: its position in `job_values` and `job_from_values`."""
 _job_values = operator.attrgetter(*_JOB_FIELDS)
 # Setting slots through their descriptors skips the generated __init__ and the frozen
 # __setattr__: a Job is built per claimed row and per recorded outcome (the worker's hot path).
@@ -168,6 +169,11 @@ def job_from_values(values: Sequence[Any]) -> Job:
     return job
 
 
+def job_values(job: Job) -> list[Any]:
+    """The value of every field of `job`, in field order."""
+    return list(_job_values(job))
+
+
 def replace_job(job: Job, **changes: Any) -> Job:
     """`dataclasses.replace` for the frozen `Job`, several times faster (a hot path of the worker).
 
@@ -175,7 +181,7 @@ def replace_job(job: Job, **changes: Any) -> Job:
     """
     values = list(_job_values(job))
     for name, value in changes.items():
-        index = _FIELD_INDEX.get(name)
+        index = FIELD_INDEX.get(name)
         if index is not None:
             values[index] = value
     return job_from_values(values)
