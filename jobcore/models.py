@@ -5,7 +5,11 @@ from __future__ import annotations
 import enum
 import json
 import math
+import operator
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from itertools import repeat
 from typing import Any
 
 from jobcore.timeutil import iso
@@ -148,15 +152,43 @@ def _iso_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_set = object.__setattr__
+FIELD_INDEX = {name: index for index, name in enumerate(_JOB_FIELDS)}
+"""Each field of `Job` by name: its position in `job_values` and `job_from_values`."""
+_job_values = operator.attrgetter(*_JOB_FIELDS)
+# Setting slots through their descriptors skips the generated __init__ and the frozen
+# __setattr__: a Job is built per claimed row and per recorded outcome (the worker's hot path).
+_SLOT_SETTERS = tuple(getattr(Job, name).__set__ for name in _JOB_FIELDS)
+
+
+def job_from_values(values: Sequence[Any]) -> Job:
+    """A `Job` from the value of every field, in field order (types not checked)."""
+    if len(values) != len(_JOB_FIELDS):
+        raise TypeError(f"a Job has {len(_JOB_FIELDS)} fields, not {len(values)}")
+    job = object.__new__(Job)
+    deque(map(operator.call, _SLOT_SETTERS, repeat(job), values), maxlen=0)
+    return job
+
+
+def job_values(job: Job) -> list[Any]:
+    """The value of every field of `job`, in field order."""
+    return list(_job_values(job))
 
 
 def replace_job(job: Job, **changes: Any) -> Job:
-    """`dataclasses.replace` for the frozen `Job`, about twice as fast (a hot path of the worker)."""
-    new = object.__new__(Job)
-    for name in _JOB_FIELDS:
-        _set(new, name, changes[name] if name in changes else getattr(job, name))
-    return new
+    """`dataclasses.replace` for the frozen `Job`, several times faster (a hot path of the worker).
+
+    Names that are not fields of `Job` are ignored.
+    """
+    values = list(_job_values(job))
+    for name, value in changes.items():
+        index = FIELD_INDEX.get(name)
+        if index is not None:
+            values[index] = value
+    return job_from_values(values)
+
+
+STATUSES: dict[str, JobStatus] = {str(status): status for status in JobStatus}
+"""Each status by its text: a dict lookup, cheaper than calling `JobStatus(text)`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -463,7 +463,10 @@ def notify(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
     caller = getattr(pm.hook, hook_name)
     for impl in reversed(caller.get_hookimpls()):
         try:
-            impl.function(**{name: kwargs[name] for name in impl.argnames})
+            if len(impl.argnames) == len(kwargs):  # it takes every argument (pluggy checked
+                impl.function(**kwargs)  # its names against the spec): pass them as they are
+            else:
+                impl.function(**{name: kwargs[name] for name in impl.argnames})
         except BaseException as exc:  # SystemExit from a plugin must not end the notifier
             if isinstance(exc, KeyboardInterrupt) and (
                 threading.current_thread() is threading.main_thread()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcore.models import (
+    FIELD_INDEX,
     Cancelled,
     Completed,
     Failed,
@@ -31,7 +32,8 @@ from jobcore.models import (
     Outcome,
     Released,
     Retrying,
-    replace_job,
+    job_from_values,
+    job_values,
 )
 
 DEFAULT_MAX_RETRY_DELAY_MS = 7 * 86_400_000
@@ -435,9 +437,12 @@ def error_text(transition: Transition, outcome: Outcome | None = None) -> str | 
 
 
 def target_status(transition: Transition, delay_ms: int = 0) -> JobStatus:
-    if transition.to_status == RETRY_TARGET:
+    status = transition.to_status
+    if type(status) is JobStatus:  # the usual case: no lookup by value
+        return status
+    if status == RETRY_TARGET:
         return JobStatus.SCHEDULED if delay_ms > 0 else JobStatus.PENDING
-    return JobStatus(transition.to_status)
+    return JobStatus(status)
 
 
 def history_entry(
@@ -453,6 +458,28 @@ def history_entry(
         "outcome": transition.history,
         "error": error,
     }
+
+
+_F = FIELD_INDEX
+_STATUS, _ATTEMPTS, _RUN_AT, _LOCKED_BY, _LOCKED_AT, _LEASE_EXPIRES_AT, _HEARTBEAT_AT = (
+    _F["status"],
+    _F["attempts"],
+    _F["run_at"],
+    _F["locked_by"],
+    _F["locked_at"],
+    _F["lease_expires_at"],
+    _F["heartbeat_at"],
+)
+_CANCEL, _LAST_ERROR, _ERRORS, _RESULT, _CLAIMED_AT, _COMPLETED_AT, _UPDATED_AT = (
+    _F["cancel_requested"],
+    _F["last_error"],
+    _F["errors"],
+    _F["result"],
+    _F["claimed_at"],
+    _F["completed_at"],
+    _F["updated_at"],
+)
+_LEASE_ID, _STARTED_AT, _HISTORY = _F["lease_id"], _F["started_at"], _F["history"]
 
 
 def apply(
@@ -474,69 +501,71 @@ def apply(
     `current` holds columns whose values in the row differ from `job`'s (e.g. the
     started marker set after the claim), so no intermediate copy is made.
     """
+    # The new row's fields in a list, written by position (a hot path: once per outcome).
+    values = job_values(job)
+    before = job.started_at
     if current:
-        before = current.get("started_at", job.started_at)
-        changes: dict[str, Any] = dict(current)
-    else:
-        before = job.started_at
-        changes = {}
+        before = current.get("started_at", before)
+        for name, value in current.items():
+            index = _F.get(name)
+            if index is not None:
+                values[index] = value
     error = error_text(transition, outcome)
     delay_ms = outcome_delay_ms(outcome) if outcome is not None else 0
-    changes["status"] = target_status(transition, delay_ms)
-    changes["updated_at"] = now
-    if transition.attempts is Attempts.INCREMENT:
-        changes["attempts"] = job.attempts + 1
-    elif transition.attempts is Attempts.GIVE_BACK:
-        changes["attempts"] = job.attempts - 1
-    elif transition.attempts is Attempts.RESET:
-        changes["attempts"] = 0
-    if transition.run_at is RunAt.NOW:
-        changes["run_at"] = now
-    elif transition.run_at is RunAt.AFTER_DELAY:
-        changes["run_at"] = now + delay_ms
-    match transition.lock:
-        case Lock.CLAIM:
-            changes.update(
-                locked_by=worker,
-                locked_at=now,
-                claimed_at=now,
-                heartbeat_at=now,
-                lease_expires_at=now + lease_ms,
-                lease_id=lease_id,
-            )
-        case Lock.EXTEND:
-            changes.update(heartbeat_at=now, lease_expires_at=now + lease_ms)
-        case Lock.END_KEEP_WORKER:
-            changes.update(locked_at=None, lease_expires_at=None, heartbeat_at=None)
-        case Lock.END_CLEAR_WORKER:
-            changes.update(locked_by=None, locked_at=None, lease_expires_at=None, heartbeat_at=None)
-    match transition.started:
-        case Started.NOW:
-            changes["started_at"] = before if before is not None else now
-        case Started.CLEAR:
-            changes["started_at"] = None
-        case Started.CLAIM:
-            changes["started_at"] = now if started else None
+    values[_STATUS] = target_status(transition, delay_ms)
+    values[_UPDATED_AT] = now
+    attempts = transition.attempts
+    if attempts is Attempts.INCREMENT:
+        values[_ATTEMPTS] = job.attempts + 1
+    elif attempts is Attempts.GIVE_BACK:
+        values[_ATTEMPTS] = job.attempts - 1
+    elif attempts is Attempts.RESET:
+        values[_ATTEMPTS] = 0
+    run_at = transition.run_at
+    if run_at is RunAt.NOW:
+        values[_RUN_AT] = now
+    elif run_at is RunAt.AFTER_DELAY:
+        values[_RUN_AT] = now + delay_ms
+    lock = transition.lock
+    if lock is Lock.CLAIM:
+        values[_LOCKED_BY] = worker
+        values[_LOCKED_AT] = values[_CLAIMED_AT] = values[_HEARTBEAT_AT] = now
+        values[_LEASE_EXPIRES_AT] = now + lease_ms
+        values[_LEASE_ID] = lease_id
+    elif lock is Lock.EXTEND:
+        values[_HEARTBEAT_AT] = now
+        values[_LEASE_EXPIRES_AT] = now + lease_ms
+    elif lock is Lock.END_KEEP_WORKER or lock is Lock.END_CLEAR_WORKER:
+        values[_LOCKED_AT] = values[_LEASE_EXPIRES_AT] = values[_HEARTBEAT_AT] = None
+        if lock is Lock.END_CLEAR_WORKER:
+            values[_LOCKED_BY] = None
+    marker = transition.started
+    if marker is Started.NOW:
+        values[_STARTED_AT] = before if before is not None else now
+    elif marker is Started.CLEAR:
+        values[_STARTED_AT] = None
+    elif marker is Started.CLAIM:
+        values[_STARTED_AT] = now if started else None
     if transition.cancel is Cancel.REQUEST:
-        changes["cancel_requested"] = True
+        values[_CANCEL] = True
     elif transition.cancel is Cancel.CLEAR:
-        changes["cancel_requested"] = False
+        values[_CANCEL] = False
     if transition.error_entry:
         entry = {"attempt": job.attempts, "error": error, "worker": job.locked_by, "at": now}
-        changes["errors"] = [*job.errors, entry]
+        values[_ERRORS] = [*job.errors, entry]
     if transition.last_error:
-        changes["last_error"] = error
+        values[_LAST_ERROR] = error
     if transition.history is not None:
         entry = history_entry(job, transition, now=now, error=error)
         entry["started_at"] = before
-        changes["history"] = [*job.history, entry]
+        values[_HISTORY] = [*job.history, entry]
     if transition.finishes:
-        changes["completed_at"] = now
+        values[_COMPLETED_AT] = now
     if transition.stores_result and isinstance(outcome, Completed):
-        changes["result"] = outcome.result
+        values[_RESULT] = outcome.result
     if transition.reopens:
-        changes.update(completed_at=None, result=None)
-    return replace_job(job, **changes)
+        values[_COMPLETED_AT] = values[_RESULT] = None
+    return job_from_values(values)
 
 
 def event_worker(before: Job, after: Job) -> str | None:

@@ -130,8 +130,9 @@ class Worker:
             max_retry_delay=core.max_retry_delay,
         )
 
-        self._cond = threading.Condition()
-        self.inflight = InFlight(self._cond)
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self.inflight = InFlight(self._cond, lock)
         self._unrecorded: list[Attempt] = []  # loop-owned: reported, awaiting commit
         self._to_mark: list[Attempt] = []  # loop-owned: began since the last commit, unmarked
         self._woken = True

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import apsw
 
-from jobcore.models import Job, JobStatus, NewJob, Outcome, compact_json
+from jobcore.models import (
+    STATUSES,
+    Job,
+    JobStatus,
+    NewJob,
+    Outcome,
+    compact_json,
+    job_from_values,
+)
 from jobcore.transitions import apply, owner_transitions
 
 log = logging.getLogger("jobcore.storage")
@@ -102,22 +111,39 @@ def _integer(value: Any, column: str) -> Any:
         return _INTEGERS[column]
 
 
+_FIELDS = len(_COLUMNS) - 1  # every column but last_event is a Job field, in field order
+_V2_DEFAULTS = (None, None, "[]")  # lease_id, started_at, history: absent from v1 rows
+_INTEGER_AT = tuple((_COLUMNS.index(column), column) for column in _INTEGERS)
+_integers = operator.itemgetter(*(index for index, _ in _INTEGER_AT))
+_INTEGER_TYPES = {int, type(None)}
+_PAYLOAD, _STATUS, _CANCEL, _ERRORS, _RESULT, _META, _HISTORY = (
+    _COLUMNS.index(column)
+    for column in ("payload", "status", "cancel_requested", "errors", "result", "meta", "history")
+)
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
     """Build a `Job` from a `SELECT *` / `RETURNING *` row of the jobs table."""
-    values = dict(zip(_COLUMNS, row, strict=False))
-    values.pop("last_event", None)
-    for column in _INTEGERS:
-        value = values.get(column)
-        if value is not None and type(value) is not int:
-            values[column] = _integer(value, column)
-    values["history"] = _json(values.get("history") or "[]", "history")
-    values["payload"] = _json(values["payload"], "payload")
-    values["status"] = JobStatus(values["status"])
-    values["cancel_requested"] = bool(values["cancel_requested"])
-    values["errors"] = _json(values["errors"], "errors")
-    values["result"] = None if values["result"] is None else _json(values["result"], "result")
-    values["meta"] = _json(values["meta"], "meta")
-    return Job(**values)
+    values = list(row[:_FIELDS])
+    if len(values) < _FIELDS:
+        if len(values) < _FIELDS - len(_V2_DEFAULTS):
+            raise TypeError(f"a jobs row has at least {_FIELDS - 3} columns, not {len(values)}")
+        values += _V2_DEFAULTS[len(values) - _FIELDS :]
+    if not _INTEGER_TYPES.issuperset(map(type, _integers(values))):
+        for index, column in _INTEGER_AT:
+            value = values[index]
+            if value is not None and type(value) is not int:
+                values[index] = _integer(value, column)
+    values[_HISTORY] = _json(values[_HISTORY] or "[]", "history")
+    values[_PAYLOAD] = _json(values[_PAYLOAD], "payload")
+    status = values[_STATUS]
+    values[_STATUS] = STATUSES.get(status) or JobStatus(status)
+    values[_CANCEL] = bool(values[_CANCEL])
+    values[_ERRORS] = _json(values[_ERRORS], "errors")
+    if values[_RESULT] is not None:
+        values[_RESULT] = _json(values[_RESULT], "result")
+    values[_META] = _json(values[_META], "meta")
+    return job_from_values(values)
 
 
 def insert_values(job: NewJob, now: int) -> tuple[Any, ...]:

@@ -68,6 +68,7 @@ PRUNE_BUDGET_S = 2.0
 """Time one sweep may spend catching up on old events (in chunks)."""
 
 _INSERT = Q["insert_job"]  # no read-back: `new_row` builds the inserted Job
+_NO_SAVEPOINT = nullcontext()  # reusable: the guard of an outcome that cannot fail half-way
 
 
 def sqlite_path(url: str) -> str | None:
@@ -510,7 +511,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             guard = (
                 self._write()
                 if isinstance(outcome, Completed) and outcome.children
-                else nullcontext()
+                else _NO_SAVEPOINT
             )
             try:
                 with guard:
