@@ -11,8 +11,19 @@ repetition, medians with min-max (the machine is noisy; nothing is asserted):
   transaction and one `unnest` INSERT per 1000;
 - enqueue -> handler start latency (p50/p99) against an idle worker in another
   process, woken by LISTEN/NOTIFY (PostgreSQL) or `data_version` (SQLite);
-- claim cost: ms per claim of one job (inside one transaction, so no commit)
-  with 1k and 100k finished rows and 10k not-yet-due jobs, PostgreSQL and SQLite.
+  `--only latency` runs these rows alone, with what an idle worker costs;
+- the peers, interleaved with those rows (`benchmarks/pg_peers.py`, one module
+  each in `benchmarks/peers/`, run as subprocesses): procrastinate, pgqueuer and
+  Oban for Python draining the same number of noop jobs (concurrency 10, 1 and 2
+  processes), enqueueing one job per call and with their batch APIs, and
+  enqueue -> start latency for pgqueuer and a raw LISTEN/NOTIFY floor. A peer
+  that is not installed or fails is reported with the reason;
+- once, after the repetitions, `benchmarks/pg_scale.py`: claim cost beside 1k,
+  100k and 1M finished rows and 100k not-yet-due jobs (PostgreSQL and SQLite),
+  and table sizes and claim cost before and after churning 1M jobs, pruned or
+  not, and after a manual VACUUM.
+
+The report ends with issue 12's targets, computed from this run's medians.
 
 The server is `--server` (default postgres on 127.0.0.1:5432); each run uses a
 database of its own and drops it.
@@ -21,20 +32,26 @@ database of its own and drops it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from benchmarks import pg_peers, pg_scale
 from benchmarks.cases import _percentiles, _stop
+from benchmarks.pg_peers import Peer, PeerError
 from jobcore.ids import new_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,10 +64,11 @@ class Row:
     system: str
     unit: str
     values: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why a repetition has no value
 
     @property
     def median(self) -> float:
-        return statistics.median(self.values)
+        return statistics.median(self.values) if self.values else float("nan")
 
 
 class Results:
@@ -60,6 +78,11 @@ class Results:
     def add(self, name: str, system: str, unit: str, value: float) -> None:
         self.rows.setdefault((name, system), Row(name, system, unit)).values.append(value)
         print(f"  {name:<44} {system:<16} {value:>12,.1f} {unit}", file=sys.stderr, flush=True)
+
+    def note(self, name: str, system: str, unit: str, text: str) -> None:
+        """Record why (name, system) has no value in this repetition."""
+        self.rows.setdefault((name, system), Row(name, system, unit)).notes.append(text)
+        print(f"  {name:<44} {system:<16} {text}", file=sys.stderr, flush=True)
 
     def median(self, name: str, system: str) -> float:
         row = self.rows.get((name, system))
@@ -98,12 +121,46 @@ class Stores:
         return str(path)
 
     def drop(self) -> None:
+        pg_peers.Server.when_up(self.server)  # it may be restarting (other sessions' tests)
         with psycopg.connect(self.server, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
 
 
 def _rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("nan")
+
+
+@functools.cache
+def _unavailable(peer: Peer) -> str | None:
+    return peer.missing()
+
+
+def measure_peer(
+    results: Results,
+    fresh: Callable[[], str],
+    names: tuple[str, ...],
+    unit: str,
+    peer: Peer,
+    fn: Callable[..., float | tuple[float, ...]],
+    *args: Any,
+) -> None:
+    """Add `fn(peer, fresh(), *args)` as the peer's value(s) for `names`, or why there is none."""
+    reason = _unavailable(peer)
+    if reason is None:
+        dsn = fresh().split("?")[0]
+        try:
+            value = pg_peers.with_restarts(
+                dsn, f"{names[0]} {peer.name}", lambda: fn(peer, fresh(), *args)
+            )
+        except (PeerError, psycopg.Error) as error:
+            reason = f"failed: {error}"
+        else:
+            values = value if isinstance(value, tuple) else (value,)
+            for name, each in zip(names, values, strict=True):
+                results.add(name, peer.name, unit, each)
+            return
+    for name in names:
+        results.note(name, peer.name, unit, reason)
 
 
 def _env() -> dict[str, str]:
@@ -249,6 +306,39 @@ def raw_enqueue(url: str, n: int, batch: int) -> float:
     return _rate(n, seconds)
 
 
+def raw_enqueue_own_schema(db: str, n: int, batch: int) -> float:
+    """The raw floor on jobcore's own schema: the same rows, indexes and `job:enqueued` event
+    rows as jobcore writes, from one plain statement (no validation, no Python objects)."""
+    from jobcore_postgres.storage import PostgresStorage
+
+    storage = PostgresStorage(db)
+    storage.migrate()
+    schema = storage.schema
+    storage.close()
+    sql = (
+        f"WITH u AS (INSERT INTO {schema}.jobs (id, type, queue, payload, status, priority, "
+        "max_attempts, run_at, created_at, updated_at) "
+        f"SELECT id, 'noop', 'default', '{{}}', 'pending', 0, 3, {schema}.now_ms(), "
+        f"{schema}.now_ms(), {schema}.now_ms() FROM unnest(%s::text[]) id "
+        "RETURNING id, created_at) "
+        f"INSERT INTO {schema}.events (at, kind, job_id) "
+        "SELECT created_at, 'job:enqueued', id FROM u"
+    )
+    conn = psycopg.connect(db.split("?")[0], autocommit=True)
+    start = time.perf_counter()
+    for _ in range(0, n, batch):
+        conn.execute(sql, ([new_id() for _ in range(batch)],))
+    seconds = time.perf_counter() - start
+    conn.close()
+    return _rate(n, seconds)
+
+
+def _until_completed(queue: Any, n: int, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < n:
+        time.sleep(0.05)
+
+
 def latency(db: str, k: int) -> tuple[float, float]:
     from benchmarks import plugin
 
@@ -261,79 +351,21 @@ def latency(db: str, k: int) -> tuple[float, float]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(1.5)
+        # a first job that the worker runs once it is up (a loaded machine may take seconds
+        # to start it); it is not measured
+        queue.enqueue("stamp", {"t0": time.time()})
+        _until_completed(queue, 1)
+        time.sleep(0.5)  # idle again
         ids = []
         for i in range(k):
             time.sleep(0.01 + (i % 7) * 0.003)
             ids.append(queue.enqueue("stamp", {"t0": time.time()}).job.id)
-        deadline = time.time() + 60
-        while time.time() < deadline and queue.storage.count_by_status().get("completed", 0) < k:
-            time.sleep(0.05)
+        _until_completed(queue, k + 1)
         values = [queue.get(job_id).result["latency_ms"] for job_id in ids]
     finally:
         _stop(worker)
         queue.close()
     return _percentiles(values)
-
-
-def claim_cost(db: str, finished: int, not_due: int, claims: int = 300) -> float:
-    """ms per claim of one job, each in its own transaction, commits not waiting for the disk."""
-    from jobcore_postgres.copy import import_jobs
-
-    from jobcore.models import Completed, Job, JobStatus, Lease
-
-    if db.startswith("postgresql://"):
-        from jobcore_postgres.storage import PostgresStorage
-
-        storage: Any = PostgresStorage(db, synchronous_commit="off")
-    else:
-        from jobcore.storage.sqlite import SQLiteStorage
-
-        storage = SQLiteStorage(db, synchronous="OFF")
-    storage.migrate()
-    queue = _queue(db)
-    now = storage.now()
-    done = Job(
-        id="",
-        type="noop",
-        queue="default",
-        payload={},
-        status=JobStatus.COMPLETED,
-        priority=0,
-        attempts=1,
-        max_attempts=3,
-        run_at=now,
-        timeout_ms=None,
-        idempotency_key=None,
-        locked_by="load",
-        locked_at=None,
-        lease_expires_at=None,
-        heartbeat_at=None,
-        cancel_requested=False,
-        last_error=None,
-        errors=[],
-        result=None,
-        parent_id=None,
-        meta={},
-        created_at=now,
-        claimed_at=now,
-        completed_at=now,
-        updated_at=now,
-    )
-    for start in range(0, finished, 10_000):
-        size = min(10_000, finished - start)
-        import_jobs(storage, [replace(done, id=new_id()) for _ in range(size)], replace=False)
-    queue.enqueue_many("noop", [{}] * not_due, run_at=now + 86_400_000, priority=10)
-    queue.enqueue_many("noop", [{}] * claims)
-    queue.close()
-    spent = 0.0
-    for _ in range(claims):
-        began = time.perf_counter()
-        _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
-        spent += time.perf_counter() - began
-        storage.record([Completed(Lease.of(job), None)])
-    storage.close()
-    return spent / claims * 1000
 
 
 @dataclass(frozen=True)
@@ -344,94 +376,255 @@ class Sizes:
     enqueue: int
     batch: int
     latency: int
-    finished: tuple[int, ...]
-    not_due: int
+    scale: pg_scale.Scale | None  # run once, not per repetition; None: not run
 
 
-FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, (1000, 100_000), 10_000)
-QUICK = Sizes(1, 3000, 1000, 300, 3000, 20, (1000, 10_000), 1000)
+FULL = Sizes(3, 20_000, 5000, 2000, 20_000, 100, pg_scale.FULL)
+QUICK = Sizes(1, 3000, 1000, 300, 3000, 20, pg_scale.QUICK)
+
+
+DRAIN_1 = "drain, 1 process(es) x 10 threads"
+RAW_DRAIN_1 = "drain, raw 1 per txn"
+ENQUEUE_1 = "enqueue, 1 per call"
+ENQUEUE_BATCH = "enqueue, 1000 per call"
+# the raw floor on jobcore's own tables (its indexes and event rows), beside the minimal one
+RAW_OWN = "raw-postgres, jobcore schema"
+LATENCY = ("enqueue -> start p50", "enqueue -> start p99")
+
+# The issue's figures (jobs/s, or ms for latency), measured on a quiet machine, for scale.
+REFERENCE: dict[tuple[str, str], float] = {
+    (DRAIN_1, "procrastinate"): 500,
+    (DRAIN_1, "oban-py"): 2322,
+    (DRAIN_1, "pgqueuer"): 6128,
+    (RAW_DRAIN_1, "raw-postgres"): 1539,
+    ("drain, raw 100 per txn", "raw-postgres"): 16470,
+    (ENQUEUE_1, "procrastinate"): 847,
+    (ENQUEUE_1, "oban-py"): 1408,
+    (ENQUEUE_1, "pgqueuer"): 2203,
+    (ENQUEUE_1, "raw-postgres"): 3352,
+    (ENQUEUE_BATCH, "pgqueuer"): 47670,
+    (ENQUEUE_BATCH, "raw-postgres"): 96574,
+    (LATENCY[0], "pgqueuer"): 3.8,
+    (LATENCY[1], "pgqueuer"): 6.3,
+    (LATENCY[0], "raw-notify"): 2.0,
+    (LATENCY[1], "raw-notify"): 2.6,
+}
+
+
+def measure_ours(
+    results: Results,
+    stores: Stores,
+    names: tuple[str, ...],
+    system: str,
+    unit: str,
+    fn: Callable[..., float | tuple[float, ...]],
+    kind: str,
+    *args: Any,
+) -> None:
+    """Add `fn(stores.fresh(kind), *args)`, taken again on a new store if PostgreSQL
+    restarted under it (other sessions' tests restart the shared server)."""
+    value = pg_peers.with_restarts(
+        stores.server, f"{names[0]} {system}", lambda: fn(stores.fresh(kind), *args)
+    )
+    values = value if isinstance(value, tuple) else (value,)
+    for name, each in zip(names, values, strict=True):
+        results.add(name, system, unit, each)
 
 
 def run(sizes: Sizes, stores: Stores, results: Results) -> None:
-    add = results.add
+    ours = functools.partial(measure_ours, results, stores)
+    peer = functools.partial(measure_peer, results, functools.partial(stores.fresh, "postgres"))
     for rep in range(1, sizes.reps + 1):
         print(f"repetition {rep}/{sizes.reps}", file=sys.stderr)
         for procs in (1, 2):
             name = f"drain, {procs} process(es) x 10 threads"
-            add(
-                name,
-                "jobcore-postgres",
-                "jobs/s",
-                drain(stores.fresh("postgres"), sizes.drain, procs),
-            )
-            add(name, "jobcore-sqlite", "jobs/s", drain(stores.fresh("sqlite"), sizes.drain, procs))
-        add(
-            "drain, raw 1 per txn",
+            ours((name,), "jobcore-postgres", "jobs/s", drain, "postgres", sizes.drain, procs)
+            ours((name,), "jobcore-sqlite", "jobs/s", drain, "sqlite", sizes.drain, procs)
+            for queue in pg_peers.QUEUES:
+                peer((name,), "jobs/s", queue, pg_peers.drain, sizes.drain, procs)
+        ours((RAW_DRAIN_1,), "raw-postgres", "jobs/s", raw_drain, "postgres", sizes.raw, 1)
+        ours(
+            ("drain, raw 100 per txn",),
             "raw-postgres",
             "jobs/s",
-            raw_drain(stores.fresh("postgres"), sizes.raw, 1),
+            raw_drain,
+            "postgres",
+            sizes.drain,
+            100,
         )
-        add(
-            "drain, raw 100 per txn",
-            "raw-postgres",
-            "jobs/s",
-            raw_drain(stores.fresh("postgres"), sizes.drain, 100),
-        )
-        add(
-            "enqueue, 1 per call",
-            "jobcore-postgres",
-            "jobs/s",
-            enqueue(stores.fresh("postgres"), sizes.enqueue, 1),
-        )
-        add(
-            "enqueue, 1 per call",
-            "raw-postgres",
-            "jobs/s",
-            raw_enqueue(stores.fresh("postgres"), sizes.enqueue, 1),
-        )
-        add(
-            "enqueue, 1000 per call",
-            "jobcore-postgres",
-            "jobs/s",
-            enqueue(stores.fresh("postgres"), sizes.batch, 1000),
-        )
-        add(
-            "enqueue, 1000 per call",
-            "raw-postgres",
-            "jobs/s",
-            raw_enqueue(stores.fresh("postgres"), sizes.batch, 1000),
-        )
+        ours((ENQUEUE_1,), "jobcore-postgres", "jobs/s", enqueue, "postgres", sizes.enqueue, 1)
+        ours((ENQUEUE_1,), "raw-postgres", "jobs/s", raw_enqueue, "postgres", sizes.enqueue, 1)
+        for queue in pg_peers.QUEUES:
+            peer((ENQUEUE_1,), "jobs/s", queue, pg_peers.enqueue, sizes.enqueue, 1)
+        batch = (ENQUEUE_BATCH,)
+        ours(batch, "jobcore-postgres", "jobs/s", enqueue, "postgres", sizes.batch, 1000)
+        ours(batch, "raw-postgres", "jobs/s", raw_enqueue, "postgres", sizes.batch, 1000)
+        ours(batch, RAW_OWN, "jobs/s", raw_enqueue_own_schema, "postgres", sizes.batch, 1000)
+        for queue in pg_peers.QUEUES:
+            peer(batch, "jobs/s", queue, pg_peers.enqueue, sizes.batch, 1000)
         for kind in ("postgres", "sqlite"):
-            p50, p99 = latency(stores.fresh(kind), sizes.latency)
-            add("enqueue -> start p50", f"jobcore-{kind}", "ms", p50)
-            add("enqueue -> start p99", f"jobcore-{kind}", "ms", p99)
-        for finished in sizes.finished:
-            for kind in ("postgres", "sqlite"):
-                name = f"claim, {finished:,} finished + {sizes.not_due:,} not due"
-                add(
-                    name,
-                    f"jobcore-{kind}",
-                    "ms/claim",
-                    claim_cost(stores.fresh(kind), finished, sizes.not_due),
-                )
+            ours(LATENCY, f"jobcore-{kind}", "ms", latency, kind, sizes.latency)
+        for queue in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY):
+            peer(LATENCY, "ms", queue, pg_peers.latency, sizes.latency)
+    if sizes.scale is not None:
+        pg_scale.run(sizes.scale, stores, results)
+
+
+def idle_cost(db: str, seconds: float) -> tuple[float, float]:
+    """(CPU % of a core, transactions/s in the database) of an idle worker over `seconds`."""
+    from benchmarks.cases import _cpu_seconds
+
+    queue = _queue(db)
+    queue.storage.migrate()
+    queue.close()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.postgres", "idle-worker", db],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = db.split("?")[0]
+    xacts = (
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+        "WHERE datname = current_database()"
+    )
+    try:
+        time.sleep(2.0)  # imported, started, idle
+        with psycopg.connect(url, autocommit=True) as conn:
+            before_tx, before_cpu = conn.execute(xacts).fetchone(), _cpu_seconds(worker.pid)
+            time.sleep(seconds)
+            after_tx, after_cpu = conn.execute(xacts).fetchone(), _cpu_seconds(worker.pid)
+    finally:
+        _stop(worker)
+    assert before_tx is not None and after_tx is not None
+    # other databases are not counted; this connection's own two reads are
+    return (after_cpu - before_cpu) / seconds * 100, (after_tx[0] - before_tx[0] - 2) / seconds
+
+
+def run_latency(sizes: Sizes, stores: Stores, results: Results) -> None:
+    """`--only latency`: the latency rows alone (jobcore on PostgreSQL and SQLite and the
+    raw LISTEN/NOTIFY floor, interleaved), and what an idle PostgreSQL worker costs."""
+    for rep in range(1, sizes.reps + 1):
+        print(f"repetition {rep}/{sizes.reps}", file=sys.stderr)
+        for kind in ("postgres", "sqlite"):
+            measure_ours(
+                results, stores, LATENCY, f"jobcore-{kind}", "ms", latency, kind, sizes.latency
+            )
+        fresh = functools.partial(stores.fresh, "postgres")
+        measure_peer(
+            results, fresh, LATENCY, "ms", pg_peers.RAW_NOTIFY, pg_peers.latency, sizes.latency
+        )
+        cpu, rate = idle_cost(stores.fresh("postgres"), 20.0 if sizes is FULL else 10.0)
+        results.add("idle worker CPU", "jobcore-postgres", "% of a core", cpu)
+        results.add("idle worker transactions", "jobcore-postgres", "/s", rate)
+
+
+def _ratio(a: float, b: float) -> str:
+    return "" if math.isnan(a) or math.isnan(b) or b == 0 else f"{a / b:.2f}x"
+
+
+def targets(results: Results) -> list[tuple[str, float, str, bool]]:
+    """Issue 12's targets: (what, measured, shown as, met) from this run's medians."""
+    pg = functools.partial(results.median, system="jobcore-postgres")
+    rows = [
+        ("drain by 1 process: jobcore-postgres / pgqueuer >= 1.2", DRAIN_1, "pgqueuer", 1.2),
+        (
+            "drain by 1 process: jobcore-postgres / raw one-commit floor >= 4",
+            RAW_DRAIN_1,
+            "raw-postgres",
+            4.0,
+        ),
+        ("enqueue 1 per call: jobcore-postgres / raw >= 0.8", ENQUEUE_1, "raw-postgres", 0.8),
+        (
+            "batch enqueue (1000 per call): jobcore-postgres / raw unnest >= 0.5",
+            ENQUEUE_BATCH,
+            "raw-postgres",
+            0.5,
+        ),
+    ]
+    rows.append(
+        (
+            "batch enqueue (1000 per call): jobcore-postgres / raw unnest on jobcore's schema "
+            "(not an issue target: what the schema costs vs what the client costs)",
+            ENQUEUE_BATCH,
+            RAW_OWN,
+            0.5,
+        )
+    )
+    out: list[tuple[str, float, str, bool]] = []
+    for what, name, system, target in rows:
+        ours = pg(DRAIN_1) if name == RAW_DRAIN_1 else pg(name)
+        value = ours / results.median(name, system)
+        out.append((what, value, f"{value:.2f}x", value >= target))
+    for name, limit in ((LATENCY[0], 3.5), (LATENCY[1], 6.0)):
+        value = pg(name)
+        out.append(
+            (f"jobcore-postgres {name} <= {limit} ms", value, f"{value:.2f} ms", value <= limit)
+        )
+    return out
 
 
 def report(results: Results, sizes: Sizes, seconds: float) -> str:
     lines = [
-        f"{sizes.reps} repetition(s), {seconds:.0f}s. Medians (min-max).",
+        f"{sizes.reps} repetition(s), {seconds:.0f}s. Medians (min-max). "
+        '"jobcore-postgres / this": the jobcore-postgres median of the same measurement '
+        "over this row's (above 1: jobcore is faster). \"issue's figure\": issue 12's "
+        "reference measurement on a quiet machine, for scale only.",
         "",
-        "| measurement | system | median | min-max |",
-        "|---|---|---|---|",
+        "| measurement | system | median | min-max | jobcore-postgres / this | issue's figure |",
+        "|---|---|---|---|---|---|",
     ]
     for row in results.rows.values():
+        reference = REFERENCE.get((row.name, row.system))
+        shown = f"{reference:,g} {row.unit}" if reference else ""
+        if not row.values:
+            lines.append(
+                f"| {row.name} | {row.system} | {'; '.join(dict.fromkeys(row.notes))} | | | {shown} |"
+            )
+            continue
+        versus = ""
+        if row.unit == "jobs/s" and row.system != "jobcore-postgres":
+            versus = _ratio(results.median(row.name, "jobcore-postgres"), row.median)
+        spread = f"{min(row.values):,.1f}-{max(row.values):,.1f}"
+        if row.notes:
+            spread += f" ({len(row.notes)} failed: {row.notes[-1]})"
         lines.append(
-            f"| {row.name} | {row.system} | {row.median:,.1f} {row.unit} | "
-            f"{min(row.values):,.1f}-{max(row.values):,.1f} |"
+            f"| {row.name} | {row.system} | {row.median:,.1f} {row.unit} | {spread} | {versus} | {shown} |"
         )
-    pg1 = results.median("drain, 1 process(es) x 10 threads", "jobcore-postgres")
-    floor = results.median("drain, raw 1 per txn", "raw-postgres")
-    lines += ["", f"drain by one process vs the raw one-commit floor: {pg1 / floor:.2f}x"]
+    lines += [
+        "",
+        "Issue 12's targets, from the medians above:",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    for what, value, shown, met in targets(results):
+        verdict = "not measured" if math.isnan(value) else ("met" if met else "missed")
+        lines.append(f"| {what} | {'-' if math.isnan(value) else shown} | {verdict} |")
     return "\n".join(lines)
+
+
+def environment(server: str, command: list[str], load: float) -> str:
+    """Where and how the run was made: the server, its commit setting, the load, the peers."""
+    try:
+        pg_peers.Server.when_up(server)
+        with psycopg.connect(server) as conn:
+            version, sync = conn.execute(
+                "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
+            ).fetchone() or ("?", "?")
+    except psycopg.OperationalError as error:
+        version, sync = f"(not reachable at the end: {error})", "?"
+    peers = [
+        peer.version() or f"{peer.name} not installed"
+        for peer in (*pg_peers.QUEUES, pg_peers.RAW_NOTIFY)
+    ]
+    return (
+        f"`python -m benchmarks.postgres {' '.join(command)}`, finished "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. PostgreSQL {version} "
+        f"(synchronous_commit {sync}), {os.cpu_count()} cores, 1-minute load average "
+        f"{load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end. "
+        f"Peers: {', '.join(peers)}."
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -446,24 +639,50 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int)
     parser.add_argument("--server", default=SERVER)
+    parser.add_argument("--only", choices=["latency"], help="run these rows alone, save nothing")
+    parser.add_argument(
+        "--no-scale",
+        action="store_true",
+        help="leave out benchmarks/pg_scale.py (its own results: python -m benchmarks.pg_scale)",
+    )
     options = parser.parse_args(args)
     sizes = QUICK if options.quick else FULL
     if options.reps:
         sizes = Sizes(options.reps, *list(sizes.__dict__.values())[1:])
+    if options.no_scale:
+        sizes = replace(sizes, scale=None)
     results = Results()
     began = time.time()
+    load = os.getloadavg()[0]
+    failure = ""
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         stores = Stores(options.server, Path(tmp))
         try:
-            run(sizes, stores, results)
+            try:
+                (run_latency if options.only == "latency" else run)(sizes, stores, results)
+            except Exception as error:  # the report keeps what was measured before it
+                traceback.print_exc()
+                failure = f"{type(error).__name__}: {error}".strip()
+            if options.only:
+                text = report(results, sizes, time.time() - began)
+            else:
+                parts = [
+                    "# jobcore on PostgreSQL: benchmark results",
+                    environment(options.server, args, load),
+                    report(results, sizes, time.time() - began),
+                ]
+                if failure:
+                    parts.append(
+                        f"**The run stopped early**, the rows above are what it had: {failure}"
+                    )
+                text = "\n\n".join(parts)
+                name = "postgres-quick.md" if options.quick else "postgres.md"
+                (ROOT / "benchmarks" / "results" / name).write_text(text + "\n")
+            print(text)
         finally:
             stores.drop()
-    text = report(results, sizes, time.time() - began)
-    out = (
-        ROOT / "benchmarks" / "results" / ("postgres-quick.md" if options.quick else "postgres.md")
-    )
-    out.write_text(text + "\n")
-    print(text)
+    if failure:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -158,7 +159,24 @@ class Queue:
         meta: dict[str, Any] | None = None,
     ) -> NewJob:
         """Validate enqueue arguments into a `NewJob`; raises a `JobcoreError` naming the problem."""
-        job_type = self.job_type(type)
+        options = {
+            "queue": queue,
+            "priority": priority,
+            "delay": delay,
+            "run_at": run_at,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "idempotency_key": idempotency_key,
+            "parent_id": parent_id,
+            "meta": meta,
+        }
+        return self._build(type, payload, options, None)[0]
+
+    def _build(
+        self, type: str, payload: Any, options: dict[str, Any], settled: _Settled | None
+    ) -> tuple[NewJob, _Settled]:
+        """`build`, reusing the options `settled` for an earlier payload of the same call."""
+        job_type = self.job_type(type) if settled is None else settled.job_type
         # Before the model: it may turn NaN in untyped fields into null without a word.
         check_finite(f"payload for {type!r}", payload)
         model = self.validate_payload(job_type, {} if payload is None else payload)
@@ -178,6 +196,48 @@ class Queue:
                 f"payload for {type!r} is {size} bytes, over the {limit}-byte limit "
                 "(max_payload_bytes); store large data elsewhere and pass a reference"
             )
+        if settled is None:
+            settled = self._settle(type, job_type, **options)
+        key = settled.idempotency_key
+        if key is None and job_type.idempotency_key is not None:
+            key = job_type.idempotency_key(model)
+        job = NewJob(
+            id=new_id(),
+            type=type,
+            queue=settled.queue,
+            payload=stored,
+            priority=settled.priority,
+            max_attempts=settled.max_attempts,
+            run_at=settled.run_at,
+            delay_ms=settled.delay_ms,
+            timeout_ms=settled.timeout_ms,
+            idempotency_key=key,
+            parent_id=settled.parent_id,
+            meta=dict(settled.meta or {}),
+            payload_json=encoded,
+        )
+        if self._has_meta_hooks:
+            job.meta.update(self.pm.enqueue_meta(job))
+        if job.meta:
+            check_meta(f"meta of a {type!r} job", job.meta)
+        return job, settled
+
+    def _settle(
+        self,
+        type: str,
+        job_type: JobType,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        run_at: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        parent_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> _Settled:
+        """Check the enqueue options and resolve them against settings and type defaults."""
         settings = self.config.type_settings(type)
         check_enqueue_options(
             queue=queue,
@@ -192,14 +252,9 @@ class Queue:
         effective_timeout = _first(
             timeout, settings.timeout, job_type.timeout, self.config.core.timeout
         )
-        key = idempotency_key
-        if key is None and job_type.idempotency_key is not None:
-            key = job_type.idempotency_key(model)
-        job = NewJob(
-            id=new_id(),
-            type=type,
+        return _Settled(
+            job_type=job_type,
             queue=_first(queue, settings.queue, job_type.queue, "default"),
-            payload=stored,
             priority=_first(priority, settings.priority, 0),
             max_attempts=_first(
                 max_attempts,
@@ -210,16 +265,10 @@ class Queue:
             run_at=run_at,
             delay_ms=int((delay or 0) * 1000),
             timeout_ms=None if effective_timeout is None else int(effective_timeout * 1000),
-            idempotency_key=key,
+            idempotency_key=idempotency_key,
             parent_id=parent_id,
-            meta=dict(meta or {}),
-            payload_json=encoded,
+            meta=meta,
         )
-        if self._has_meta_hooks:
-            job.meta.update(self.pm.enqueue_meta(job))
-        if job.meta:
-            check_meta(f"meta of a {type!r} job", job.meta)
-        return job
 
     def enqueue(
         self,
@@ -247,11 +296,13 @@ class Queue:
     ) -> list[Inserted]:
         """Validate every payload first, then write them all in one transaction."""
         jobs = []
+        settled: _Settled | None = None  # the options, checked and resolved at the first item
         for index, payload in enumerate(payloads, start=1):
             try:
-                jobs.append(self.build(type, payload, **options))
+                job, settled = self._build(type, payload, options, settled)
             except (InvalidPayload, PayloadTooLarge) as exc:
                 raise exc.__class__(f"item {index}: {exc}") from None
+            jobs.append(job)
         return self.insert(jobs, conn=conn)
 
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
@@ -264,6 +315,8 @@ class Queue:
 
     def _after_insert(self, inserted: Sequence[Inserted]) -> None:
         wakeup.notify(self.wake_key)
+        if not self.pm.hook.jobcore_job_enqueued.get_hookimpls():
+            return  # nobody listens: no call per job
         for item in inserted:
             if item.created:
                 notify(self.pm, "jobcore_job_enqueued", job=item.job)
@@ -400,6 +453,22 @@ class Queue:
             )
             return RetryDecision.fail(f"attempts exhausted ({job.attempts}/{job.max_attempts})")
         return decision
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """An enqueue call's options, checked and resolved; the same for all its payloads."""
+
+    job_type: JobType
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: int | None
+    delay_ms: int
+    timeout_ms: int | None
+    idempotency_key: str | None
+    parent_id: str | None
+    meta: dict[str, Any] | None
 
 
 def _no_lone_surrogates(type: str, payload: Any) -> None:

@@ -18,6 +18,7 @@ The parts: `jobcore.executors` (handler threads), `jobcore.supervisor`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -290,10 +291,13 @@ class Worker:
                 try:
                     free = self._free_slots(stopping)
                     # Another connection committed: maybe new work, maybe a cancel request.
+                    # A store that pushes changes may tell work apart from claims and
+                    # outcomes (this loop's own commits among them): `wait_for_work`.
                     changed, self._external_change = self._external_change, False
-                    changed = changed or (
-                        (free > 0 or len(self.inflight) > 0) and storage.wait_for_change(0)
-                    )
+                    look = storage.wait_for_change
+                    if getattr(storage, "pushes_changes", False):
+                        look = getattr(storage, "wait_for_work", look)
+                    changed = changed or ((free > 0 or len(self.inflight) > 0) and look(0))
                     if changed and len(self.inflight):
                         for job_id in storage.cancel_requested(self.worker_id):
                             asked = self.inflight.get(job_id)
@@ -386,7 +390,8 @@ class Worker:
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
 
-        Other connections' commits are looked for every `wake_check_interval`
+        A store that `pushes_changes` (PostgreSQL's listener) wakes the loop through
+        `jobcore.wakeup`; other stores' commits are looked for every `wake_check_interval`
         in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
@@ -407,7 +412,11 @@ class Worker:
             until = min(until, self._stop_deadline)
         if free > 0 and self._maybe_more and not self._db_backoff:
             return  # the last claim was full: there is probably more to claim right away
-        watch = (free > 0 or len(self.inflight) > 0) and not self._db_backoff
+        watch = (
+            (free > 0 or len(self.inflight) > 0)
+            and not self._db_backoff
+            and not getattr(self.queue.storage, "pushes_changes", False)
+        )
         cond = self._cond
         while True:
             with cond:
@@ -419,7 +428,8 @@ class Worker:
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
-                if cond.wait(min(remaining, self.wake_check_interval) if watch else remaining):
+                timeout = min(remaining, self.wake_check_interval) if watch else remaining
+                if cond.wait(None if math.isinf(timeout) else timeout):
                     return  # notified: an outcome, a wake-up, a lease report or a stop request
             if watch:
                 try:

@@ -217,14 +217,19 @@ class Storage(Protocol):
         """
 
     def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
-        """Events with `seq` greater than `seq`, oldest first, at most `limit`.
+        """Events after the event `seq` in delivery order, at most `limit` (0: from the oldest).
 
-        `seq` only grows (it is never handed out twice, even after pruning), so a
-        reader keeps the last seq it saw and asks again.
+        A reader keeps the seq of the last event it got and asks again; every event
+        committed later comes after it. Delivery order is oldest first but need not
+        be seq order: with one writer at a time (SQLite) it is, while on PostgreSQL
+        an event whose transaction committed late can carry a smaller seq than one
+        delivered before it, so compare cursors by identity, not size. A seq is
+        never handed out twice, even after pruning; a cursor no longer stored
+        reads on from the events with greater seqs.
         """
 
     def last_event_seq(self) -> int:
-        """The newest event's `seq` (0 when there is none)."""
+        """The newest event's `seq` in delivery order (0 when there is none)."""
 
     def add_event(
         self,

@@ -4,6 +4,13 @@ One reader (on the change waiter's thread) pulls new rows of the store's
 `events` table once per change, while anyone listens, into a ring of recent
 events; each stream serves from the ring, and reads the store itself only
 when it resumes from further back (`Last-Event-ID`).
+
+A cursor is the seq of the last event a stream got, and the store's delivery
+order need not be seq order (PostgreSQL delivers an event whose transaction
+committed late after events with greater seqs), so the ring finds a cursor by
+identity, never by comparing seqs. PostgreSQL also holds an event back while
+an older transaction runs; when that transaction wrote no events its end
+notifies nobody, so the waiter also calls `changed` every `REREAD` seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from jobcore_http.store import HubStore
 from jobcore_http.views import job_json
 
 log = logging.getLogger("jobcore.http.events")
+
+REREAD = 1.0  # seconds: how often the feed reads again with no change seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +47,7 @@ class EventFeed:
         self.store = store
         self.supported = callable(getattr(storage, "events_after", None))
         self.latest = 0
+        self._base = 0  # the event the ring starts after
         self.signal = AsyncSignal()
         self._ring: deque[SseEvent] = deque(maxlen=ring)
         self._lock = threading.Lock()
@@ -51,7 +61,7 @@ class EventFeed:
         with self._lock:
             if self._listeners == 0 and self.supported:
                 self._ring.clear()
-                self.latest = newest
+                self.latest = self._base = newest
             self._listeners += 1
             return self.latest
 
@@ -78,6 +88,7 @@ class EventFeed:
             with self._lock:
                 if self.latest != cursor:  # a first listener reset the feed meanwhile
                     break
+                self._rebase(len(self._ring) + len(batch) - (self._ring.maxlen or 0), batch)
                 self._ring.extend(batch)
                 self.latest = batch[-1].seq
             pulled = True
@@ -86,20 +97,28 @@ class EventFeed:
         if pulled:
             self.signal.fire()
 
+    def _rebase(self, dropped: int, batch: list[SseEvent]) -> None:
+        """The ring is about to drop its `dropped` oldest (of itself, then `batch`)."""
+        if dropped > 0:
+            kept = len(self._ring)
+            self._base = (
+                self._ring[dropped - 1].seq if dropped <= kept else batch[dropped - kept - 1].seq
+            )
+
     def recent(self, cursor: int) -> list[SseEvent] | None:
-        """Events after `cursor` from the ring; None when the ring does not reach back that far."""
+        """Events after `cursor` from the ring; None when the ring does not hold that event."""
         with self._lock:
-            if cursor >= self.latest:
+            if cursor == self.latest:
                 return []
-            if not self._ring or self._ring[0].seq > cursor + 1:
-                return None
-            newer = []
+            if cursor == self._base:
+                return list(self._ring)
+            newer: list[SseEvent] = []
             for event in reversed(self._ring):  # only the new ones are looked at
-                if event.seq <= cursor:
-                    break
+                if event.seq == cursor:
+                    newer.reverse()
+                    return newer
                 newer.append(event)
-            newer.reverse()
-            return newer
+            return None
 
     def load(self, cursor: int, limit: int) -> list[SseEvent]:
         """Events after `cursor` read from the store, each with its job's (or worker's) JSON."""

@@ -22,7 +22,7 @@ from jobcore.models import Failed, Job, Lease, Retrying
 from jobcore.queue import Queue
 from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.engine import Engine
-from jobcore_http.events import EventFeed
+from jobcore_http.events import REREAD, EventFeed
 from jobcore_http.settings import HttpSettings
 from jobcore_http.signal import AsyncSignal
 from jobcore_http.store import hub_store_for
@@ -70,7 +70,7 @@ class Hub:
         self.feed.signal.bind(loop)
         self.registry.load()
         self.waiter.subscribe(self.engine.changed)
-        self.waiter.subscribe(self.feed.changed)
+        self.waiter.subscribe(self.feed.changed, every=REREAD)
         self.engine.start()
         self.waiter.start()
         self._maintenance.start()

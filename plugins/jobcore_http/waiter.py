@@ -4,13 +4,15 @@ A single thread asks the store whether another connection committed
 (`Storage.wait_for_change`, SQLite: `PRAGMA data_version`) every
 `interval`, and is poked at once by commits in this process (`jobcore.wakeup`).
 Every change calls each subscriber once; long-polls and event streams wait on
-it instead of running poll loops of their own.
+it instead of running poll loops of their own. A subscriber may also ask to be
+called `every` so many seconds without a change.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,12 +28,16 @@ class ChangeWaiter:
         self.interval = interval
         self.generation = 0
         self._subscribers: list[Callable[[], None]] = []
+        self._every: dict[Callable[[], None], float] = {}
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hub-waiter", daemon=True)
 
-    def subscribe(self, callback: Callable[[], None]) -> None:
+    def subscribe(self, callback: Callable[[], None], *, every: float | None = None) -> None:
+        """Call `callback` on every change (and, with `every`, that often without one)."""
         self._subscribers.append(callback)
+        if every is not None:
+            self._every[callback] = every
 
     def poke(self) -> None:
         self._poke.set()
@@ -49,6 +55,7 @@ class ChangeWaiter:
 
     def _run(self) -> None:
         failures = 0
+        last_called = dict.fromkeys(self._every, time.monotonic())
         while not self._stop.is_set():
             poked = self._poke.wait(self.interval)
             self._poke.clear()
@@ -60,10 +67,25 @@ class ChangeWaiter:
                 log.warning("checking the store for changes failed: %s", exc)
                 self._stop.wait(min(5.0, 0.05 * 2**failures))
                 changed = True
-            if changed and not self._stop.is_set():
+            if self._stop.is_set():
+                break
+            now = time.monotonic()
+            if changed:
                 self.generation += 1
-                for callback in self._subscribers:
-                    try:
-                        callback()
-                    except Exception:
-                        log.exception("change subscriber failed")
+                due = self._subscribers
+            else:
+                due = [
+                    cb
+                    for cb, every in self._every.items()
+                    if now - last_called.setdefault(cb, now) >= every
+                ]
+            last_called.update(dict.fromkeys((cb for cb in due if cb in self._every), now))
+            self._call(due)
+
+    @staticmethod
+    def _call(callbacks: list[Callable[[], None]]) -> None:
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("change subscriber failed")

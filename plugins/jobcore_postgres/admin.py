@@ -3,6 +3,7 @@ sweep and store-level locks, events added by hand, whole-row imports (`jobcore c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -13,16 +14,18 @@ from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job
 from jobcore.storage.base import Swept
 from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
+from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
 from jobcore_postgres.rows import json_strict, row_to_job
+from jobcore_postgres.schema import channel
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 SWEEP_LIMIT = 1000  # expired leases handled per sweep transition and call
 PRUNE_BATCH = 5000  # finished jobs deleted per transaction
-EVENT_PRUNE_BATCH = 10_000
-_FINISHED = ("completed", "failed", "cancelled")
+EVENT_PRUNE_BATCH = 10_000  # old events deleted per transaction
+EVENT_PRUNE_BUDGET_S = 2.0  # a sweep catching up on old events stops after this long
 
 
 class PostgresAdmin:
@@ -57,6 +60,9 @@ class PostgresAdmin:
         ]
         with self._write() as conn, conn.cursor() as cursor:
             cursor.executemany(sql, rows)
+            # whole rows append no event, so no trigger notifies: wake the idle workers,
+            # which otherwise find the copied pending jobs only at their next poll
+            cursor.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
 
     def _take_lock(self, conn: Conn, name: str, holder: str, ttl_ms: int, force: bool) -> bool:
         locks = self._d.table("locks")
@@ -97,13 +103,23 @@ class PostgresAdmin:
                 )
                 for row in conn.execute(sql, self._params()).fetchall():
                     swept.append(Swept(row_to_job(row), action))
-            events = self._d.table("events")
-            conn.execute(
-                f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
-                f"WHERE at < {self._d.now} - %(keep)s::bigint ORDER BY seq LIMIT {EVENT_PRUNE_BATCH})",
-                self._params(keep=self.event_retention_ms),
-            )
+            more = self._prune_events(conn)
+        deadline = time.monotonic() + EVENT_PRUNE_BUDGET_S
+        while more and time.monotonic() < deadline:  # catching up: one short transaction each
+            with self._connection() as conn:
+                more = self._prune_events(conn)
         return swept
+
+    def _prune_events(self, conn: Conn) -> bool:
+        """Delete one batch of events older than the retention; True if more may remain."""
+        # oldest first along events_at, which stops at the cutoff (by seq, a batch that found
+        # fewer old events than its limit would read every newer event too); only events
+        # already deliverable, never the newest (see event_order)
+        deleted = conn.execute(
+            self._statement("prune_events", prune_sql, self._d, EVENT_PRUNE_BATCH),
+            self._params(keep=self.event_retention_ms),
+        ).rowcount
+        return deleted >= EVENT_PRUNE_BATCH
 
     def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
         sql = self._statement(
@@ -137,14 +153,15 @@ class PostgresAdmin:
 
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
         """Delete finished jobs in bounded batches (short transactions, no long row locks)."""
-        params: dict[str, Any] = {"before": before, "finished": list(_FINISHED)}
-        where = "WHERE status = ANY(%(finished)s::text[]) AND completed_at < %(before)s" + filters(
-            params, status=statuses, type=types
-        )
+        params: dict[str, Any] = {"before": before}
+        # the statuses written out, as in the predicate of jobs_finished: a prepared (generic)
+        # plan could not prove a parameter array implies it, and would read every finished job
+        where = "WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < %(before)s"
+        where += filters(params, status=statuses, type=types)
         jobs = self._d.table("jobs")
         sql = (
             f"DELETE FROM {jobs} WHERE id IN (SELECT id FROM {jobs} {where} "
-            f"LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED)"
+            f"ORDER BY completed_at LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED)"
         )
         total = 0
         while True:

@@ -3,9 +3,14 @@
 Every transaction that appends events sends one empty notification on the
 store's channel (the server folds a transaction's identical notifications
 into one). The listener thread counts them; `Listener.wait` blocks until the
-count moves past what the caller saw. While the listening connection is down
-(server restart) waiters are told "maybe changed" at a short interval, so a
-worker falls back to polling until the listener reconnects.
+count moves past what the caller saw. A notification that may bring work (not
+`NO_WORK`: its events did more than claim or end jobs) also wakes the process's
+`jobcore.wakeup` subscribers of the store (workers, the hub), so they need not
+poll, and no worker claims again because another one claimed or finished a job;
+such notifications are also counted apart (`work_count`), so a worker does not
+take its own commits' notifications for a change worth a full poll. While the listening connection is down (server restart) waiters
+are told "maybe changed" at a short interval, so a worker falls back to polling
+until the listener reconnects.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import time
 
 import psycopg
 
+from jobcore import wakeup
 from jobcore_postgres.errors import first_line
+from jobcore_postgres.schema import NO_WORK
 
 log = logging.getLogger("jobcore.postgres")
 
@@ -26,11 +33,13 @@ DOWN_POLL = 0.25  # seconds between "maybe changed" answers while the listener i
 class Listener:
     """A thread holding one `LISTEN` connection; counts notifications."""
 
-    def __init__(self, conninfo: str, channel: str, where: str) -> None:
+    def __init__(self, conninfo: str, channel: str, where: str, wake_key: str) -> None:
         self.conninfo = conninfo
         self.channel = channel
         self.where = where
-        self.count = 0
+        self.wake_key = wake_key
+        self.count = 0  # every notification
+        self.work_count = 0  # the ones that may bring work or a cancel request: not NO_WORK
         self.connected = False
         self.users = 0
         self._cond = threading.Condition()
@@ -48,10 +57,14 @@ class Listener:
     def stop(self) -> None:
         self._stop.set()
 
-    def _bump(self) -> None:
+    def _bump(self, *, wake: bool = True) -> None:
         with self._cond:
             self.count += 1
+            if wake:
+                self.work_count += 1
             self._cond.notify_all()
+        if wake:
+            wakeup.notify(self.wake_key)
 
     def _run(self) -> None:
         delay = 0.05
@@ -64,8 +77,8 @@ class Listener:
                     self._bump()  # anything may have happened while we were not listening
                     self._ready.set()
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
-                            self._bump()
+                        for notify in conn.notifies(timeout=0.5):
+                            self._bump(wake=notify.payload != NO_WORK)
             except psycopg.Error as exc:
                 if self.connected:
                     log.warning("listening on %s: %s; reconnecting", self.where, first_line(exc))
@@ -76,33 +89,41 @@ class Listener:
                 delay = min(delay * 2, 2.0)
         self.connected = False
 
-    def wait(self, seen: int, timeout: float) -> tuple[int, bool]:
-        """Block until the count differs from `seen` or `timeout` passes: (count, maybe changed)."""
+    def wait(self, seen: int, timeout: float, *, work: bool = False) -> tuple[int, bool]:
+        """Block until the count differs from `seen` or `timeout` passes: (count, maybe changed).
+
+        With `work`, the count is `work_count`: notifications of claims and outcomes alone
+        (`NO_WORK`) do not end the wait.
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self.count == seen:
+            while self._count(work) == seen:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 if not self.connected:
                     self._cond.wait(min(remaining, DOWN_POLL))
                     if not self.connected:
-                        return self.count, True  # maybe changed: let the caller look
+                        return self._count(work), True  # maybe changed: let the caller look
                     continue
                 self._cond.wait(remaining)
-            return self.count, self.count != seen
+            count = self._count(work)
+            return count, count != seen
+
+    def _count(self, work: bool) -> int:
+        return self.work_count if work else self.count
 
 
 _listeners: dict[tuple[str, str], Listener] = {}
 _registry_lock = threading.Lock()
 
 
-def acquire(conninfo: str, channel: str, where: str) -> Listener:
+def acquire(conninfo: str, channel: str, where: str, wake_key: str) -> Listener:
     """The process's listener for this store, started on first use."""
     with _registry_lock:
         listener = _listeners.get((conninfo, channel))
         if listener is None:
-            listener = Listener(conninfo, channel, where)
+            listener = Listener(conninfo, channel, where, wake_key)
             _listeners[(conninfo, channel)] = listener
             listener.start()
         listener.users += 1

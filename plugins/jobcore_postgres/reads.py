@@ -10,6 +10,8 @@ import psycopg
 
 from jobcore.models import Event, Job
 from jobcore.storage.base import Stats
+from jobcore_postgres.event_order import events_after_sql, newest_delivered_sql
+from jobcore_postgres.held_back import HeldBackWatch
 from jobcore_postgres.rows import event_data, row_to_job
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect
 
@@ -37,6 +39,8 @@ class PostgresReads:
     _d: Dialect
     _connection: Callable[[], AbstractContextManager[Conn]]
     now: Callable[[], int]
+    _params: Callable[..., dict[str, Any]]
+    _held_back: HeldBackWatch
 
     def next_due(self) -> int | None:
         with self._connection() as conn:
@@ -178,14 +182,12 @@ class PostgresReads:
         return stats
 
     def events_after(self, seq: int, limit: int = 1000) -> list[Event]:
-        """Events after `seq`; a job event's data is its job's type and queue (while it exists)."""
+        """Events after the event `seq` in delivery order (see `event_order`); a job
+        event's data is its job's type and queue (while it exists). Now and then warns when
+        events wait too long behind a transaction left open (`held_back`)."""
         with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue "
-                f"FROM {self._d.table('events')} e LEFT JOIN {self._d.table('jobs')} j "
-                "ON j.id = e.job_id WHERE e.seq > %s ORDER BY e.seq LIMIT %s",
-                (seq, limit),
-            ).fetchall()
+            rows = conn.execute(events_after_sql(self._d), {"seq": seq, "limit": limit}).fetchall()
+            self._held_back.maybe_check(conn, self._d, self._params())
         return [
             Event(
                 seq=int(s),
@@ -199,9 +201,9 @@ class PostgresReads:
         ]
 
     def last_event_seq(self) -> int:
+        """The newest event a reader may deliver now (a cursor `events_after` goes on from);
+        like `events_after`, now and then warns of events held back too long."""
         with self._connection() as conn:
-            row = conn.execute(
-                f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END "
-                f"FROM {self._d.table('events_seq')}"
-            ).fetchone()
+            row = conn.execute(newest_delivered_sql(self._d)).fetchone()
+            self._held_back.maybe_check(conn, self._d, self._params())
         return 0 if row is None else int(row[0])

@@ -13,10 +13,36 @@ from jobcore_postgres.statements import JOB_COLUMNS, SLIM_COLUMNS
 json_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 """Compact JSON that refuses NaN and infinities (PostgreSQL's json type would)."""
 
+_decode = json.JSONDecoder().decode
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """`json.loads` for the json and jsonb columns the server sends (UTF-8 text).
+
+    Most of a job's JSON columns are empty (`errors`, `history`, `meta`, a noop's
+    payload): those skip the parser, and the rest skip `json.loads`' encoding
+    detection. Every call answers a fresh object.
+    """
+    if isinstance(data, str):
+        return _decode(data)
+    if data == b"[]":
+        return []
+    if data == b"{}":
+        return {}
+    return _decode(bytes(data).decode())
+
+
+def result_json(result: Any) -> str:
+    """A handler's result as stored (`json_strict`); None, the usual result, needs no encoder."""
+    return "null" if result is None else json_strict(result)
+
+
+_STATUS: dict[str, JobStatus] = {status.value: status for status in JobStatus}
+
 
 def row_to_job(row: Sequence[Any]) -> Job:
     values = dict(zip(JOB_COLUMNS, row, strict=False))
-    values["status"] = JobStatus(values["status"])
+    values["status"] = _STATUS[values["status"]]
     return Job(**values)
 
 
@@ -25,7 +51,7 @@ def slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) ->
     claimed = outcome.lease.job
     assert claimed is not None
     values = dict(zip(SLIM_COLUMNS, row, strict=False))
-    values["status"] = JobStatus(values["status"])
+    values["status"] = _STATUS[values["status"]]
     *_, last_error_entry, last_history_entry = row
     errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
     history = [*claimed.history, last_history_entry] if transition.history else claimed.history

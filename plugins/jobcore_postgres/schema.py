@@ -140,9 +140,68 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        "notifications only when events were appended or a cancel was requested",
+        """
+        -- A statement-level trigger fires even when its statement inserted no row: every
+        -- empty claim notified, and each notification made idle workers claim again.
+        -- Events that only take or end work (claims, outcomes) notify as 'no-work': every
+        -- listener counts them, no worker claims because of them.
+        CREATE OR REPLACE FUNCTION {s}.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF EXISTS (SELECT FROM appended WHERE kind NOT IN
+                     ('job:claimed', 'job:completed', 'job:failed', 'job:cancelled')) THEN
+            PERFORM pg_notify('{s}_changes', '');
+          ELSIF EXISTS (SELECT FROM appended) THEN
+            PERFORM pg_notify('{s}_changes', 'no-work');
+          END IF;
+          RETURN NULL;
+        END $$;
+        DROP TRIGGER events_notify ON {s}.events;
+        CREATE TRIGGER events_notify AFTER INSERT ON {s}.events
+            REFERENCING NEW TABLE AS appended
+            FOR EACH STATEMENT EXECUTE FUNCTION {s}.notify_change();
+
+        -- a cancel request of a running job appends no event: its holder still hears of it
+        CREATE FUNCTION {s}.notify_cancel_request() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_notify('{s}_changes', '');
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER jobs_cancel_requested AFTER UPDATE OF cancel_requested ON {s}.jobs
+            FOR EACH ROW WHEN (NEW.cancel_requested AND NOT OLD.cancel_requested)
+            EXECUTE FUNCTION {s}.notify_cancel_request();
+        """,
+    ),
+    (
+        "jobs_claim only for unfiltered claims",
+        """
+        -- A claim filtered by queue or type must walk its own index: with statistics taken
+        -- while the table was small the planner found jobs_claim as cheap and walked every
+        -- queue's pending rows. Only the unfiltered claim states `attempts >= 0` (always
+        -- true, by the table's CHECK), so only it can use this index.
+        DROP INDEX {s}.jobs_claim;
+        CREATE INDEX jobs_claim ON {s}.jobs (priority DESC, run_at, id)
+            WHERE status = 'pending' AND attempts >= 0;
+        """,
+    ),
+    (
+        "events in commit-safe order",
+        """
+        -- the writer's transaction: readers deliver in (xid, seq) order, only events of
+        -- transactions older than any still running (jobcore_postgres/event_order.py);
+        -- events already stored are older than every later one
+        ALTER TABLE {s}.events ADD COLUMN xid xid8 NOT NULL DEFAULT '1';
+        ALTER TABLE {s}.events ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
+        CREATE INDEX events_delivery ON {s}.events (xid, seq);
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+NO_WORK = "no-work"  # the payload of a notification whose events only took or ended work
 
 
 def channel(schema: str) -> str:
@@ -184,6 +243,11 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: st
         version = stored_version(conn, schema)  # another process may have migrated meanwhile
         if version > SCHEMA_VERSION:
             raise _too_new(version, schema, where)
+        if version >= 1:
+            # Workers of the older version may be writing: their transactions lock jobs, then
+            # events. Taking both up front, in that order, queues this behind them; locking them
+            # one script statement at a time (events' trigger, then jobs') deadlocked with them.
+            conn.execute(f"LOCK TABLE {schema}.jobs, {schema}.events IN ACCESS EXCLUSIVE MODE")
         for number in range(version + 1, SCHEMA_VERSION + 1):
             name, script = MIGRATIONS[number - 1]
             log.info("migrating %s schema %s to version %d: %s", where, schema, number, name)

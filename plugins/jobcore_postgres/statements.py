@@ -274,8 +274,11 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
             f"ORDER BY c.{_PICK_ORDER.replace(', ', ', c.')} LIMIT %(limit)s"
         )
     else:
+        # `attempts >= 0` (always true) is in jobs_claim's predicate and only here, so
+        # that a filtered pick can never walk every queue's rows in jobs_claim
         pick = (
-            f"SELECT p.id, p.priority, p.run_at FROM {jobs} p WHERE p.status = 'pending' "
+            f"SELECT p.id, p.priority, p.run_at FROM {jobs} p "
+            "WHERE p.status = 'pending' AND p.attempts >= 0 "
             f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
         )
     update = (

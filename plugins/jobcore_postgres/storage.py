@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from jobcore.errors import ConfigError, StorageError
@@ -26,7 +27,6 @@ from jobcore.models import (
     Completed,
     Failed,
     Job,
-    JobStatus,
     Lease,
     NewJob,
     Outcome,
@@ -46,8 +46,18 @@ from jobcore_postgres import listener as listeners
 from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped
+from jobcore_postgres.event_order import change_mark, changed_since
+from jobcore_postgres.held_back import HeldBackWatch
 from jobcore_postgres.reads import PostgresReads
-from jobcore_postgres.rows import clean_text, json_strict, row_to_job, slim_to_job
+from jobcore_postgres.rows import (
+    _STATUS,
+    clean_text,
+    json_loads,
+    json_strict,
+    result_json,
+    row_to_job,
+    slim_to_job,
+)
 from jobcore_postgres.schema import channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
@@ -63,6 +73,7 @@ log = logging.getLogger("jobcore.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
+_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 _UNFINISHED = ("scheduled", "pending", "claimed")
 
 
@@ -95,6 +106,11 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
             )
         settings.append(f"synchronous_commit={synchronous_commit}")
     return " ".join(f"-c {setting}" for setting in settings)
+
+
+def _configure(conn: Conn) -> None:
+    """Every pooled connection decodes json and jsonb columns with `json_loads`."""
+    set_json_loads(json_loads, conn)
 
 
 _T = TypeVar("_T")
@@ -165,6 +181,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             open=False,
             timeout=connect_timeout,
             name=f"jobcore-{self.schema}",
+            configure=_configure,
             kwargs={
                 "autocommit": True,
                 # transaction-pooling proxies cannot keep prepared statements
@@ -179,6 +196,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             },
         )
         self._sql: dict[Any, str] = {}
+        self._held_back = HeldBackWatch(self.where)
 
     @property
     def wake_key(self) -> str:
@@ -255,8 +273,8 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         self._ensure_ready()
         try:
             with mapped(self.where), self._pool.connection() as conn:
-                if getattr(self._local, "seen_seq", None) is None:
-                    self._local.seen_seq = self._committed_seq(conn)  # this thread's first use
+                if getattr(self._local, "seen_mark", None) is None:
+                    self._local.seen_mark = change_mark(conn)  # this thread's first use
                 yield conn
         except StorageError as exc:
             if isinstance(exc.__cause__, psycopg.OperationalError):
@@ -378,50 +396,84 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     # -- enqueue ---------------------------------------------------------------------
 
-    def _insert_sql(self) -> str:
+    def _insert_sql(self, keyed: bool, single: bool) -> str:
+        """One statement inserting every job and its `job:enqueued` event.
+
+        The store's clock is read once per statement. `keyed`: some job has an
+        idempotency key, so a duplicate of an unfinished job is skipped (ON
+        CONFLICT); without keys no row can conflict and the arbiter check is left
+        out. `single`: one job, its values as scalars (no arrays to build and unnest).
+        """
         d = self._d
+        names = (
+            "id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
+            "timeout_ms, idempotency_key, parent_id, meta"
+        )
+        if single:
+            rows = (
+                "(VALUES (%(ids)s::text, %(types)s::text, %(queues)s::text, %(payloads)s::text, "
+                "%(priorities)s::int, %(max_attempts)s::int, %(run_ats)s::bigint, "
+                "%(delays)s::bigint, %(timeouts)s::bigint, %(keys)s::text, %(parents)s::text, "
+                f"%(metas)s::text)) AS v({names})"
+            )
+        else:  # arrays go in binary: no per-element text formatting and quoting on the client
+            rows = (
+                "unnest(%(ids)b::text[], %(types)b::text[], %(queues)b::text[], "
+                "%(payloads)b::text[], %(priorities)b::int[], %(max_attempts)b::int[], "
+                "%(run_ats)b::bigint[], %(delays)b::bigint[], %(timeouts)b::bigint[], "
+                f"%(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) AS v({names})"
+            )
+        conflict = (
+            "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
+            "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
+            if keyed
+            else ""
+        )
         return (
-            # text arrays go in binary: no per-element quoting on the client
-            "WITH v AS (SELECT * FROM unnest(%(ids)b::text[], %(types)b::text[], "
-            "%(queues)b::text[], %(payloads)b::text[], %(priorities)s::int[], "
-            "%(max_attempts)s::int[], %(run_ats)s::bigint[], %(delays)s::bigint[], "
-            "%(timeouts)s::bigint[], %(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) "
-            "AS v(id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
-            f"timeout_ms, idempotency_key, parent_id, meta)), "
-            f"w AS (SELECT v.*, coalesce(v.given_run_at, {d.now} + v.delay_ms) AS run_at FROM v), "
+            f"WITH n AS (SELECT {d.now} AS now), "
+            "v AS (SELECT v.*, coalesce(v.given_run_at, n.now + v.delay_ms) AS run_at, n.now "
+            f"FROM n, {rows}), "
             f"u AS (INSERT INTO {d.table('jobs')} (id, type, queue, payload, status, priority, "
             "max_attempts, run_at, timeout_ms, idempotency_key, parent_id, meta, created_at, "
             "updated_at) "
             "SELECT v.id, v.type, v.queue, v.payload::json, "
-            f"CASE WHEN v.run_at <= {d.now} THEN 'pending' ELSE 'scheduled' END, v.priority, "
-            f"v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
-            f"v.meta::json, {d.now}, {d.now} FROM w AS v "
-            "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
-            "AND status IN ('scheduled', 'pending', 'claimed') DO NOTHING "
+            "CASE WHEN v.run_at <= v.now THEN 'pending' ELSE 'scheduled' END, v.priority, "
+            "v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
+            f"v.meta::json, v.now, v.now FROM v {conflict}"
             "RETURNING id, status, created_at, run_at), "
             f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
             "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
             "SELECT id, status, created_at, run_at FROM u"
         )
 
-    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
-        sql = self._statement("insert", self._insert_sql)
-        params = self._params(
-            ids=[j.id for j in jobs],
-            types=[j.type for j in jobs],
-            queues=[j.queue for j in jobs],
-            payloads=[
+    @staticmethod
+    def _insert_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
+        """The insert's values, column by column (`_insert_sql`'s parameter names)."""
+        return {
+            "ids": [j.id for j in jobs],
+            "types": [j.type for j in jobs],
+            "queues": [j.queue for j in jobs],
+            "payloads": [
                 j.payload_json if j.payload_json is not None else json_strict(j.payload)
                 for j in jobs
             ],
-            priorities=[j.priority for j in jobs],
-            max_attempts=[j.max_attempts for j in jobs],
-            run_ats=[j.run_at for j in jobs],
-            delays=[clamp_delay_ms(j.delay_ms) for j in jobs],
-            timeouts=[j.timeout_ms for j in jobs],
-            keys=[j.idempotency_key for j in jobs],
-            parents=[j.parent_id for j in jobs],
-            metas=[json_strict(j.meta) if j.meta else "{}" for j in jobs],
+            "priorities": [j.priority for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "run_ats": [j.run_at for j in jobs],
+            "delays": [clamp_delay_ms(j.delay_ms) for j in jobs],
+            "timeouts": [j.timeout_ms for j in jobs],
+            "keys": [j.idempotency_key for j in jobs],
+            "parents": [j.parent_id for j in jobs],
+            "metas": [json_strict(j.meta) if j.meta else "{}" for j in jobs],
+        }
+
+    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
+        keyed = any(j.idempotency_key is not None for j in jobs)
+        single = len(jobs) == 1
+        sql = self._statement(("insert", keyed, single), self._insert_sql, keyed, single)
+        columns = self._insert_params(jobs)
+        params = self._params(
+            **({name: values[0] for name, values in columns.items()} if single else columns)
         )
         created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
         results: list[Inserted] = []
@@ -429,7 +481,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             made = created.get(job.id)
             if made is not None:
                 status, now, run_at = made
-                row = new_row(job, now, run_at=run_at, status=JobStatus(status))
+                row = new_row(job, now, run_at=run_at, status=_STATUS[status])
                 results.append(Inserted(row, created=True))
                 continue
             existing = conn.execute(
@@ -451,8 +503,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             self._ensure_ready()
             with mapped(self.where):
                 return self._insert_on(conn, jobs)
-        if getattr(self._local, "tx", None) is None and len(jobs) == 1:
-            # one job, one statement: atomic on its own, no BEGIN/COMMIT round trips
+        if getattr(self._local, "tx", None) is None and (
+            len(jobs) == 1 or all(j.idempotency_key is None for j in jobs)
+        ):
+            # one statement, atomic on its own: no BEGIN/COMMIT round trips (a duplicate
+            # key's follow-up reads need the transaction unless the job is alone)
             with self._connection() as c:
                 return self._insert_on(c, jobs)
         with self._write() as c:
@@ -506,6 +561,10 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         sql = self._statement(
             ("claim", by_queue, by_type), claim_statement, self._d, by_queue, by_type
         )
+        # Without this the server plans the claim afresh at every execution (its generic
+        # plan looks costlier by estimate, though it is the same plan): a prepared claim
+        # then costs its planning time again each time.
+        conn.execute(_GENERIC_PLANS)
         params = self._params(
             worker=worker,
             limit=limit,
@@ -620,7 +679,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 lease_ids=[o.lease.lease_id for o in group],
                 errors=[clean_text(getattr(o, "error", None)) for o in group],
                 results=[
-                    json_strict(o.result) if isinstance(o, Completed) else None for o in group
+                    result_json(o.result) if isinstance(o, Completed) else None for o in group
                 ],
                 delays=[
                     clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
@@ -640,15 +699,20 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         """{index in outcomes: the row its statement updated}."""
         done: dict[int, Job] = {}
         for item in sent:
+            waiting: dict[str, list[int]] = {}  # job id -> its reports not yet answered, in order
+            for i in item.indexes:
+                if i not in done:  # answered by an earlier transition's statement
+                    waiting.setdefault(outcomes[i].lease.job_id, []).append(i)
             for row in item.cursor.fetchall():
-                for i in item.indexes:
-                    if i not in done and outcomes[i].lease.job_id == row[0]:
-                        done[i] = (
-                            row_to_job(row)
-                            if item.transition is None
-                            else slim_to_job(row, outcomes[i], item.transition)
-                        )
-                        break
+                reports = waiting.get(row[0])
+                if not reports:
+                    continue
+                i = reports.pop(0)
+                done[i] = (
+                    row_to_job(row)
+                    if item.transition is None
+                    else slim_to_job(row, outcomes[i], item.transition)
+                )
         return done
 
     @staticmethod
@@ -658,7 +722,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         for outcome in outcomes:
             if isinstance(outcome, Completed):
                 try:
-                    json_strict(outcome.result)
+                    result_json(outcome.result)
                 except (TypeError, ValueError) as exc:
                     outcome = Failed(outcome.lease, f"could not record outcome: {exc}")
             checked.append(outcome)
@@ -716,59 +780,72 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     # -- change notification and events ----------------------------------------------
 
-    def _committed_seq(self, conn: Conn) -> int:
-        row = conn.execute(
-            f"SELECT coalesce(max(seq), 0) FROM {self._d.table('events')}"
-        ).fetchone()
-        return 0 if row is None else int(row[0])
-
     def _start_listening(self) -> listeners.Listener:
         with self._ready_lock:
             if self._listener is None:
                 self._listener = listeners.acquire(
-                    self.target.conninfo, channel(self.schema), self.where
+                    self.target.conninfo, channel(self.schema), self.where, self.wake_key
                 )
             return self._listener
+
+    @property
+    def pushes_changes(self) -> bool:
+        """True while every commit that changes jobs or events wakes this process's
+        `jobcore.wakeup` subscribers of `wake_key` (the listener is up): no need to poll."""
+        listener = self._listener
+        return listener is not None and listener.connected
 
     def wait_for_change(self, timeout: float) -> bool:
         """True once another transaction changed jobs or events since this thread last looked.
 
-        A thread's first wait compares the newest committed event with what it
-        saw at its first use of the store; from then on LISTEN/NOTIFY wakes it
-        (one listening connection per process). With `poll_only` the newest
-        committed event is polled every `poll_step`; while the listener is down
-        the answer is "maybe" every few hundred ms, so the caller looks itself.
+        A thread's first wait looks for events committed since its first use of
+        the store; from then on LISTEN/NOTIFY wakes it (one listening connection
+        per process). With `poll_only` that look is repeated every `poll_step`;
+        while the listener is down the answer is "maybe" every few hundred ms,
+        so the caller looks itself.
         """
+        return self._wait_for(timeout, work=False)
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Like `wait_for_change`, but claims and outcomes alone (`NO_WORK` notifications,
+        such as those of this thread's own commits) are no change: True once work may have
+        been added or made due, or a cancel requested, since this thread last looked.
+
+        Optional (the worker uses it while `pushes_changes`); counted apart from
+        `wait_for_change`, so the hub's waiter still hears every commit.
+        """
+        return self._wait_for(timeout, work=True)
+
+    def _wait_for(self, timeout: float, *, work: bool) -> bool:
         timeout = max(0.0, timeout)
         if self.poll_only:
             return self._poll_for_change(timeout)
         listener = self._listener or self._start_listening()
-        seen_count: int | None = getattr(self._local, "seen_count", None)
-        if seen_count is None:  # first wait on this thread: listening starts now
-            seen_count = self._local.seen_count = listener.count
-            current = self._seq_now()  # what committed between first use and listening
-            seen_seq: int = self._local.seen_seq
-            self._local.seen_seq = current
-            if current != seen_seq:
+        local = self._local
+        if getattr(local, "seen_count", None) is None:  # first wait on this thread
+            local.seen_count, local.seen_work = listener.count, listener.work_count
+            changed, local.seen_mark = self._changed()  # between first use and listening
+            if changed:
                 return True
         # from here on the notifications alone tell: no query per wait
-        count, changed = listener.wait(seen_count, timeout)
-        self._local.seen_count = count
+        if work:
+            local.seen_work, changed = listener.wait(local.seen_work, timeout, work=True)
+        else:
+            local.seen_count, changed = listener.wait(local.seen_count, timeout)
         return changed
 
-    def _seq_now(self) -> int:
+    def _changed(self) -> tuple[bool, str]:
+        """Whether events committed since this thread's mark, and the new mark."""
         with self._connection() as conn:
-            return self._committed_seq(conn)
+            return changed_since(conn, self._d, self._local.seen_mark)
 
     def _poll_for_change(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        current = self._seq_now()
-        seen_seq: int = self._local.seen_seq
-        while current == seen_seq:
+        changed, self._local.seen_mark = self._changed()
+        while not changed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             time.sleep(min(self.poll_step, remaining))
-            current = self._seq_now()
-        self._local.seen_seq = current
+            changed, self._local.seen_mark = self._changed()
         return True

@@ -15,7 +15,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from jobcore.errors import ConfigError
 
 SCHEMES = ("postgresql", "postgres")
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# at most 55 characters: the notification channel `<schema>_changes` must fit in 63
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,54}$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -43,7 +44,7 @@ def check_schema_name(name: str, source: str) -> str:
     if not _SCHEMA_NAME.match(name):
         raise ConfigError(
             f"{source}: schema name {name!r} is not allowed; use lower-case letters, digits "
-            "and underscores, starting with a letter"
+            "and underscores, starting with a letter, at most 55 characters"
         )
     return name
 

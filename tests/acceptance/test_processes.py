@@ -84,7 +84,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_sigkilled_worker_job_is_reclaimed_and_completed(cluster: Cluster) -> None:
     marker = cluster.tmp / "started"
-    job_id = cluster.enqueue("sleepy", {"seconds": 1.0, "started": str(marker)})
+    # long enough that a loaded machine's slow `jobcore show` polls cannot outlast it
+    job_id = cluster.enqueue("sleepy", {"seconds": 6.0, "started": str(marker)})
     first = cluster.worker("--lease", "1s")
     cluster.wait_file(marker)
     # its start is committed (within 50 ms of the handler beginning; slower on a loaded machine)
@@ -139,7 +140,8 @@ def test_three_workers_drain_thousands_of_jobs_each_run_once(cluster: Cluster) -
 
 def test_sigterm_lets_a_short_job_finish(cluster: Cluster) -> None:
     marker = cluster.tmp / "started"
-    job_id = cluster.enqueue("sleepy", {"seconds": 1.0, "started": str(marker)})
+    # long enough that a loaded machine's slow `jobcore show` polls cannot outlast it
+    job_id = cluster.enqueue("sleepy", {"seconds": 6.0, "started": str(marker)})
     worker = cluster.worker("--shutdown-timeout", "10s")
     cluster.wait_file(marker)
     worker.send_signal(signal.SIGTERM)

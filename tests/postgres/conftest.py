@@ -13,16 +13,9 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from pg_testing import unavailable
-
-SERVER = os.environ.get("JOBCORE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+from pg_testing import SERVER, unavailable, with_database
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,11 @@
 """Review: on PostgreSQL an event whose transaction commits after a later-numbered one
-is never delivered to an event stream reading `events_after(cursor)`.
+must still reach an event stream reading `events_after(cursor)` (fixed by
+`jobcore_postgres.event_order`; more races in test_pg_event_order.py).
 
 `seq` is an identity column: numbers are taken at INSERT, rows become visible at
 COMMIT, so two writers (two hubs, a hub and a worker, the hub's engine and a
 CLI) can commit seq 2 before seq 1. A stream that read 2 resumes after 2 and
-skips 1 for ever: `Last-Event-ID` loses events (DESIGN §11 says without loss).
+skipped 1 for ever: `Last-Event-ID` lost events (DESIGN §11 says without loss).
 """
 
 from __future__ import annotations
@@ -13,10 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 
-
-@pytest.mark.xfail(reason="review9: PG event seqs are not delivered in commit order", strict=True)
 def test_an_event_committed_late_is_still_delivered(
     pg_storage_factory: Callable[..., Any],
 ) -> None:

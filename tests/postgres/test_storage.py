@@ -1,4 +1,7 @@
-"""PostgreSQL-specific behaviour: migrations, URLs, errors, wake-ups, the outbox, query plans."""
+"""PostgreSQL-specific behaviour: migrations, URLs, errors, wake-ups, the outbox, claims, prune.
+
+Query plans are checked in test_pg_query_plans.py.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ import psycopg
 import pytest
 from jobcore_postgres import admin as admin_module
 from jobcore_postgres.schema import SCHEMA_VERSION
-from jobcore_postgres.statements import claim_statement, owner_statement
 from jobcore_postgres.storage import PostgresStorage
 from jobcore_postgres.url import parse_url, redact
 
@@ -28,7 +30,6 @@ from jobcore.errors import (
 )
 from jobcore.ids import new_id
 from jobcore.models import Completed, JobStatus, Lease, NewJob
-from jobcore.transitions import COMPLETE
 
 Factory = Callable[..., PostgresStorage]
 
@@ -272,52 +273,6 @@ def test_outbox_refuses_something_that_is_not_a_psycopg_connection(
 # -- claims ------------------------------------------------------------------------------
 
 
-def _explain(storage: PostgresStorage, sql: str, params: dict[str, Any]) -> str:
-    """EXPLAIN ANALYZE `sql` in a transaction that is rolled back (the claim changes nothing)."""
-    with storage._pool.connection() as conn:  # the storage's own session settings
-        conn.execute("BEGIN")
-        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params).fetchall()
-        conn.execute("ROLLBACK")
-    return "\n".join(row[0] for row in rows)
-
-
-@pytest.mark.parametrize("analyze", [False, True])
-def test_claim_plans_use_the_partial_indexes_with_or_without_statistics(
-    pg_storage_factory: Factory, analyze: bool
-) -> None:
-    storage = pg_storage_factory()
-    storage.insert([new_job(queue="busy") for _ in range(3000)])
-    storage.insert([new_job("x", queue="a") for _ in range(5)])
-    finished = storage.claim(worker="w", limit=1000, lease_ms=60_000, queues=["busy"])
-    storage.record([Completed(Lease.of(job), None) for job in finished])
-    if analyze:
-        with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
-            conn.execute(f"ANALYZE {storage.schema}.jobs")
-    params = storage._params(
-        worker="w", limit=10, lease_ms=60_000, start=10, queues=["a"], types=["x"]
-    )
-    by_queue = _explain(storage, claim_statement(storage._d, by_queue=True, by_type=False), params)
-    assert "jobs_claim_queue" in by_queue
-    assert "Rows Removed by Filter" not in by_queue  # other queues' rows are never visited
-    by_type = _explain(storage, claim_statement(storage._d, by_queue=False, by_type=True), params)
-    assert "jobs_claim_type" in by_type
-    plain = _explain(storage, claim_statement(storage._d, by_queue=False, by_type=False), params)
-    assert "Index Scan using jobs_claim on" in plain
-    for plan in (by_queue, by_type, plain):
-        assert "Seq Scan" not in plan and "Bitmap" not in plan
-    claimed = storage.claim(worker="w", limit=50, lease_ms=60_000, queues=["busy"])
-    report = storage._params(
-        ids=[j.id for j in claimed],
-        lease_ids=[j.lease_id for j in claimed],
-        errors=[None] * len(claimed),
-        results=["null"] * len(claimed),
-        delays=[0] * len(claimed),
-    )
-    complete = _explain(storage, owner_statement(COMPLETE, storage._d), report)
-    assert "Index Scan using jobs_pkey on jobs j" in complete  # each report by primary key
-    assert "Hash Join" not in complete and "Bitmap" not in complete
-
-
 def test_claim_takes_exactly_the_limit_under_contention(pg_storage_factory: Factory) -> None:
     storage = pg_storage_factory()
     storage.insert([new_job() for _ in range(500)])
@@ -349,6 +304,23 @@ def test_prune_deletes_in_bounded_batches(
     storage.record([Completed(Lease.of(job), None) for job in jobs])
     assert storage.prune(before=storage.now() + 1) == 8
     assert storage.count_by_status() == {"pending": 1}
+
+
+def test_the_sweep_catches_up_on_old_events_in_bounded_batches(
+    pg_storage_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy queue writes events faster than one batch per sweep: the sweep keeps deleting."""
+    monkeypatch.setattr(admin_module, "EVENT_PRUNE_BATCH", 3)
+    storage = pg_storage_factory(event_retention_ms=60_000)
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {storage.schema}.events (at, kind) SELECT "
+            f"{storage.schema}.now_ms() - CASE WHEN g <= 10 THEN 120000 ELSE 0 END, 'x' "
+            "FROM generate_series(1, 15) g"
+        )
+        storage.sweep(force=True)
+        row = conn.execute(f"SELECT count(*) FROM {storage.schema}.events").fetchone()
+    assert row is not None and row[0] == 5  # the 10 old ones gone, in 4 batches; newer kept
 
 
 def test_the_store_clock_is_the_servers(pg_storage_factory: Factory) -> None:

@@ -1,0 +1,203 @@
+"""The PostgreSQL store's hot paths: enqueue statements, claim plans, JSON decoding.
+
+These check what the faster paths do (statements sent, plans the server keeps,
+values written and read back), never how fast they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jobcore_postgres
+import psycopg
+import pytest
+from jobcore_postgres.rows import json_loads
+
+from jobcore import Queue
+from jobcore.models import Completed, Lease
+from jobcore.testing import make_queue
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[Queue]:
+    queue = make_queue(pg_url, jobcore_postgres)
+    queue.storage.migrate()
+    yield queue
+    queue.close()
+
+
+class Statements:
+    """Every statement the store's pooled connections send, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Statements:
+    seen = Statements()
+    execute: Callable[..., Any] = psycopg.Connection.execute
+
+    def recording(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    return seen
+
+
+class NoTransactions:
+    """Fails the block if any psycopg transaction block is opened inside it."""
+
+    def __enter__(self) -> NoTransactions:
+        self.calls = 0
+        original = psycopg.Connection.transaction
+
+        def counting(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return original(conn, *args, **kwargs)
+
+        self._patch = pytest.MonkeyPatch()
+        self._patch.setattr(psycopg.Connection, "transaction", counting)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._patch.undo()
+        assert self.calls == 0, "a keyless batch opened a transaction block"
+
+
+def test_keyless_batch_is_one_statement_without_a_transaction_block(
+    queue: Queue, statements: Statements
+) -> None:
+    with NoTransactions():
+        inserted = queue.enqueue_many("noop", [{"sleep": 0}, {}, {}])
+    assert [item.created for item in inserted] == [True, True, True]
+    inserts = [sql for sql in statements.sent if "INSERT INTO" in sql]
+    assert len(inserts) == 1
+    assert "ON CONFLICT" not in inserts[0]
+    assert {job.id for job in queue.list_jobs()} == {item.job.id for item in inserted}
+
+
+def test_keyed_batch_still_skips_duplicates_in_one_transaction(
+    queue: Queue, statements: Statements
+) -> None:
+    first = queue.enqueue("noop", {}, idempotency_key="k1")
+    again = queue.enqueue_many("noop", [{}, {}], idempotency_key="k1")
+    assert [item.created for item in again] == [False, False]
+    assert {item.job.id for item in again} == {first.job.id}
+    assert any("ON CONFLICT" in sql for sql in statements.sent)
+
+
+def test_one_job_and_a_batch_store_the_same_values(queue: Queue) -> None:
+    options: dict[str, Any] = {
+        "queue": "mail",
+        "priority": 7,
+        "delay": 30,
+        "max_attempts": 5,
+        "timeout": 2.5,
+        "meta": {"who": "me"},
+    }
+    one = queue.enqueue("noop", {"sleep": 0.5}, **options).job
+    [many] = queue.enqueue_many("noop", [{"sleep": 0.5}], **options)
+    for job in (one, many.job):
+        stored = queue.get(job.id)
+        assert stored == job
+        assert (stored.queue, stored.priority, stored.max_attempts) == ("mail", 7, 5)
+        assert stored.status == "scheduled"
+        assert stored.run_at == stored.created_at + 30_000
+        assert (stored.timeout_ms, stored.meta) == (2500, {"who": "me"})
+        assert stored.payload == one.payload and stored.payload["sleep"] == 0.5
+    parent = queue.enqueue("noop", {}, run_at=1_000).job
+    child = queue.enqueue("noop", {}, parent_id=parent.id, run_at=2_000).job
+    assert (queue.get(parent.id).status, queue.get(child.id).parent_id) == ("pending", parent.id)
+    assert queue.get(child.id).run_at == 2_000
+
+
+def test_claims_keep_one_generic_plan(queue: Queue) -> None:
+    """The claim is planned once per connection, not again at every execution."""
+    storage: Any = queue.storage
+    storage._pool.resize(1, 1)  # every claim on the one connection whose plans are read
+    queue.enqueue_many("noop", [{}] * 12)
+    claimed: list[Any] = []
+    for _ in range(12):
+        _, claimed = storage.commit_batch(
+            [Completed(Lease.of(job), None) for job in claimed],
+            worker="w",
+            claim_limit=1,
+            lease_ms=60_000,
+            types=("noop",),
+        )
+    with storage._connection() as conn:
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE 'WITH picked AS%%'"
+        ).fetchall()
+    assert plans, "the claim was never prepared"
+    [(generic, custom)] = plans
+    assert custom == 0 and generic > 0
+
+
+def test_json_columns_decode_to_fresh_objects(queue: Queue) -> None:
+    a = queue.enqueue("noop", {}).job
+    b = queue.enqueue("noop", {"sleep": 0}, meta={"é": ["x", 1.5, None]}).job
+    first, second = queue.get(a.id), queue.get(a.id)
+    assert first.payload == a.payload and first.errors == [] and first.history == []
+    assert first.errors is not second.errors and first.payload is not second.payload
+    assert queue.get(b.id).meta == {"é": ["x", 1.5, None]}
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"[]", []),
+        (b"{}", {}),
+        (b"null", None),
+        (b'{"a": [1, 2.5, "\\u00e9"]}', {"a": [1, 2.5, "é"]}),
+        ('{"a": "é"}'.encode(), {"a": "é"}),
+        (memoryview(b"[1]"), [1]),
+        ("[true]", [True]),
+    ],
+)
+def test_json_loads(data: Any, expected: Any) -> None:
+    assert json_loads(data) == expected
+    if isinstance(expected, list | dict):
+        assert json_loads(data) is not json_loads(data)  # callers may change what they get
+
+
+def test_pooled_connections_decode_json_with_json_loads(queue: Queue) -> None:
+    storage: Any = queue.storage
+    with storage._connection() as conn:
+        for name in ("json", "jsonb"):
+            oid = conn.adapters.types[name].oid
+            loader = conn.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+            assert loader is not None and loader._loads is json_loads  # type: ignore[attr-defined]
+
+
+def test_a_batch_answers_each_report_with_its_own_row(queue: Queue) -> None:
+    """Answers are matched to reports by job id, also when a job is reported twice."""
+    storage: Any = queue.storage
+    queue.enqueue_many("noop", [{}] * 6)
+    _, claimed = storage.commit_batch([], worker="w", claim_limit=6, lease_ms=60_000)
+    outcomes = [Completed(Lease.of(job), {"n": n}) for n, job in enumerate(reversed(claimed))]
+    outcomes.append(outcomes[2])  # the same report again, in the same batch
+    recorded, _ = storage.commit_batch(outcomes, worker="w", claim_limit=0, lease_ms=60_000)
+    assert [answer.job.id for answer in recorded if answer.job] == [
+        o.lease.job_id for o in outcomes
+    ]
+    assert [answer.state for answer in recorded] == ["recorded"] * 6 + ["already"]
+    assert [answer.job.result for answer in recorded[:6]] == [{"n": n} for n in range(6)]
+    assert all(queue.get(o.lease.job_id).result == o.result for o in outcomes)
+
+
+def test_none_results_are_stored_as_json_null(queue: Queue) -> None:
+    storage: Any = queue.storage
+    queue.enqueue("noop", {})
+    _, [job] = storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000)
+    [answer] = storage.record([Completed(Lease.of(job), None)])
+    assert answer.state == "recorded" and answer.job.result is None
+    with storage._connection() as conn:
+        [(text,)] = conn.execute(
+            f"SELECT result::text FROM {storage.schema}.jobs WHERE id = %s", (job.id,)
+        ).fetchall()
+    assert text == "null"

@@ -1,0 +1,49 @@
+"""`Queue.enqueue_many` checks and resolves its options once per call, not once per payload,
+and still names the item when they are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobcore import Queue
+from jobcore.errors import InvalidPayload
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Queue:
+    return Queue(str(tmp_path / "jobs.db"))
+
+
+def test_options_are_resolved_once_per_call(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    looked_up: list[str] = []
+    type_settings = queue.config.type_settings
+
+    def counting(name: str) -> Any:
+        looked_up.append(name)
+        return type_settings(name)
+
+    monkeypatch.setattr(queue.config, "type_settings", counting)
+    inserted = queue.enqueue_many("noop", [{}] * 5, priority=3, queue="mail", meta={"a": 1})
+    assert looked_up == ["noop"]
+    jobs = [item.job for item in inserted]
+    assert {(job.priority, job.queue) for job in jobs} == {(3, "mail")}
+    assert len({job.id for job in jobs}) == 5
+    jobs[0].meta["changed"] = True  # every job holds its own copy of meta
+    assert [queue.get(job.id).meta for job in jobs] == [{"a": 1}] * 5
+
+
+def test_refused_options_name_the_first_item(queue: Queue) -> None:
+    with pytest.raises(InvalidPayload, match=r"^item 1: priority must be an integer"):
+        queue.enqueue_many("noop", [{}, {}], priority="high")
+    assert queue.enqueue_many("noop", [], priority="high") == []  # nothing to enqueue: no check
+    with pytest.raises(TypeError):
+        queue.enqueue_many("noop", [{}], colour="red")
+
+
+def test_a_bad_payload_is_named_before_the_options(queue: Queue) -> None:
+    with pytest.raises(InvalidPayload, match=r"^item 2: invalid payload for 'noop'"):
+        queue.enqueue_many("noop", [{}, {"sleep": "long"}], priority=1)
+    assert queue.list_jobs() == []
