@@ -177,32 +177,19 @@ def new_row(
     """
     if run_at is None:
         run_at = job.run_at_for(now)
-    return Job(
-        id=job.id,
-        type=job.type,
-        queue=job.queue,
-        payload=job.payload,
-        status=status or (JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED),
-        priority=job.priority,
-        attempts=0,
-        max_attempts=job.max_attempts,
-        run_at=run_at,
-        timeout_ms=job.timeout_ms,
-        idempotency_key=job.idempotency_key,
-        locked_by=None,
-        locked_at=None,
-        lease_expires_at=None,
-        heartbeat_at=None,
-        cancel_requested=False,
-        last_error=None,
-        errors=[],
-        result=None,
-        parent_id=job.parent_id,
-        meta=dict(job.meta),
-        created_at=now,
-        claimed_at=None,
-        completed_at=None,
-        updated_at=now,
+    if status is None:
+        status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
+    # Every field in `Job`'s order (built without its __init__: once per enqueued job).
+    return job_from_values(
+        [
+            *(job.id, job.type, job.queue, job.payload, status, job.priority),
+            *(0, job.max_attempts, run_at, job.timeout_ms, job.idempotency_key),
+            *(None, None, None, None),  # locked_by, locked_at, lease_expires_at, heartbeat_at
+            *(False, None, [], None),  # cancel_requested, last_error, errors, result
+            *(job.parent_id, dict(job.meta), now),  # parent_id, meta, created_at
+            *(None, None, now),  # claimed_at, completed_at, updated_at
+            *(None, None, []),  # lease_id, started_at, history
+        ]
     )
 
 

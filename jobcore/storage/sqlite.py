@@ -55,6 +55,7 @@ from jobcore.storage.sqlite_statements import (
     PROMOTE_SQL,
     SWEEP_SQL,
 )
+from jobcore.storage.sqlite_walindex import WalIndexHeader
 from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.storage")
@@ -87,6 +88,7 @@ class _ThreadState:
     depth: int = 0
     callbacks: list[Callable[[], None]] = field(default_factory=list)
     data_version: int | None = None
+    wal_index: WalIndexHeader | None = None  # lets a change check skip the PRAGMA
 
 
 class SQLiteStorage(SQLiteReads, SQLiteAdmin):
@@ -167,7 +169,11 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         state: _ThreadState | None = getattr(self._local, "state", None)
         if state is None:
             conn = self._open()
-            state = _ThreadState(conn=conn, data_version=self._data_version(conn))
+            state = _ThreadState(
+                conn=conn,
+                data_version=self._data_version(conn),
+                wal_index=WalIndexHeader(conn.filename),
+            )
             self._local.state = state
         return state
 
@@ -587,17 +593,24 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     @boundary
     def wait_for_change(self, timeout: float) -> bool:
         state = self._state()
-        conn = state.conn
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            version = self._data_version(conn)
-            if version != state.data_version:
-                state.data_version = version
+            if self._changed(state):
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             time.sleep(min(0.002, remaining))
+
+    def _changed(self, state: _ThreadState) -> bool:
+        """Another connection committed since this thread last looked (`PRAGMA data_version`)."""
+        if state.wal_index is not None and state.wal_index.unchanged():
+            return False
+        version = self._data_version(state.conn)
+        if version == state.data_version:
+            return False
+        state.data_version = version
+        return True
 
 
 def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from typing import Any
@@ -16,10 +17,15 @@ from jobcore.models import (
     Job,
     JobStatus,
     Lease,
+    NewJob,
     Outcome,
     Released,
     Retrying,
+    job_from_values,
+    job_values,
+    replace_job,
 )
+from jobcore.storage.rows import new_row
 
 NOW = 1_800_000_000_000
 
@@ -203,3 +209,64 @@ def test_job_json_carries_the_lease_and_history_and_attempts_detail() -> None:
     assert Lease.of(job) == Lease("j1", "L1", "w1")
     with pytest.raises(ValueError, match="carries no lease"):
         Lease.of(claimed_job(lease_id=None))
+
+
+def test_new_row_is_the_job_an_insert_writes() -> None:
+    """`new_row` builds its Job by position: every field must land where `Job` has it."""
+    new = NewJob(
+        id="j1",
+        type="t",
+        queue="q",
+        payload={"a": 1},
+        priority=3,
+        max_attempts=4,
+        run_at=None,
+        timeout_ms=5000,
+        idempotency_key="k",
+        parent_id="p",
+        meta={"m": 1},
+        delay_ms=10,
+    )
+    expected = Job(
+        id="j1",
+        type="t",
+        queue="q",
+        payload={"a": 1},
+        status=JobStatus.SCHEDULED,
+        priority=3,
+        attempts=0,
+        max_attempts=4,
+        run_at=110,
+        timeout_ms=5000,
+        idempotency_key="k",
+        locked_by=None,
+        locked_at=None,
+        lease_expires_at=None,
+        heartbeat_at=None,
+        cancel_requested=False,
+        last_error=None,
+        errors=[],
+        result=None,
+        parent_id="p",
+        meta={"m": 1},
+        created_at=100,
+        claimed_at=None,
+        completed_at=None,
+        updated_at=100,
+    )
+    row = new_row(new, 100)
+    assert row == expected
+    assert row.meta is not new.meta and row.errors is not new_row(new, 100).errors
+    assert new_row(dataclasses.replace(new, delay_ms=0), 200).status is JobStatus.PENDING
+    assert new_row(new, 100, run_at=50, status=JobStatus.PENDING).run_at == 50
+
+
+def test_replace_job_matches_dataclasses_replace() -> None:
+    job = claimed_job()
+    assert replace_job(job, started_at=5, attempts=2) == dataclasses.replace(
+        job, started_at=5, attempts=2
+    )
+    assert replace_job(job) == job and replace_job(job) is not job
+    assert job_from_values(job_values(job)) == job
+    with pytest.raises(TypeError):
+        job_from_values(job_values(job)[:-1])
