@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+import threading
+import time
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from testenv import wait_for
+
+from jobcore import Queue, Worker
 
 SERVER = os.environ.get("JOBCORE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 """The server the PostgreSQL tests use (`$JOBCORE_TEST_POSTGRES`)."""
@@ -22,3 +27,17 @@ def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"PostgreSQL tests cannot run under CI: {reason}", pytrace=False)
     pytest.skip(f"PostgreSQL tests skipped: {reason}")
+
+
+HOUR = 3600.0
+
+
+def start_idle_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.Thread]:
+    """A worker past its start: its first claim and first sweep done, its listener up.
+    Its next heartbeat and sweep are a quarter and half an hour away."""
+    worker = Worker(queue, lease=HOUR, **options)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    wait_for(lambda: worker.keeper.swept_once and queue.storage.pushes_changes, timeout=30)
+    time.sleep(0.2)  # let the wake-up of the first sweep pass
+    return worker, thread

@@ -8,7 +8,6 @@ second store handle: its writes wake nobody in this process by themselves.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,14 +19,14 @@ import psycopg
 import pytest
 from jobcore_postgres.schema import channel
 from jobcore_postgres.storage import PostgresStorage
+from pg_testing import HOUR, start_idle_worker
 from testenv import wait_for
 
-from jobcore import JobStatus, Queue, Worker
+from jobcore import JobStatus, Queue
 from jobcore.models import Completed, Lease
 from jobcore.testing import make_queue
 
 Factory = Callable[..., PostgresStorage]
-HOUR = 3600.0
 
 
 @pytest.fixture
@@ -36,17 +35,6 @@ def queue(pg_url: str) -> Iterator[Queue]:
     queue.storage.migrate()
     yield queue
     queue.close()
-
-
-def start_idle_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.Thread]:
-    """A worker past its start: its first claim and first sweep done, its listener up.
-    Its next heartbeat and sweep are a quarter and half an hour away."""
-    worker = Worker(queue, lease=HOUR, **options)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    wait_for(lambda: worker.keeper.swept_once and queue.storage.pushes_changes, timeout=30)
-    time.sleep(0.2)  # let the wake-up of the first sweep pass
-    return worker, thread
 
 
 def test_a_statement_that_appends_no_event_sends_no_notification(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,14 +19,14 @@ import pytest
 from jobcore_postgres.copy import copy_jobs
 from jobcore_postgres.storage import PostgresStorage
 from jobcore_postgres.url import parse_url
+from pg_testing import HOUR, start_idle_worker
 from testenv import subprocess_env, wait_for
 
-from jobcore import JobStatus, Queue, Worker
+from jobcore import JobStatus, Queue
 from jobcore.errors import ConfigError
 from jobcore.testing import make_queue
 
 Factory = Callable[..., PostgresStorage]
-HOUR = 3600.0
 JOBCORE = [sys.executable, "-m", "jobcore"]
 
 
@@ -37,15 +36,6 @@ def queue(pg_url: str) -> Iterator[Queue]:
     queue.storage.migrate()
     yield queue
     queue.close()
-
-
-def start_idle_worker(queue: Queue) -> tuple[Worker, threading.Thread]:
-    worker = Worker(queue, lease=HOUR)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    wait_for(lambda: worker.keeper.swept_once and queue.storage.pushes_changes, timeout=30)
-    time.sleep(0.2)  # let the wake-up of the first sweep pass
-    return worker, thread
 
 
 def test_review2_jobs_copied_into_postgres_wake_an_idle_worker(
