@@ -6,7 +6,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from jobcore.models import Completed, Job, JobStatus, Outcome, replace_job
+from jobcore.models import (
+    FIELD_INDEX,
+    Completed,
+    Job,
+    JobStatus,
+    Outcome,
+    job_from_values,
+    job_values,
+)
 from jobcore.transitions import Transition
 from jobcore_postgres.statements import JOB_COLUMNS, SLIM_COLUMNS
 
@@ -40,23 +48,42 @@ def result_json(result: Any) -> str:
 _STATUS: dict[str, JobStatus] = {status.value: status for status in JobStatus}
 
 
+_STATUS_AT = FIELD_INDEX["status"]
+_WIDTH = len(JOB_COLUMNS)  # JOB_COLUMNS are Job's fields in order: a row is a Job's values
+
+# Where each column of a slim answer goes among a Job's fields, and which fields a
+# slim answer leaves as the claimed row had them (`SLIM_SKIPPED`).
+_SLIM_AT = tuple(FIELD_INDEX[name] for name in SLIM_COLUMNS)
+_ERRORS_AT, _HISTORY_AT, _RESULT_AT = (FIELD_INDEX[n] for n in ("errors", "history", "result"))
+
+
 def row_to_job(row: Sequence[Any]) -> Job:
-    values = dict(zip(JOB_COLUMNS, row, strict=False))
-    values["status"] = _STATUS[values["status"]]
-    return Job(**values)
+    """A `Job` from a row that starts with every column of `JOB_COLUMNS` (more are ignored)."""
+    if len(row) < _WIDTH:  # a shorter row: the fields it lacks take their defaults
+        named = dict(zip(JOB_COLUMNS, row, strict=False))
+        named["status"] = _STATUS[named["status"]]
+        return Job(**named)
+    values = list(row[:_WIDTH]) if len(row) > _WIDTH else list(row)
+    values[_STATUS_AT] = _STATUS[values[_STATUS_AT]]
+    return job_from_values(values)
 
 
 def slim_to_job(row: Sequence[Any], outcome: Outcome, transition: Transition) -> Job:
     """The updated job from a slim answer and the claimed row the reporter holds."""
     claimed = outcome.lease.job
     assert claimed is not None
-    values = dict(zip(SLIM_COLUMNS, row, strict=False))
-    values["status"] = _STATUS[values["status"]]
-    *_, last_error_entry, last_history_entry = row
-    errors = [*claimed.errors, last_error_entry] if transition.error_entry else claimed.errors
-    history = [*claimed.history, last_history_entry] if transition.history else claimed.history
-    result = outcome.result if isinstance(outcome, Completed) else claimed.result
-    return replace_job(claimed, errors=errors, history=history, result=result, **values)
+    values = job_values(claimed)
+    for at, value in zip(_SLIM_AT, row, strict=False):
+        values[at] = value
+    values[_STATUS_AT] = _STATUS[values[_STATUS_AT]]
+    last_error_entry, last_history_entry = row[-2], row[-1]
+    if transition.error_entry:
+        values[_ERRORS_AT] = [*claimed.errors, last_error_entry]
+    if transition.history:
+        values[_HISTORY_AT] = [*claimed.history, last_history_entry]
+    if isinstance(outcome, Completed):
+        values[_RESULT_AT] = outcome.result
+    return job_from_values(values)
 
 
 def event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str, Any] | None:

@@ -674,16 +674,24 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 by_type.setdefault(type(outcome), []).append(index)
         for kind, indexes in by_type.items():
             group = [outcomes[i] for i in indexes]
+            errors: list[str | None]
+            delays: list[int]
+            results: list[str | None]
+            if kind is Completed:  # the usual report: no error, no delay
+                errors, delays = [None] * len(group), [0] * len(group)
+                results = [result_json(o.result) for o in group if isinstance(o, Completed)]
+            else:
+                errors = [clean_text(getattr(o, "error", None)) for o in group]
+                delays = [
+                    clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
+                ]
+                results = [None] * len(group)
             params = self._params(
                 ids=[o.lease.job_id for o in group],
                 lease_ids=[o.lease.lease_id for o in group],
-                errors=[clean_text(getattr(o, "error", None)) for o in group],
-                results=[
-                    result_json(o.result) if isinstance(o, Completed) else None for o in group
-                ],
-                delays=[
-                    clamp_delay_ms(getattr(o, "delay_ms", 0), STORE_MAX_DELAY_MS) for o in group
-                ],
+                errors=errors,
+                results=results,
+                delays=delays,
             )
             slim = all(o.lease.job is not None for o in group)
             for transition in OWNER[kind]:
@@ -696,22 +704,27 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     @staticmethod
     def _updated(outcomes: Sequence[Outcome], sent: list[_Sent]) -> dict[int, Job]:
-        """{index in outcomes: the row its statement updated}."""
+        """{index in outcomes: the row its statement updated}.
+
+        A statement updates a row once: of several reports of one job, the first one
+        not yet answered by an earlier transition's statement gets it.
+        """
         done: dict[int, Job] = {}
         for item in sent:
-            waiting: dict[str, list[int]] = {}  # job id -> its reports not yet answered, in order
+            waiting: dict[str, int] = {}  # job id -> its first report not yet answered
             for i in item.indexes:
-                if i not in done:  # answered by an earlier transition's statement
-                    waiting.setdefault(outcomes[i].lease.job_id, []).append(i)
-            for row in item.cursor.fetchall():
-                reports = waiting.get(row[0])
-                if not reports:
+                if i not in done:
+                    waiting.setdefault(outcomes[i].lease.job_id, i)
+            rows = item.cursor.fetchall()
+            transition = item.transition
+            for row in rows:
+                i = waiting.pop(row[0], -1)
+                if i < 0:
                     continue
-                i = reports.pop(0)
                 done[i] = (
                     row_to_job(row)
-                    if item.transition is None
-                    else slim_to_job(row, outcomes[i], item.transition)
+                    if transition is None
+                    else slim_to_job(row, outcomes[i], transition)
                 )
         return done
 
