@@ -129,6 +129,8 @@ class AttemptRunner:
         return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
 
     def bounded_result(self, job: Job, result: Any) -> Any:
+        if result is None and self.max_result_bytes >= 4:  # the usual result: "null" fits
+            return None
         try:
             try:
                 encoded = strict_json(result)

@@ -202,10 +202,30 @@ SLIM_COLUMNS = tuple(name for name in JOB_COLUMNS if name not in SLIM_SKIPPED)
 
 
 # report arrays of owner transitions: one element per outcome
-_REPORTS = (
-    "unnest(%(ids)b::text[], %(lease_ids)b::text[], %(errors)b::text[], "
-    "%(results)b::text[], %(delays)s::bigint[]) AS v(id, lease_id, error, result, delay_ms)"
+_REPORT_ARRAYS = (
+    ("id", "%(ids)b::text[]"),
+    ("lease_id", "%(lease_ids)b::text[]"),
+    ("error", "%(errors)b::text[]"),
+    ("result", "%(results)b::text[]"),
+    ("delay_ms", "%(delays)s::bigint[]"),
 )
+
+
+def reports(used: str) -> str:
+    """The reports as rows `v`: ids, lease ids, and the arrays SQL text `used` reads.
+
+    Arrays a transition does not read are neither sent nor dumped (a completion
+    needs no errors or delays): each costs the reporter a Python call per element.
+    """
+    names, arrays = zip(
+        *(
+            (name, array)
+            for name, array in _REPORT_ARRAYS
+            if name in ("id", "lease_id") or f"v.{name}" in used
+        ),
+        strict=True,
+    )
+    return f"unnest({', '.join(arrays)}) AS v({', '.join(names)})"
 
 
 def owner_statement(transition: Transition, d: Dialect, slim: bool = False) -> str:
@@ -226,9 +246,10 @@ def owner_statement(transition: Transition, d: Dialect, slim: bool = False) -> s
         )
     else:
         returning, names = columns("j"), None
+    sets, guard = set_clause(transition, d), guard_clause(transition, d)
     update = (
-        f"UPDATE {d.table('jobs')} j SET {set_clause(transition, d)} FROM {_REPORTS} "
-        f"WHERE j.id = v.id AND {guard_clause(transition, d)} RETURNING {returning}"
+        f"UPDATE {d.table('jobs')} j SET {sets} FROM {reports(sets + guard)} "
+        f"WHERE j.id = v.id AND {guard} RETURNING {returning}"
     )
     return with_event(transition, d, update, names)
 
