@@ -12,11 +12,13 @@ from typing import Any
 import jobcore_postgres
 import psycopg
 import pytest
-from jobcore_postgres.rows import json_loads
+from jobcore_postgres.rows import json_loads, row_to_job
+from jobcore_postgres.statements import JOB_COLUMNS, Dialect, owner_statement
 
 from jobcore import Queue
-from jobcore.models import Completed, Lease
+from jobcore.models import Cancelled, Completed, Failed, JobStatus, Lease, Released, Retrying
 from jobcore.testing import make_queue
+from jobcore.transitions import OWNER
 
 
 @pytest.fixture
@@ -201,3 +203,59 @@ def test_none_results_are_stored_as_json_null(queue: Queue) -> None:
             f"SELECT result::text FROM {storage.schema}.jobs WHERE id = %s", (job.id,)
         ).fetchall()
     assert text == "null"
+
+
+def test_recorded_jobs_are_the_stored_rows(queue: Queue) -> None:
+    """The job answered for each kind of outcome (built from a slim answer and the claimed
+    row) is the row as stored, field for field."""
+    storage: Any = queue.storage
+    queue.enqueue_many("noop", [{}] * 5)
+    _, claimed = storage.commit_batch([], worker="w", claim_limit=5, lease_ms=60_000)
+    storage.mark_started([Lease.of(job) for job in claimed[:2]])
+    leases = [Lease.of(job) for job in claimed]
+    outcomes = [
+        Completed(leases[0], {"n": 1}),
+        Retrying(leases[1], "boom", delay_ms=5_000),
+        Failed(leases[2], "bad"),
+        Released(leases[3]),
+        Cancelled(leases[4], "stop"),
+    ]
+    recorded, _ = storage.commit_batch(outcomes, worker="w", claim_limit=0, lease_ms=60_000)
+    assert [answer.state for answer in recorded] == ["recorded"] * 5
+    for answer in recorded:
+        assert answer.job == queue.get(answer.outcome.lease.job_id)
+    statuses = [answer.job.status for answer in recorded]
+    assert statuses == [
+        JobStatus.COMPLETED,
+        JobStatus.SCHEDULED,
+        JobStatus.FAILED,
+        JobStatus.PENDING,
+        JobStatus.CANCELLED,
+    ]
+
+
+def test_row_to_job_takes_longer_and_shorter_rows(queue: Queue) -> None:
+    """Columns past the job's are ignored; a row without the last ones gets their defaults."""
+    job = queue.enqueue("noop", {}).job
+    storage: Any = queue.storage
+    with storage._connection() as conn:
+        [row] = conn.execute(
+            f"SELECT {', '.join(JOB_COLUMNS)}, 42 FROM {storage.schema}.jobs WHERE id = %s",
+            (job.id,),
+        ).fetchall()
+    assert row_to_job(row) == job
+    width = len(JOB_COLUMNS)
+    shorter = row_to_job(row[: width - 1])  # without history
+    assert shorter.history == [] and shorter.status is JobStatus.PENDING
+    assert shorter.id == job.id and shorter.payload == job.payload
+
+
+@pytest.mark.parametrize("kind", list(OWNER))
+def test_owner_statements_send_only_the_report_arrays_they_read(kind: type) -> None:
+    for transition in OWNER[kind]:
+        sql = owner_statement(transition, Dialect("s"))
+        assert "%(ids)b" in sql and "%(lease_ids)b" in sql
+        assert ("%(results)b" in sql) == ("v.result" in sql) == (kind is Completed)
+        assert ("%(delays)s" in sql) == ("v.delay_ms" in sql)
+        assert ("%(errors)b" in sql) == ("v.error" in sql)
+    assert "%(errors)b" not in owner_statement(OWNER[Completed][0], Dialect("s"))
