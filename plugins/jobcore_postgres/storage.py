@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -346,15 +346,25 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             yield conn
 
     def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
-        """`send` statements in one pipelined transaction, `collect` their answers after the
-        commit: BEGIN, the statements and COMMIT reach the server in one round trip.
-        Inside an open transaction both run in it."""
+        """`send` statements in one pipeline, `collect` their answers once it committed:
+        the statements and the Sync reach the server in one round trip.
+
+        No BEGIN or COMMIT: the statements before a pipeline's Sync are one implicit
+        transaction, committed at the Sync, or rolled back whole if one fails. A
+        `send` that raises queues a ROLLBACK first, so that Sync commits nothing.
+        Inside an open transaction both run in it.
+        """
         if getattr(self._local, "tx", None) is not None:
             with self._write() as conn:
                 return collect(conn, send(conn))
-        with self._outermost() as conn, conn.pipeline():
-            with conn.transaction():
-                sent = send(conn)
+        with self._outermost() as conn:
+            with conn.pipeline():
+                try:
+                    sent = send(conn)
+                except BaseException:
+                    with suppress(psycopg.Error):  # failing, the pipeline commits nothing
+                        conn.execute("ROLLBACK")
+                    raise
             return collect(conn, sent)
 
     @contextmanager

@@ -259,3 +259,51 @@ def test_owner_statements_send_only_the_report_arrays_they_read(kind: type) -> N
         assert ("%(delays)s" in sql) == ("v.delay_ms" in sql)
         assert ("%(errors)b" in sql) == ("v.error" in sql)
     assert "%(errors)b" not in owner_statement(OWNER[Completed][0], Dialect("s"))
+
+
+def _priority(storage: Any, job_id: str) -> int:
+    with storage._connection() as conn:
+        [(priority,)] = conn.execute(
+            f"SELECT priority FROM {storage.schema}.jobs WHERE id = %s", (job_id,)
+        ).fetchall()
+    return int(priority)
+
+
+def test_one_trip_is_one_transaction(queue: Queue) -> None:
+    """A group commit's statements share one transaction: without BEGIN, up to the Sync."""
+    storage: Any = queue.storage
+
+    def send(conn: psycopg.Connection[Any]) -> list[Any]:
+        return [conn.execute("SELECT pg_current_xact_id()::text") for _ in range(2)]
+
+    def collect(conn: psycopg.Connection[Any], cursors: list[Any]) -> list[Any]:
+        return [cursor.fetchone()[0] for cursor in cursors]
+
+    first, second = storage._one_trip(send, collect)
+    assert first == second
+
+
+@pytest.mark.parametrize("failure", ["python", "server"])
+def test_one_trip_that_fails_commits_nothing(queue: Queue, failure: str) -> None:
+    """Statements queued before a failure, the server's or the sender's own, roll back."""
+    storage: Any = queue.storage
+    job = queue.enqueue("noop", {}).job
+
+    def send(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"UPDATE {storage.schema}.jobs SET priority = 7 WHERE id = %s", (job.id,))
+        if failure == "server":
+            conn.execute("SELECT 1 / 0")
+        else:
+            raise ValueError("the sender failed")
+
+    with pytest.raises(Exception, match=r"the sender failed|division by zero"):
+        storage._one_trip(send, lambda conn, sent: sent)
+    assert _priority(storage, job.id) == job.priority == 0
+    # the connection is clean: the next trip commits
+    storage._one_trip(
+        lambda conn: conn.execute(
+            f"UPDATE {storage.schema}.jobs SET priority = 3 WHERE id = %s", (job.id,)
+        ),
+        lambda conn, sent: None,
+    )
+    assert _priority(storage, job.id) == 3
