@@ -10,6 +10,7 @@ the worker backs off and the pool reconnects).
 from __future__ import annotations
 
 import logging
+import operator
 import secrets
 import threading
 import time
@@ -20,9 +21,9 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from jobcore.errors import ConfigError, StorageError
+from jobcore.errors import ConfigError, IllegalTransition, StorageError
 from jobcore.models import (
     Completed,
     Failed,
@@ -45,7 +46,7 @@ from jobcore.transitions import (
 from jobcore_postgres import listener as listeners
 from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
-from jobcore_postgres.errors import mapped
+from jobcore_postgres.errors import mapped, translate
 from jobcore_postgres.event_order import change_mark, changed_since
 from jobcore_postgres.held_back import HeldBackWatch
 from jobcore_postgres.reads import PostgresReads
@@ -75,6 +76,10 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
 _GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 _UNFINISHED = ("scheduled", "pending", "claimed")
+_SHARED = operator.attrgetter(
+    *("type", "queue", "priority", "max_attempts", "run_at", "delay_ms", "timeout_ms"),
+    *("parent_id", "meta"),
+)  # what jobs of a `shared` insert have in common
 
 
 # Plans must not depend on table statistics (autovacuum may be off, or behind a
@@ -396,25 +401,41 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     # -- enqueue ---------------------------------------------------------------------
 
-    def _insert_sql(self, keyed: bool, single: bool) -> str:
+    def _insert_sql(self, keyed: bool, shape: str) -> str:
         """One statement inserting every job and its `job:enqueued` event.
 
         The store's clock is read once per statement. `keyed`: some job has an
         idempotency key, so a duplicate of an unfinished job is skipped (ON
         CONFLICT); without keys no row can conflict and the arbiter check is left
-        out. `single`: one job, its values as scalars (no arrays to build and unnest).
+        out. `shape` (see `_shape`): `single`, one job, its values as scalars (no
+        arrays to build and unnest); `shared`, jobs that differ only in id, payload
+        and key, sent as three arrays and the rest once; `many`, a column per array.
+
+        The answer is each inserted row's (id, status, created_at, run_at), except for
+        a `shared` batch without keys: every job is inserted, with the same status and
+        times, so one row (NULL, status, created_at, run_at, count) says it all.
         """
         d = self._d
         names = (
             "id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
             "timeout_ms, idempotency_key, parent_id, meta"
         )
-        if single:
+        if shape == "single":
             rows = (
                 "(VALUES (%(ids)s::text, %(types)s::text, %(queues)s::text, %(payloads)s::text, "
                 "%(priorities)s::int, %(max_attempts)s::int, %(run_ats)s::bigint, "
                 "%(delays)s::bigint, %(timeouts)s::bigint, %(keys)s::text, %(parents)s::text, "
                 f"%(metas)s::text)) AS v({names})"
+            )
+        elif shape == "shared":
+            rows = (
+                "(SELECT x.id, %(types)s::text AS type, %(queues)s::text AS queue, x.payload, "
+                "%(priorities)s::int AS priority, %(max_attempts)s::int AS max_attempts, "
+                "%(run_ats)s::bigint AS given_run_at, %(delays)s::bigint AS delay_ms, "
+                "%(timeouts)s::bigint AS timeout_ms, x.idempotency_key, "
+                "%(parents)s::text AS parent_id, %(metas)s::text AS meta "
+                "FROM unnest(%(ids)b::text[], %(payloads)b::text[], %(keys)b::text[]) "
+                "AS x(id, payload, idempotency_key)) AS v"
             )
         else:  # arrays go in binary: no per-element text formatting and quoting on the client
             rows = (
@@ -443,8 +464,21 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             "RETURNING id, status, created_at, run_at), "
             f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
             "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
-            "SELECT id, status, created_at, run_at FROM u"
+            + (
+                "SELECT NULL, status, created_at, run_at, count(*) FROM u "
+                "GROUP BY status, created_at, run_at"
+                if shape == "shared" and not keyed
+                else "SELECT id, status, created_at, run_at FROM u"
+            )
         )
+
+    @staticmethod
+    def _shape(jobs: Sequence[NewJob]) -> str:
+        """`single`, `shared` (every column but id, payload and key alike) or `many`."""
+        if len(jobs) == 1:
+            return "single"
+        first = _SHARED(jobs[0])
+        return "shared" if all(_SHARED(j) == first for j in jobs) else "many"
 
     @staticmethod
     def _insert_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
@@ -467,15 +501,48 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             "metas": [json_strict(j.meta) if j.meta else "{}" for j in jobs],
         }
 
+    def _shaped_params(self, jobs: Sequence[NewJob], shape: str) -> dict[str, Any]:
+        """`_insert_params` for `shape`: scalars for `single`; for `shared`, scalars but the
+        arrays of ids, payloads and keys."""
+        if shape == "many":
+            return self._params(**self._insert_params(jobs))
+        job = jobs[0]
+        params = self._params(
+            ids=job.id,
+            types=job.type,
+            queues=job.queue,
+            payloads=job.payload_json if job.payload_json is not None else json_strict(job.payload),
+            priorities=job.priority,
+            max_attempts=job.max_attempts,
+            run_ats=job.run_at,
+            delays=clamp_delay_ms(job.delay_ms),
+            timeouts=job.timeout_ms,
+            keys=job.idempotency_key,
+            parents=job.parent_id,
+            metas=json_strict(job.meta) if job.meta else "{}",
+        )
+        if shape == "shared":
+            params["ids"] = [j.id for j in jobs]
+            params["payloads"] = [
+                j.payload_json if j.payload_json is not None else json_strict(j.payload)
+                for j in jobs
+            ]
+            params["keys"] = [j.idempotency_key for j in jobs]
+        return params
+
     def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
         keyed = any(j.idempotency_key is not None for j in jobs)
-        single = len(jobs) == 1
-        sql = self._statement(("insert", keyed, single), self._insert_sql, keyed, single)
-        columns = self._insert_params(jobs)
-        params = self._params(
-            **({name: values[0] for name, values in columns.items()} if single else columns)
-        )
-        created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
+        shape = self._shape(jobs)
+        sql = self._statement(("insert", keyed, shape), self._insert_sql, keyed, shape)
+        params = self._shaped_params(jobs, shape)
+        rows = conn.execute(sql, params).fetchall()
+        if shape == "shared" and not keyed:
+            [(_, status_text, at, due, count)] = rows
+            if count != len(jobs):  # pragma: no cover - without keys no row can conflict
+                raise StorageError(f"inserted {count} of {len(jobs)} jobs at {self.where}")
+            status = _STATUS[status_text]
+            return [Inserted(new_row(job, at, run_at=due, status=status), True) for job in jobs]
+        created = {row[0]: row[1:] for row in rows}
         results: list[Inserted] = []
         for job in jobs:
             made = created.get(job.id)
@@ -508,10 +575,32 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         ):
             # one statement, atomic on its own: no BEGIN/COMMIT round trips (a duplicate
             # key's follow-up reads need the transaction unless the job is alone)
-            with self._connection() as c:
-                return self._insert_on(c, jobs)
+            return self._alone(lambda c: self._insert_on(c, jobs))
         with self._write() as c:
             return self._insert_on(c, jobs)
+
+    def _alone(self, use: Callable[[Conn], _T]) -> _T:
+        """`use(conn)` on a pooled connection outside any transaction (autocommit).
+
+        `_connection` without its layers: the pool's checkout and return, no context
+        managers and no COMMIT call (autocommit has nothing to commit). Errors leave
+        as from `_connection`.
+        """
+        self._ensure_ready()
+        try:
+            conn = self._pool.getconn()
+            try:
+                if getattr(self._local, "seen_mark", None) is None:
+                    self._local.seen_mark = change_mark(conn)  # this thread's first use
+                return use(conn)
+            finally:
+                self._pool.putconn(conn)
+        except (StorageError, IllegalTransition):
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self._check_pool()
+            raise translate(exc, self.where) from exc
 
     def hub_store(self) -> Any:
         """The hub's tokens and workers registry in this store (`jobcore_http.store.HubStore`)."""
