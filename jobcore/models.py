@@ -170,16 +170,17 @@ def _slot_filler(cls: type[_C], names: Sequence[str]) -> Callable[..., _C]:
     return fill
 
 
-# A Job is built per claimed row, per recorded outcome (the worker's hot path) and per
-# enqueued job.
-_fill_job = _slot_filler(Job, _JOB_FIELDS)
+job_from_fields = _slot_filler(Job, _JOB_FIELDS)
+"""`job_from_fields(id, type, …, history)`: a `Job` from the value of every field as
+positional arguments, in field order (types not checked). A Job is built per claimed row,
+per recorded outcome (the worker's hot path) and per enqueued job."""
 
 
 def job_from_values(values: Sequence[Any]) -> Job:
     """A `Job` from the value of every field, in field order (types not checked)."""
     if len(values) != len(_JOB_FIELDS):
         raise TypeError(f"a Job has {len(_JOB_FIELDS)} fields, not {len(values)}")
-    return _fill_job(*values)
+    return job_from_fields(*values)
 
 
 def job_values(job: Job) -> list[Any]:

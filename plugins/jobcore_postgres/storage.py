@@ -113,6 +113,19 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
     return " ".join(f"-c {setting}" for setting in settings)
 
 
+class _Pooled(psycopg.Connection[tuple[Any, ...]]):
+    """A pooled connection that keeps one cursor for statements run alone (`_alone`):
+    a new cursor per statement costs more client time than a small statement's dumping."""
+
+    _kept: psycopg.Cursor[tuple[Any, ...]] | None = None
+
+    def kept_cursor(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        cursor = self._kept
+        if cursor is None or cursor.closed:
+            cursor = self._kept = self.cursor()
+        return cursor
+
+
 def _configure(conn: Conn) -> None:
     """Every pooled connection decodes json and jsonb columns with `json_loads`."""
     set_json_loads(json_loads, conn)
@@ -181,6 +194,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         self._checking = threading.Lock()
         self._pool = ConnectionPool(
             self.target.conninfo,
+            connection_class=_Pooled,
             min_size=pool_min,
             max_size=max(pool_min, pool_max),
             open=False,
@@ -530,12 +544,15 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             params["keys"] = [j.idempotency_key for j in jobs]
         return params
 
-    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
+    def _insert_on(
+        self, conn: Conn, jobs: Sequence[NewJob], cursor: psycopg.Cursor[Any] | None = None
+    ) -> list[Inserted]:
+        """Insert `jobs` on `conn` (the insert itself on `cursor`, when given)."""
         keyed = any(j.idempotency_key is not None for j in jobs)
         shape = self._shape(jobs)
         sql = self._statement(("insert", keyed, shape), self._insert_sql, keyed, shape)
         params = self._shaped_params(jobs, shape)
-        rows = conn.execute(sql, params).fetchall()
+        rows = (cursor or conn.cursor()).execute(sql, params).fetchall()
         if shape == "shared" and not keyed:
             [(_, status_text, at, due, count)] = rows
             if count != len(jobs):  # pragma: no cover - without keys no row can conflict
@@ -575,11 +592,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         ):
             # one statement, atomic on its own: no BEGIN/COMMIT round trips (a duplicate
             # key's follow-up reads need the transaction unless the job is alone)
-            return self._alone(lambda c: self._insert_on(c, jobs))
+            return self._alone(lambda c: self._insert_on(c, jobs, c.kept_cursor()))
         with self._write() as c:
             return self._insert_on(c, jobs)
 
-    def _alone(self, use: Callable[[Conn], _T]) -> _T:
+    def _alone(self, use: Callable[[_Pooled], _T]) -> _T:
         """`use(conn)` on a pooled connection outside any transaction (autocommit).
 
         `_connection` without its layers: the pool's checkout and return, no context
@@ -588,7 +605,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         """
         self._ensure_ready()
         try:
-            conn = self._pool.getconn()
+            conn: Any = self._pool.getconn()
             try:
                 if getattr(self._local, "seen_mark", None) is None:
                     self._local.seen_mark = change_mark(conn)  # this thread's first use

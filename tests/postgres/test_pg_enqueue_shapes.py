@@ -71,13 +71,13 @@ def test_a_batch_sharing_its_options_stores_each_payload_and_key(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
-    execute = psycopg.Connection.execute
+    execute = psycopg.Cursor.execute
 
-    def recording(conn: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+    def recording(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
         sent.append(str(query))
-        return execute(conn, query, *args, **kwargs)
+        return execute(cursor, query, *args, **kwargs)
 
-    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
     payloads = [{"sleep": n / 10, "fail": n % 2 == 0} for n in range(5)] + [{}]
     inserted = queue.enqueue_many(
         "noop", payloads, queue="mail", priority=4, delay=60, max_attempts=2, timeout=1.5,
@@ -147,11 +147,23 @@ def test_a_shared_batch_joins_the_application_transaction(queue: Queue, pg_url: 
     assert {job.id for job in queue.list_jobs()} == {item.job.id for item in inserted}
 
 
-def test_one_enqueue_returns_its_connection_to_the_pool(queue: Queue) -> None:
+def test_one_enqueue_returns_its_connection_to_the_pool(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
     storage: Any = queue.storage
     storage._pool.resize(1, 1)  # a connection not given back would block the next enqueue
+    inserting: set[int] = set()
+    execute = psycopg.Cursor.execute
+
+    def recording(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if "INSERT INTO" in str(query):
+            inserting.add(id(cursor))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
     for n in range(3):
         queue.enqueue("noop", {"sleep": n})
+    assert len(inserting) == 1  # the connection's kept cursor, not a new one per statement
     with pytest.raises(StorageError, match="PostgreSQL at"):
         queue.insert([_job("x", payload_json="not json")])
     for _ in range(2):
