@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -269,11 +270,9 @@ class Queue:
         if options.get("meta") is not None or not _OPTION_NAMES.issuperset(options):
             return self._settle(type, job_type, **options)  # an unknown option: TypeError
         core = self.config.core
-        # each value with its class: 1 and True, or 1 and 1.0, are not the same option
-        key = (
-            *(type, core.max_attempts, core.timeout),
-            *((value.__class__, value) for value in map(options.get, _OPTION_ORDER)),
-        )
+        values = tuple(map(options.get, _OPTION_ORDER))
+        # with each value's class: 1 and True, or 1 and 1.0, are not the same option
+        key = (type, core.max_attempts, core.timeout, values, tuple(map(_class_of, values)))
         try:
             settled = self._settled.get(key)
         except TypeError:  # an unhashable value: _settle will say what is wrong with it
@@ -547,6 +546,7 @@ _OPTION_ORDER = (
     *("parent_id", "meta"),
 )  # `_settle`'s options, in the order of `_settle_options`'s keys
 _OPTION_NAMES = frozenset(_OPTION_ORDER)
+_class_of = operator.attrgetter("__class__")
 
 
 def _no_lone_surrogates(type: str, payload: Any) -> None:
