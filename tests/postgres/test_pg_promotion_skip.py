@@ -1,4 +1,5 @@
-"""A PostgreSQL worker leaves promotion out of the claims that notifications set off.
+"""A PostgreSQL worker leaves promotion out of the claims that notifications set off;
+a group commit is one round trip.
 
 Each full poll's claim also reads the earliest scheduled `run_at` (`look_ahead`),
 so a worker knows when a scheduled job comes due without promoting on every
@@ -8,6 +9,7 @@ found through that reading, not through the periodic poll.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +22,7 @@ from pg_testing import HOUR, start_idle_worker
 from testenv import wait_for
 
 from jobcore import JobStatus, Queue
+from jobcore.models import Completed, Lease
 from jobcore.testing import make_queue
 
 Factory = Callable[..., PostgresStorage]
@@ -156,3 +159,25 @@ def test_a_failed_one_trip_transaction_leaves_nothing_and_a_usable_connection(
     assert storage.get(job.id) is None  # the same (only) pooled connection, idle again
     storage.insert([job])
     assert storage.get(job.id) is not None
+
+
+def test_a_group_commit_is_one_round_trip(queue: Queue, pg_storage_factory: Factory) -> None:
+    # psycopg's transaction() inside a pipeline syncs after BEGIN and before COMMIT
+    storage = pg_storage_factory(pool_max=1)
+    storage.insert([queue.build("noop", {})])
+    with tempfile.TemporaryFile("w+") as trace:
+        with storage._pool.connection() as conn:  # the only pooled connection
+            conn.pgconn.trace(trace.fileno())
+        try:
+            _, [job] = storage.commit_batch(
+                [], worker="w", claim_limit=5, lease_ms=60_000, look_ahead=True
+            )
+            storage.commit_batch(
+                [Completed(Lease.of(job), None)], worker="w", claim_limit=5, lease_ms=60_000
+            )
+        finally:
+            with storage._pool.connection() as conn:
+                conn.pgconn.untrace()
+        trace.seek(0)
+        syncs = [line for line in trace if line.rstrip().split("\t")[-3:] == ["F", "4", "Sync"]]
+    assert len(syncs) == 2
