@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -73,7 +73,9 @@ log = logging.getLogger("jobcore.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
-_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+# set_config, not SET LOCAL: a group commit is an implicit transaction (no BEGIN), where
+# SET LOCAL works but warns (in the server's log too) that it is outside a transaction block
+_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 _UNFINISHED = ("scheduled", "pending", "claimed")
 
 
@@ -355,21 +357,25 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             yield conn
 
     def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
-        """`send` statements in one pipelined transaction, `collect` their answers after the
-        commit: BEGIN, the statements and COMMIT reach the server in one round trip.
-        Inside an open transaction both run in it."""
+        """`send` statements in one pipeline, `collect` their answers once it committed:
+        the statements and the Sync reach the server in one round trip.
+
+        No BEGIN or COMMIT: the statements before a pipeline's Sync are one implicit
+        transaction, committed at the Sync, or rolled back whole if one fails. A
+        `send` that raises queues a ROLLBACK first, so that Sync commits nothing.
+        Inside an open transaction both run in it.
+        """
         if getattr(self._local, "tx", None) is not None:
             with self._write() as conn:
                 return collect(conn, send(conn))
-        # BEGIN and COMMIT as plain statements: psycopg's transaction() syncs after BEGIN
-        # and again before COMMIT (four round trips where one does). After a failed
-        # statement the server skips the rest, COMMIT too: the pooled connection's
-        # block (`with conn`) rolls the open transaction back as the error leaves.
         with self._outermost() as conn:
             with conn.pipeline():
-                conn.execute("BEGIN")
-                sent = send(conn)
-                conn.execute("COMMIT")
+                try:
+                    sent = send(conn)
+                except BaseException:
+                    with suppress(psycopg.Error):  # failing, the pipeline commits nothing
+                        conn.execute("ROLLBACK")
+                    raise
             return collect(conn, sent)
 
     @contextmanager

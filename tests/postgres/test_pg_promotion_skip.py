@@ -140,8 +140,8 @@ def test_look_ahead_reads_the_earliest_scheduled_run_at(
 def test_a_failed_one_trip_transaction_leaves_nothing_and_a_usable_connection(
     queue: Queue, pg_storage_factory: Factory, failure: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # BEGIN, the statements and COMMIT go out together: a statement that fails makes the
-    # server skip the rest (COMMIT too), and the open transaction must not reach the pool
+    # the statements go out with one Sync (an implicit transaction): whatever fails, nothing
+    # commits, and no open transaction reaches the pool
     storage = pg_storage_factory(pool_max=1)
     job = queue.build("noop", {})
 
@@ -162,7 +162,7 @@ def test_a_failed_one_trip_transaction_leaves_nothing_and_a_usable_connection(
 
 
 def test_a_group_commit_is_one_round_trip(queue: Queue, pg_storage_factory: Factory) -> None:
-    # psycopg's transaction() inside a pipeline syncs after BEGIN and before COMMIT
+    # psycopg's transaction() inside a pipeline syncs after BEGIN and before COMMIT: 4 trips
     storage = pg_storage_factory(pool_max=1)
     storage.insert([queue.build("noop", {})])
     with tempfile.TemporaryFile("w+") as trace:
@@ -181,3 +181,18 @@ def test_a_group_commit_is_one_round_trip(queue: Queue, pg_storage_factory: Fact
         trace.seek(0)
         syncs = [line for line in trace if line.rstrip().split("\t")[-3:] == ["F", "4", "Sync"]]
     assert len(syncs) == 2
+
+
+def test_claims_draw_no_warnings(queue: Queue, pg_storage_factory: Factory) -> None:
+    # a group commit has no BEGIN: SET LOCAL would work there, but warn at every claim
+    # (and write that warning to the server's log)
+    storage = pg_storage_factory(pool_max=1)
+    notices: list[str] = []
+    with storage._pool.connection() as conn:  # the only pooled connection
+        conn.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
+    storage.insert([queue.build("noop", {}) for _ in range(3)])
+    for look_ahead in (False, True):
+        storage.commit_batch([], worker="w", claim_limit=1, lease_ms=60_000, look_ahead=look_ahead)
+    storage.claim(worker="w", limit=1, lease_ms=60_000)
+    assert queue.stats().counts.get("claimed") == 3
+    assert notices == []
