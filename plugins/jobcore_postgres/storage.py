@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -74,7 +74,9 @@ log = logging.getLogger("jobcore.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
-_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+# set_config, not SET LOCAL: a group commit is an implicit transaction (no BEGIN), where
+# SET LOCAL works but warns (in the server's log too) that it is outside a transaction block
+_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 _UNFINISHED = ("scheduled", "pending", "claimed")
 _SHARED = operator.attrgetter(
     *("type", "queue", "priority", "max_attempts", "run_at", "delay_ms", "timeout_ms"),
@@ -146,6 +148,15 @@ class _Sent:
     indexes: list[int]
     cursor: psycopg.Cursor[Any]
     transition: Transition | None = None  # set when the answer is slim (see owner_statement)
+
+
+@dataclass
+class _Batch:
+    """What a group commit queued: owner statements, the claim, the look-ahead read."""
+
+    sent: list[_Sent]
+    claim: psycopg.Cursor[Any] | None
+    ahead: psycopg.Cursor[Any] | None
 
 
 @dataclass
@@ -365,15 +376,25 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             yield conn
 
     def _one_trip(self, send: Callable[[Conn], _T], collect: Callable[[Conn, _T], _R]) -> _R:
-        """`send` statements in one pipelined transaction, `collect` their answers after the
-        commit: BEGIN, the statements and COMMIT reach the server in one round trip.
-        Inside an open transaction both run in it."""
+        """`send` statements in one pipeline, `collect` their answers once it committed:
+        the statements and the Sync reach the server in one round trip.
+
+        No BEGIN or COMMIT: the statements before a pipeline's Sync are one implicit
+        transaction, committed at the Sync, or rolled back whole if one fails. A
+        `send` that raises queues a ROLLBACK first, so that Sync commits nothing.
+        Inside an open transaction both run in it.
+        """
         if getattr(self._local, "tx", None) is not None:
             with self._write() as conn:
                 return collect(conn, send(conn))
-        with self._outermost() as conn, conn.pipeline():
-            with conn.transaction():
-                sent = send(conn)
+        with self._outermost() as conn:
+            with conn.pipeline():
+                try:
+                    sent = send(conn)
+                except BaseException:
+                    with suppress(psycopg.Error):  # failing, the pipeline commits nothing
+                        conn.execute("ROLLBACK")
+                    raise
             return collect(conn, sent)
 
     @contextmanager
@@ -642,7 +663,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         return self._one_trip(
             lambda conn: self._send_claim(
                 conn, worker, limit, lease_ms, queues, types, start, True
-            ),
+            )[0],
             lambda conn, cursor: self._claimed(cursor),
         )
 
@@ -656,21 +677,28 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         types: Sequence[str],
         start: int | None,
         promote: bool,
-    ) -> psycopg.Cursor[Any] | None:
-        """Queue the promotion and the claim; the claim's rows come from `_claimed`."""
+        look_ahead: bool = False,
+    ) -> tuple[psycopg.Cursor[Any] | None, psycopg.Cursor[Any] | None]:
+        """Queue the promotion and the claim: (the claim's cursor, for `_claimed`; the
+        look-ahead's, read after the promotion, for `scheduled_seen`)."""
         if promote:
             sql = self._statement("promote", promote_statement, self._d, PROMOTE_LIMIT)
             conn.execute(sql, self._params())
         if limit <= 0:
-            return None
+            return None, None
         by_queue, by_type = bool(queues), bool(types)
         sql = self._statement(
             ("claim", by_queue, by_type), claim_statement, self._d, by_queue, by_type
         )
         # Without this the server plans the claim afresh at every execution (its generic
         # plan looks costlier by estimate, though it is the same plan): a prepared claim
-        # then costs its planning time again each time.
-        conn.execute(_GENERIC_PLANS)
+        # then costs its planning time again each time. The look-ahead statement sets it
+        # too (one statement less); it reads before the claim, which changes no scheduled row.
+        ahead = None
+        if look_ahead:
+            ahead = conn.execute(self._statement("ahead", self._ahead_sql), self._params())
+        else:
+            conn.execute(_GENERIC_PLANS)
         params = self._params(
             worker=worker,
             limit=limit,
@@ -679,7 +707,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             queues=list(queues),
             types=list(types),
         )
-        return conn.execute(sql, params)
+        return conn.execute(sql, params), ahead
 
     @staticmethod
     def _claimed(cursor: psycopg.Cursor[Any] | None) -> list[Job]:
@@ -697,28 +725,52 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         promote: bool = True,
         started: Sequence[Lease] = (),
         start: int | None = None,
+        look_ahead: bool = False,
     ) -> tuple[list[Recorded], list[Job]]:
+        """See `Storage.commit_batch`. `look_ahead`: also read, in the same trip, the
+        earliest scheduled `run_at` and the store's clock, for `scheduled_seen()`."""
         checked = self._checked(outcomes)
+        self._local.seen_ahead = None
 
-        def send(conn: Conn) -> tuple[list[_Sent], psycopg.Cursor[Any] | None]:
+        def send(conn: Conn) -> _Batch:
             if started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
                 conn.execute(sql, self._lease_params(started))
             sent = self._send_owner(conn, checked)
-            claim = self._send_claim(
-                conn, worker, claim_limit, lease_ms, queues, types, start, promote
+            claim, ahead = self._send_claim(
+                conn, worker, claim_limit, lease_ms, queues, types, start, promote, look_ahead
             )
-            return sent, claim
+            return _Batch(sent, claim, ahead)
 
-        def collect(
-            conn: Conn, sent: tuple[list[_Sent], psycopg.Cursor[Any] | None]
-        ) -> tuple[list[Recorded], list[Job]]:
-            return self._collect(conn, checked, sent[0]), self._claimed(sent[1])
+        def collect(conn: Conn, batch: _Batch) -> tuple[list[Recorded], list[Job]]:
+            if batch.ahead is not None:
+                row = batch.ahead.fetchone()
+                assert row is not None
+                self._local.seen_ahead = (None if row[0] is None else int(row[0]), int(row[1]))
+            return self._collect(conn, checked, batch.sent), self._claimed(batch.claim)
 
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
                 return collect(conn, send(conn))
         return self._one_trip(send, collect)
+
+    def _ahead_sql(self) -> str:
+        """The earliest scheduled `run_at`, the store's clock, and `_GENERIC_PLANS`."""
+        d = self._d
+        return (
+            f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
+            f"{d.now}, set_config('plan_cache_mode', 'force_generic_plan', true)"
+        )
+
+    def scheduled_seen(self) -> tuple[int | None, int] | None:
+        """(earliest scheduled `run_at` or None, the store's clock) as read by this thread's
+        last `commit_batch`, if it was asked to `look_ahead`; else None.
+
+        The worker then needs no `next_due()` and `now()` trips after a claim, and can
+        leave promotion out of claims while it knows no scheduled job is due.
+        """
+        seen: tuple[int | None, int] | None = getattr(self._local, "seen_ahead", None)
+        return seen
 
     def _lease_statement(self, transition: Transition, returning: str) -> str:
         return self._statement(
