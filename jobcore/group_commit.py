@@ -84,12 +84,15 @@ class GroupCommit:
         started: list[Lease],
         start: int,
         recorded_apart: Callable[[Attempt, Recorded], None],
+        look_ahead: bool = False,
     ) -> tuple[list[Recorded], list[Job]] | None:
         """Record `batch`, mark `started`, claim; None: the batch was recorded apart instead.
 
         Errors of the store as a whole (`is_environmental`) propagate with nothing
         recorded. Each attempt recorded apart goes to `recorded_apart` once its part commits.
+        `look_ahead` is passed on only when true (stores that offer `scheduled_seen`).
         """
+        extra = {"look_ahead": True} if look_ahead else {}
         try:
             recorded, claimed = self.queue.storage.commit_batch(
                 [outcome_of(attempt) for attempt in batch],
@@ -101,6 +104,7 @@ class GroupCommit:
                 promote=promote,
                 started=started,
                 start=start,
+                **extra,
             )
         except Exception as exc:
             if not batch or is_environmental(exc):

@@ -10,12 +10,40 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from jobcore.errors import InvalidPayload
 from jobcore.models import strict_json
 
-_probe = json.JSONEncoder(allow_nan=False, default=lambda value: None).encode
+
+def _without_cycle_check(default: Callable[[Any], Any]) -> Callable[[Any], str] | None:
+    """A compact JSON encoder refusing NaN and Infinity, made once (not once per call, as
+    `JSONEncoder.encode` does), that does not look for circular references: a cycle ends in
+    `RecursionError` instead of `ValueError`. None without CPython's _json accelerator."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython without its _json accelerator
+        return None
+    # markers (None: no cycle check), default, string encoder, indent, key and item
+    # separators, sort_keys, skipkeys, allow_nan
+    encoder = make(
+        None, default, json.encoder.encode_basestring_ascii, None, ":", ",", *[False] * 3
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+_probe = (
+    _without_cycle_check(lambda value: None)
+    or json.JSONEncoder(allow_nan=False, default=lambda value: None).encode
+)
+"""Encodes anything, objects JSON has no form for as null; raises ValueError on NaN."""
+
+_encode_acyclic = _without_cycle_check(json.JSONEncoder().default) or strict_json
+"""`strict_json` for values without circular references (a model's JSON dump)."""
 
 
 def non_finite_path(value: Any, path: str = "") -> str | None:
@@ -59,6 +87,16 @@ def check_finite(what: str, value: Any) -> None:
         return  # not JSON yet, or too deep for this probe: the final encoding judges it
 
 
+def probe_finite(value: Any) -> bool:
+    """True if `value` encodes as JSON with finite numbers only (as `check_finite` would
+    find nothing to say, for every part of it); False when it may not."""
+    try:
+        _probe(value)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
 def check_meta(what: str, meta: dict[str, Any]) -> None:
     """Raise `InvalidPayload` naming `what` unless `meta` encodes as JSON (finite numbers only)."""
     try:
@@ -71,10 +109,14 @@ def check_meta(what: str, meta: dict[str, Any]) -> None:
         raise InvalidPayload(f"{what} must be a JSON object: {exc}") from None
 
 
-def encode_finite(what: str, value: Any) -> str:
-    """`strict_json(value)`, or `InvalidPayload` naming `what` if it holds NaN or ±Infinity."""
+def encode_finite(what: str, value: Any, *, acyclic: bool = False) -> str:
+    """`strict_json(value)`, or `InvalidPayload` naming `what` if it holds NaN or ±Infinity.
+
+    `acyclic`: the caller knows `value` holds no circular reference (e.g. a model's
+    JSON dump), so the encoding skips looking for one.
+    """
     try:
-        return strict_json(value)
+        return _encode_acyclic(value) if acyclic else strict_json(value)
     except ValueError as exc:
         if "JSON compliant" not in str(exc):
             raise

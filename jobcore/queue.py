@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -22,10 +23,10 @@ from jobcore.errors import (
     StorageError,
     UnknownJobType,
 )
-from jobcore.ids import new_id
-from jobcore.json_values import check_finite, check_meta, encode_finite
+from jobcore.ids import new_id, new_ids
+from jobcore.json_values import check_finite, check_meta, encode_finite, probe_finite
 from jobcore.limits import check_enqueue_options
-from jobcore.models import FINISHED, Job, JobStatus, NewJob
+from jobcore.models import FINISHED, Job, JobStatus, NewJob, new_job_from_values
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -76,6 +77,7 @@ class Queue:
         self.pm.configure(self.config)
         self.registry = self._collect_job_types()
         self._has_meta_hooks = bool(self.pm.hook.jobcore_enqueue_meta.get_hookimpls())
+        self._settled: dict[tuple[Any, ...], _Settled] = {}  # see `_settle_options`
 
     def _collect_job_types(self) -> JobTypeRegistry:
         registry = JobTypeRegistry()
@@ -186,7 +188,8 @@ class Queue:
             stored = model.model_dump(mode="json")
         except ValueError as exc:  # pydantic: "Maximum serialization depth exceeded"
             raise InvalidPayload(f"payload for {type!r} cannot be stored: {exc}") from None
-        encoded = encode_finite(f"payload for {type!r}", stored)
+        # a model's JSON dump holds no circular reference: encode without looking for one
+        encoded = encode_finite(f"payload for {type!r}", stored, acyclic=True)
         if "\\ud" in encoded or "\\uD" in encoded:
             _no_lone_surrogates(type, stored)
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
@@ -197,30 +200,89 @@ class Queue:
                 "(max_payload_bytes); store large data elsewhere and pass a reference"
             )
         if settled is None:
-            settled = self._settle(type, job_type, **options)
-        key = settled.idempotency_key
-        if key is None and job_type.idempotency_key is not None:
-            key = job_type.idempotency_key(model)
-        job = NewJob(
-            id=new_id(),
-            type=type,
-            queue=settled.queue,
-            payload=stored,
-            priority=settled.priority,
-            max_attempts=settled.max_attempts,
-            run_at=settled.run_at,
-            delay_ms=settled.delay_ms,
-            timeout_ms=settled.timeout_ms,
-            idempotency_key=key,
-            parent_id=settled.parent_id,
-            meta=dict(settled.meta or {}),
-            payload_json=encoded,
-        )
+            settled = self._settle_options(type, job_type, options)
+        job = settled.new_job(type, new_id(), model, stored, encoded)
+        self._add_meta(job)
+        return job, settled
+
+    def _add_meta(self, job: NewJob) -> None:
+        """Add the `jobcore_enqueue_meta` hooks' meta to `job` and check it is JSON."""
         if self._has_meta_hooks:
             job.meta.update(self.pm.enqueue_meta(job))
         if job.meta:
-            check_meta(f"meta of a {type!r} job", job.meta)
-        return job, settled
+            check_meta(f"meta of a {job.type!r} job", job.meta)
+
+    def _build_many(self, type: str, payloads: list[Any], options: dict[str, Any]) -> list[NewJob]:
+        """`_build` for each payload, with the same checks and errors (item numbers named)."""
+        jobs = self._build_valid_many(type, payloads, options)
+        if jobs is not None:
+            for index, job in enumerate(jobs, start=1):
+                try:
+                    self._add_meta(job)
+                except (InvalidPayload, PayloadTooLarge) as exc:
+                    raise exc.__class__(f"item {index}: {exc}") from None
+            return jobs
+        jobs = []
+        settled: _Settled | None = None  # the options, checked and resolved at the first item
+        for index, payload in enumerate(payloads, start=1):
+            try:
+                job, settled = self._build(type, payload, options, settled)
+            except (InvalidPayload, PayloadTooLarge) as exc:
+                raise exc.__class__(f"item {index}: {exc}") from None
+            jobs.append(job)
+        return jobs
+
+    def _build_valid_many(
+        self, type: str, payloads: list[Any], options: dict[str, Any]
+    ) -> list[NewJob] | None:
+        """The jobs of a batch whose payloads and options all pass, without meta; None when
+        anything fails or needs a closer look, for `_build` to name (the checks are the same,
+        done once per batch where they can be: no NaN anywhere, the options, the ids)."""
+        if not payloads:
+            return None
+        try:
+            job_type = self.job_type(type)
+            values = [{} if payload is None else payload for payload in payloads]
+            if not all(isinstance(value, dict) for value in values) or not probe_finite(values):
+                return None
+            settled = self._settle_options(type, job_type, options)
+            validate = job_type.payload_model.model_validate
+            check, limit = job_type.check, self.config.core.max_payload_bytes
+            jobs: list[NewJob] = []
+            for job_id, value in zip(new_ids(len(values)), values, strict=True):
+                model = validate(value)
+                if check is not None:
+                    check(model, self.config)
+                stored = model.model_dump(mode="json")
+                encoded = encode_finite(type, stored, acyclic=True)
+                if "\\ud" in encoded or "\\uD" in encoded:
+                    _no_lone_surrogates(type, stored)
+                if (len(encoded) if encoded.isascii() else len(encoded.encode())) > limit:
+                    return None
+                jobs.append(settled.new_job(type, job_id, model, stored, encoded))
+            return jobs
+        except Exception:  # `_build` raises it again, with its item number
+            return None
+
+    def _settle_options(self, type: str, job_type: JobType, options: dict[str, Any]) -> _Settled:
+        """`_settle`, remembered per type, option values and the core defaults it reads
+        (the answer is the same every time; `[types.NAME]` settings are fixed at load)."""
+        if options.get("meta") is not None or not _OPTION_NAMES.issuperset(options):
+            return self._settle(type, job_type, **options)  # an unknown option: TypeError
+        core = self.config.core
+        values = tuple(map(options.get, _OPTION_ORDER))
+        # with each value's class: 1 and True, or 1 and 1.0, are not the same option
+        key = (type, core.max_attempts, core.timeout, values, tuple(map(_class_of, values)))
+        try:
+            settled = self._settled.get(key)
+        except TypeError:  # an unhashable value: _settle will say what is wrong with it
+            return self._settle(type, job_type, **options)
+        if settled is None or settled.job_type is not job_type:
+            settled = self._settle(type, job_type, **options)
+            if len(self._settled) >= _SETTLED_CACHE_SIZE:
+                self._settled.clear()
+            self._settled[key] = settled
+        return settled
 
     def _settle(
         self,
@@ -295,15 +357,7 @@ class Queue:
         **options: Any,
     ) -> list[Inserted]:
         """Validate every payload first, then write them all in one transaction."""
-        jobs = []
-        settled: _Settled | None = None  # the options, checked and resolved at the first item
-        for index, payload in enumerate(payloads, start=1):
-            try:
-                job, settled = self._build(type, payload, options, settled)
-            except (InvalidPayload, PayloadTooLarge) as exc:
-                raise exc.__class__(f"item {index}: {exc}") from None
-            jobs.append(job)
-        return self.insert(jobs, conn=conn)
+        return self.insert(self._build_many(type, list(payloads), options), conn=conn)
 
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
         """Write already-validated jobs in one transaction; hooks fire after commit."""
@@ -469,6 +523,30 @@ class _Settled:
     idempotency_key: str | None
     parent_id: str | None
     meta: dict[str, Any] | None
+
+    def new_job(
+        self, type: str, job_id: str, model: BaseModel, stored: Any, encoded: str
+    ) -> NewJob:
+        """The job of one validated payload (`stored`, JSON `encoded`) with these options."""
+        key = self.idempotency_key
+        if key is None and self.job_type.idempotency_key is not None:
+            key = self.job_type.idempotency_key(model)
+        return new_job_from_values(
+            (
+                *(job_id, type, self.queue, stored, self.priority),
+                *(self.max_attempts, self.run_at, self.timeout_ms, key, self.parent_id),
+                *(dict(self.meta or {}), self.delay_ms, encoded),
+            )
+        )
+
+
+_SETTLED_CACHE_SIZE = 256
+_OPTION_ORDER = (
+    *("queue", "priority", "delay", "run_at", "max_attempts", "timeout", "idempotency_key"),
+    *("parent_id", "meta"),
+)  # `_settle`'s options, in the order of `_settle_options`'s keys
+_OPTION_NAMES = frozenset(_OPTION_ORDER)
+_class_of = operator.attrgetter("__class__")
 
 
 def _no_lone_surrogates(type: str, payload: Any) -> None:

@@ -163,6 +163,8 @@ class Worker:
         self._stop_deadline: float | None = None
         self._maybe_more = True
         self._next_due: float | None = None  # monotonic time the earliest scheduled job is due
+        self._reads_ahead = False  # the store reads the next due time with a claim (_loop)
+        self._ahead_seen = False  # a claim has read it: promotion may be left out until due
         self._db_backoff = 0.0
         self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
         self._claimed_total = 0
@@ -262,6 +264,7 @@ class Worker:
 
     def _loop(self) -> None:
         storage = self.queue.storage
+        self._reads_ahead = callable(getattr(storage, "scheduled_seen", None))
         next_poll = 0.0
         while True:
             with self._cond:
@@ -304,27 +307,32 @@ class Worker:
                             if asked is not None:
                                 self.supervisor.cancel(asked)
                     # Scheduled jobs can only have become due by the clock or by others' writes.
-                    full_poll = (
-                        woken
-                        or changed
-                        or mono >= next_poll
-                        or (self._next_due is not None and mono >= self._next_due)
-                    )
+                    due_now = self._next_due is not None and mono >= self._next_due
+                    full_poll = woken or changed or mono >= next_poll or due_now
                     want_claim = free > 0 and (
                         full_poll or self._maybe_more or bool(self._unrecorded)
                     )
+                    # A store that reads the next due time in the claim's own trip
+                    # (`scheduled_seen`) is asked to promote only when a scheduled job may
+                    # be due: by that reading, at the periodic poll, or before any reading.
+                    # Others' commits that scheduled a job are read by the full poll they
+                    # set off; if that job is due already, the next iteration promotes it.
+                    ahead = want_claim and full_poll and self._reads_ahead
+                    promote = full_poll and (
+                        not ahead or not self._ahead_seen or due_now or mono >= next_poll
+                    )
                     if self._unrecorded or want_claim or self._marks_due(mono):
-                        claimed = self._commit(free if want_claim else 0, promote=full_poll)
+                        claimed = self._commit(
+                            free if want_claim else 0, promote=promote, look_ahead=ahead
+                        )
                         if want_claim:
                             self._maybe_more = (
                                 claimed == min(free, self.claim_batch) and claimed > 0
                             )
                         if want_claim and full_poll:
-                            next_poll = mono + self.poll_interval
-                            due = storage.next_due()
-                            self._next_due = (
-                                None if due is None else mono + max(0, due - storage.now()) / 1000
-                            )
+                            if promote:
+                                next_poll = mono + self.poll_interval
+                            self._next_due = self._due_after_claim(mono, ahead)
                     self._db_backoff = 0.0
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
                     self._db_failed(exc)
@@ -343,6 +351,21 @@ class Worker:
             if self._done(stopping):
                 return
             self._wait(next_poll, self._next_due)
+
+    def _due_after_claim(self, mono: float, ahead: bool) -> float | None:
+        """When the earliest scheduled job is due (monotonic), from the claim's look-ahead
+        reading if it took one, else asked of the store."""
+        storage = self.queue.storage
+        seen = storage.scheduled_seen() if ahead else None  # type: ignore[attr-defined]
+        if seen is not None:
+            self._ahead_seen = True
+            due, now = seen
+        else:
+            due = storage.next_due()
+            if due is None:
+                return None
+            now = storage.now()
+        return None if due is None else mono + max(0, due - now) / 1000
 
     def _marks_due(self, mono: float) -> bool:
         """Starts of prefetched jobs ride along with commits, but wait no longer than this."""
@@ -463,7 +486,7 @@ class Worker:
 
     # -- database steps ------------------------------------------------------------
 
-    def _commit(self, claim_limit: int, *, promote: bool) -> int:
+    def _commit(self, claim_limit: int, *, promote: bool, look_ahead: bool = False) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
         # Starts are marked only once a handler began (never by the claim itself, so a
@@ -479,6 +502,7 @@ class Worker:
             started=[attempt.lease for attempt in marks],
             start=0,
             recorded_apart=self._recorded_apart,
+            look_ahead=look_ahead,
         )
         if committed is None:  # refused: recorded apart, nothing claimed
             return 0

@@ -17,6 +17,7 @@ from jobcore.models import (
     NewJob,
     Outcome,
     compact_json,
+    job_from_fields,
     job_from_values,
 )
 from jobcore.transitions import apply, owner_transitions
@@ -180,16 +181,14 @@ def new_row(
     if status is None:
         status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
     # Every field in `Job`'s order (built without its __init__: once per enqueued job).
-    return job_from_values(
-        [
-            *(job.id, job.type, job.queue, job.payload, status, job.priority),
-            *(0, job.max_attempts, run_at, job.timeout_ms, job.idempotency_key),
-            *(None, None, None, None),  # locked_by, locked_at, lease_expires_at, heartbeat_at
-            *(False, None, [], None),  # cancel_requested, last_error, errors, result
-            *(job.parent_id, dict(job.meta), now),  # parent_id, meta, created_at
-            *(None, None, now),  # claimed_at, completed_at, updated_at
-            *(None, None, []),  # lease_id, started_at, history
-        ]
+    return job_from_fields(
+        *(job.id, job.type, job.queue, job.payload, status, job.priority),
+        *(0, job.max_attempts, run_at, job.timeout_ms, job.idempotency_key),
+        *(None, None, None, None),  # locked_by, locked_at, lease_expires_at, heartbeat_at
+        *(False, None, [], None),  # cancel_requested, last_error, errors, result
+        *(job.parent_id, dict(job.meta), now),  # parent_id, meta, created_at
+        *(None, None, now),  # claimed_at, completed_at, updated_at
+        *(None, None, []),  # lease_id, started_at, history
     )
 
 

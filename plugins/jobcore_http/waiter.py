@@ -3,6 +3,9 @@
 A single thread asks the store whether another connection committed
 (`Storage.wait_for_change`, SQLite: `PRAGMA data_version`) every
 `interval`, and is poked at once by commits in this process (`jobcore.wakeup`).
+A store that `pushes_changes` (PostgreSQL's listener) pokes it for every
+commit, by any process: while it does, the thread only wakes when poked, or
+every `PUSHED_CHECK` seconds to look once anyway.
 Every change calls each subscriber once; long-polls and event streams wait on
 it instead of running poll loops of their own. A subscriber may also ask to be
 called `every` so many seconds without a change.
@@ -19,6 +22,9 @@ from typing import Any
 from jobcore import wakeup
 
 log = logging.getLogger("jobcore.http.waiter")
+
+PUSHED_CHECK = 0.25
+"""Seconds between looks at a store that pushes its changes (a look costs nothing there)."""
 
 
 class ChangeWaiter:
@@ -57,7 +63,7 @@ class ChangeWaiter:
         failures = 0
         last_called = dict.fromkeys(self._every, time.monotonic())
         while not self._stop.is_set():
-            poked = self._poke.wait(self.interval)
+            poked = self._poke.wait(self._timeout(last_called))
             self._poke.clear()
             try:
                 changed = self.storage.wait_for_change(0) or poked
@@ -81,6 +87,14 @@ class ChangeWaiter:
                 ]
             last_called.update(dict.fromkeys((cb for cb in due if cb in self._every), now))
             self._call(due)
+
+    def _timeout(self, last_called: dict[Callable[[], None], float]) -> float:
+        """How long to wait for a poke: `interval`, or longer while the store pushes."""
+        if not getattr(self.storage, "pushes_changes", False):
+            return self.interval
+        now = time.monotonic()
+        due = [last_called.get(cb, now) + every - now for cb, every in self._every.items()]
+        return max(self.interval, min([PUSHED_CHECK, *due]))
 
     @staticmethod
     def _call(callbacks: list[Callable[[], None]]) -> None:

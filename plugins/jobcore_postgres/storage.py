@@ -10,6 +10,7 @@ the worker backs off and the pool reconnects).
 from __future__ import annotations
 
 import logging
+import operator
 import secrets
 import threading
 import time
@@ -20,9 +21,9 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from jobcore.errors import ConfigError, StorageError
+from jobcore.errors import ConfigError, IllegalTransition, StorageError
 from jobcore.models import (
     Completed,
     Failed,
@@ -45,7 +46,7 @@ from jobcore.transitions import (
 from jobcore_postgres import listener as listeners
 from jobcore_postgres import outbox
 from jobcore_postgres.admin import PostgresAdmin
-from jobcore_postgres.errors import mapped
+from jobcore_postgres.errors import mapped, translate
 from jobcore_postgres.event_order import change_mark, changed_since
 from jobcore_postgres.held_back import HeldBackWatch
 from jobcore_postgres.reads import PostgresReads
@@ -73,8 +74,14 @@ log = logging.getLogger("jobcore.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PROMOTE_LIMIT = 1000  # due scheduled jobs promoted per claim
-_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+# set_config, not SET LOCAL: a group commit is an implicit transaction (no BEGIN), where
+# SET LOCAL works but warns (in the server's log too) that it is outside a transaction block
+_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 _UNFINISHED = ("scheduled", "pending", "claimed")
+_SHARED = operator.attrgetter(
+    *("type", "queue", "priority", "max_attempts", "run_at", "delay_ms", "timeout_ms"),
+    *("parent_id", "meta"),
+)  # what jobs of a `shared` insert have in common
 
 
 # Plans must not depend on table statistics (autovacuum may be off, or behind a
@@ -108,6 +115,19 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
     return " ".join(f"-c {setting}" for setting in settings)
 
 
+class _Pooled(psycopg.Connection[tuple[Any, ...]]):
+    """A pooled connection that keeps one cursor for statements run alone (`_alone`):
+    a new cursor per statement costs more client time than a small statement's dumping."""
+
+    _kept: psycopg.Cursor[tuple[Any, ...]] | None = None
+
+    def kept_cursor(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        cursor = self._kept
+        if cursor is None or cursor.closed:
+            cursor = self._kept = self.cursor()
+        return cursor
+
+
 def _configure(conn: Conn) -> None:
     """Every pooled connection decodes json and jsonb columns with `json_loads`."""
     set_json_loads(json_loads, conn)
@@ -128,6 +148,15 @@ class _Sent:
     indexes: list[int]
     cursor: psycopg.Cursor[Any]
     transition: Transition | None = None  # set when the answer is slim (see owner_statement)
+
+
+@dataclass
+class _Batch:
+    """What a group commit queued: owner statements, the claim, the look-ahead read."""
+
+    sent: list[_Sent]
+    claim: psycopg.Cursor[Any] | None
+    ahead: psycopg.Cursor[Any] | None
 
 
 @dataclass
@@ -176,6 +205,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         self._checking = threading.Lock()
         self._pool = ConnectionPool(
             self.target.conninfo,
+            connection_class=_Pooled,
             min_size=pool_min,
             max_size=max(pool_min, pool_max),
             open=False,
@@ -406,25 +436,41 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
 
     # -- enqueue ---------------------------------------------------------------------
 
-    def _insert_sql(self, keyed: bool, single: bool) -> str:
+    def _insert_sql(self, keyed: bool, shape: str) -> str:
         """One statement inserting every job and its `job:enqueued` event.
 
         The store's clock is read once per statement. `keyed`: some job has an
         idempotency key, so a duplicate of an unfinished job is skipped (ON
         CONFLICT); without keys no row can conflict and the arbiter check is left
-        out. `single`: one job, its values as scalars (no arrays to build and unnest).
+        out. `shape` (see `_shape`): `single`, one job, its values as scalars (no
+        arrays to build and unnest); `shared`, jobs that differ only in id, payload
+        and key, sent as three arrays and the rest once; `many`, a column per array.
+
+        The answer is each inserted row's (id, status, created_at, run_at), except for
+        a `shared` batch without keys: every job is inserted, with the same status and
+        times, so one row (NULL, status, created_at, run_at, count) says it all.
         """
         d = self._d
         names = (
             "id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
             "timeout_ms, idempotency_key, parent_id, meta"
         )
-        if single:
+        if shape == "single":
             rows = (
                 "(VALUES (%(ids)s::text, %(types)s::text, %(queues)s::text, %(payloads)s::text, "
                 "%(priorities)s::int, %(max_attempts)s::int, %(run_ats)s::bigint, "
                 "%(delays)s::bigint, %(timeouts)s::bigint, %(keys)s::text, %(parents)s::text, "
                 f"%(metas)s::text)) AS v({names})"
+            )
+        elif shape == "shared":
+            rows = (
+                "(SELECT x.id, %(types)s::text AS type, %(queues)s::text AS queue, x.payload, "
+                "%(priorities)s::int AS priority, %(max_attempts)s::int AS max_attempts, "
+                "%(run_ats)s::bigint AS given_run_at, %(delays)s::bigint AS delay_ms, "
+                "%(timeouts)s::bigint AS timeout_ms, x.idempotency_key, "
+                "%(parents)s::text AS parent_id, %(metas)s::text AS meta "
+                "FROM unnest(%(ids)b::text[], %(payloads)b::text[], %(keys)b::text[]) "
+                "AS x(id, payload, idempotency_key)) AS v"
             )
         else:  # arrays go in binary: no per-element text formatting and quoting on the client
             rows = (
@@ -453,8 +499,21 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             "RETURNING id, status, created_at, run_at), "
             f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
             "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
-            "SELECT id, status, created_at, run_at FROM u"
+            + (
+                "SELECT NULL, status, created_at, run_at, count(*) FROM u "
+                "GROUP BY status, created_at, run_at"
+                if shape == "shared" and not keyed
+                else "SELECT id, status, created_at, run_at FROM u"
+            )
         )
+
+    @staticmethod
+    def _shape(jobs: Sequence[NewJob]) -> str:
+        """`single`, `shared` (every column but id, payload and key alike) or `many`."""
+        if len(jobs) == 1:
+            return "single"
+        first = _SHARED(jobs[0])
+        return "shared" if all(_SHARED(j) == first for j in jobs) else "many"
 
     @staticmethod
     def _insert_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
@@ -477,15 +536,51 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             "metas": [json_strict(j.meta) if j.meta else "{}" for j in jobs],
         }
 
-    def _insert_on(self, conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
-        keyed = any(j.idempotency_key is not None for j in jobs)
-        single = len(jobs) == 1
-        sql = self._statement(("insert", keyed, single), self._insert_sql, keyed, single)
-        columns = self._insert_params(jobs)
+    def _shaped_params(self, jobs: Sequence[NewJob], shape: str) -> dict[str, Any]:
+        """`_insert_params` for `shape`: scalars for `single`; for `shared`, scalars but the
+        arrays of ids, payloads and keys."""
+        if shape == "many":
+            return self._params(**self._insert_params(jobs))
+        job = jobs[0]
         params = self._params(
-            **({name: values[0] for name, values in columns.items()} if single else columns)
+            ids=job.id,
+            types=job.type,
+            queues=job.queue,
+            payloads=job.payload_json if job.payload_json is not None else json_strict(job.payload),
+            priorities=job.priority,
+            max_attempts=job.max_attempts,
+            run_ats=job.run_at,
+            delays=clamp_delay_ms(job.delay_ms),
+            timeouts=job.timeout_ms,
+            keys=job.idempotency_key,
+            parents=job.parent_id,
+            metas=json_strict(job.meta) if job.meta else "{}",
         )
-        created = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
+        if shape == "shared":
+            params["ids"] = [j.id for j in jobs]
+            params["payloads"] = [
+                j.payload_json if j.payload_json is not None else json_strict(j.payload)
+                for j in jobs
+            ]
+            params["keys"] = [j.idempotency_key for j in jobs]
+        return params
+
+    def _insert_on(
+        self, conn: Conn, jobs: Sequence[NewJob], cursor: psycopg.Cursor[Any] | None = None
+    ) -> list[Inserted]:
+        """Insert `jobs` on `conn` (the insert itself on `cursor`, when given)."""
+        keyed = any(j.idempotency_key is not None for j in jobs)
+        shape = self._shape(jobs)
+        sql = self._statement(("insert", keyed, shape), self._insert_sql, keyed, shape)
+        params = self._shaped_params(jobs, shape)
+        rows = (cursor or conn.cursor()).execute(sql, params).fetchall()
+        if shape == "shared" and not keyed:
+            [(_, status_text, at, due, count)] = rows
+            if count != len(jobs):  # pragma: no cover - without keys no row can conflict
+                raise StorageError(f"inserted {count} of {len(jobs)} jobs at {self.where}")
+            status = _STATUS[status_text]
+            return [Inserted(new_row(job, at, run_at=due, status=status), True) for job in jobs]
+        created = {row[0]: row[1:] for row in rows}
         results: list[Inserted] = []
         for job in jobs:
             made = created.get(job.id)
@@ -518,10 +613,32 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         ):
             # one statement, atomic on its own: no BEGIN/COMMIT round trips (a duplicate
             # key's follow-up reads need the transaction unless the job is alone)
-            with self._connection() as c:
-                return self._insert_on(c, jobs)
+            return self._alone(lambda c: self._insert_on(c, jobs, c.kept_cursor()))
         with self._write() as c:
             return self._insert_on(c, jobs)
+
+    def _alone(self, use: Callable[[_Pooled], _T]) -> _T:
+        """`use(conn)` on a pooled connection outside any transaction (autocommit).
+
+        `_connection` without its layers: the pool's checkout and return, no context
+        managers and no COMMIT call (autocommit has nothing to commit). Errors leave
+        as from `_connection`.
+        """
+        self._ensure_ready()
+        try:
+            conn: Any = self._pool.getconn()
+            try:
+                if getattr(self._local, "seen_mark", None) is None:
+                    self._local.seen_mark = change_mark(conn)  # this thread's first use
+                return use(conn)
+            finally:
+                self._pool.putconn(conn)
+        except (StorageError, IllegalTransition):
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self._check_pool()
+            raise translate(exc, self.where) from exc
 
     def hub_store(self) -> Any:
         """The hub's tokens and workers registry in this store (`jobcore_http.store.HubStore`)."""
@@ -546,7 +663,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         return self._one_trip(
             lambda conn: self._send_claim(
                 conn, worker, limit, lease_ms, queues, types, start, True
-            ),
+            )[0],
             lambda conn, cursor: self._claimed(cursor),
         )
 
@@ -560,21 +677,28 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         types: Sequence[str],
         start: int | None,
         promote: bool,
-    ) -> psycopg.Cursor[Any] | None:
-        """Queue the promotion and the claim; the claim's rows come from `_claimed`."""
+        look_ahead: bool = False,
+    ) -> tuple[psycopg.Cursor[Any] | None, psycopg.Cursor[Any] | None]:
+        """Queue the promotion and the claim: (the claim's cursor, for `_claimed`; the
+        look-ahead's, read after the promotion, for `scheduled_seen`)."""
         if promote:
             sql = self._statement("promote", promote_statement, self._d, PROMOTE_LIMIT)
             conn.execute(sql, self._params())
         if limit <= 0:
-            return None
+            return None, None
         by_queue, by_type = bool(queues), bool(types)
         sql = self._statement(
             ("claim", by_queue, by_type), claim_statement, self._d, by_queue, by_type
         )
         # Without this the server plans the claim afresh at every execution (its generic
         # plan looks costlier by estimate, though it is the same plan): a prepared claim
-        # then costs its planning time again each time.
-        conn.execute(_GENERIC_PLANS)
+        # then costs its planning time again each time. The look-ahead statement sets it
+        # too (one statement less); it reads before the claim, which changes no scheduled row.
+        ahead = None
+        if look_ahead:
+            ahead = conn.execute(self._statement("ahead", self._ahead_sql), self._params())
+        else:
+            conn.execute(_GENERIC_PLANS)
         params = self._params(
             worker=worker,
             limit=limit,
@@ -583,7 +707,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             queues=list(queues),
             types=list(types),
         )
-        return conn.execute(sql, params)
+        return conn.execute(sql, params), ahead
 
     @staticmethod
     def _claimed(cursor: psycopg.Cursor[Any] | None) -> list[Job]:
@@ -601,28 +725,52 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         promote: bool = True,
         started: Sequence[Lease] = (),
         start: int | None = None,
+        look_ahead: bool = False,
     ) -> tuple[list[Recorded], list[Job]]:
+        """See `Storage.commit_batch`. `look_ahead`: also read, in the same trip, the
+        earliest scheduled `run_at` and the store's clock, for `scheduled_seen()`."""
         checked = self._checked(outcomes)
+        self._local.seen_ahead = None
 
-        def send(conn: Conn) -> tuple[list[_Sent], psycopg.Cursor[Any] | None]:
+        def send(conn: Conn) -> _Batch:
             if started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
                 conn.execute(sql, self._lease_params(started))
             sent = self._send_owner(conn, checked)
-            claim = self._send_claim(
-                conn, worker, claim_limit, lease_ms, queues, types, start, promote
+            claim, ahead = self._send_claim(
+                conn, worker, claim_limit, lease_ms, queues, types, start, promote, look_ahead
             )
-            return sent, claim
+            return _Batch(sent, claim, ahead)
 
-        def collect(
-            conn: Conn, sent: tuple[list[_Sent], psycopg.Cursor[Any] | None]
-        ) -> tuple[list[Recorded], list[Job]]:
-            return self._collect(conn, checked, sent[0]), self._claimed(sent[1])
+        def collect(conn: Conn, batch: _Batch) -> tuple[list[Recorded], list[Job]]:
+            if batch.ahead is not None:
+                row = batch.ahead.fetchone()
+                assert row is not None
+                self._local.seen_ahead = (None if row[0] is None else int(row[0]), int(row[1]))
+            return self._collect(conn, checked, batch.sent), self._claimed(batch.claim)
 
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
                 return collect(conn, send(conn))
         return self._one_trip(send, collect)
+
+    def _ahead_sql(self) -> str:
+        """The earliest scheduled `run_at`, the store's clock, and `_GENERIC_PLANS`."""
+        d = self._d
+        return (
+            f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
+            f"{d.now}, set_config('plan_cache_mode', 'force_generic_plan', true)"
+        )
+
+    def scheduled_seen(self) -> tuple[int | None, int] | None:
+        """(earliest scheduled `run_at` or None, the store's clock) as read by this thread's
+        last `commit_batch`, if it was asked to `look_ahead`; else None.
+
+        The worker then needs no `next_due()` and `now()` trips after a claim, and can
+        leave promotion out of claims while it knows no scheduled job is due.
+        """
+        seen: tuple[int | None, int] | None = getattr(self._local, "seen_ahead", None)
+        return seen
 
     def _lease_statement(self, transition: Transition, returning: str) -> str:
         return self._statement(

@@ -39,13 +39,13 @@ class Statements:
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Statements:
     seen = Statements()
-    execute: Callable[..., Any] = psycopg.Connection.execute
+    execute: Callable[..., Any] = psycopg.Cursor.execute
 
-    def recording(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+    def recording(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
         seen.sent.append(str(query))
         return execute(self, query, *args, **kwargs)
 
-    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
     return seen
 
 
