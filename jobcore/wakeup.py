@@ -23,6 +23,12 @@ def unsubscribe(key: str, callback: Callable[[], None]) -> None:
                 del _listeners[key]
 
 
+def every_change(key: str) -> str:
+    """The key a store that pushes its changes also notifies for changes that bring no
+    work (claims, outcomes), which `key`'s subscribers (workers) do not hear of."""
+    return f"{key}#every-change"
+
+
 def notify(key: str) -> None:
     with _lock:
         listeners = list(_listeners.get(key, ()))

@@ -4,7 +4,7 @@ A single thread asks the store whether another connection committed
 (`Storage.wait_for_change`, SQLite: `PRAGMA data_version`) every
 `interval`, and is poked at once by commits in this process (`jobcore.wakeup`).
 A store that `pushes_changes` (PostgreSQL's listener) pokes it for every
-commit, by any process: while it does, the thread only wakes when poked, or
+commit, by any process (`wakeup.every_change`): while it does, the thread only wakes when poked, or
 every `PUSHED_CHECK` seconds to look once anyway.
 Every change calls each subscriber once; long-polls and event streams wait on
 it instead of running poll loops of their own. A subscriber may also ask to be
@@ -50,10 +50,12 @@ class ChangeWaiter:
 
     def start(self) -> None:
         wakeup.subscribe(self.wake_key, self.poke)
+        wakeup.subscribe(wakeup.every_change(self.wake_key), self.poke)
         self._thread.start()
 
     def stop(self) -> None:
         wakeup.unsubscribe(self.wake_key, self.poke)
+        wakeup.unsubscribe(wakeup.every_change(self.wake_key), self.poke)
         self._stop.set()
         self._poke.set()
         if self._thread.is_alive():

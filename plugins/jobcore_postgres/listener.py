@@ -8,7 +8,9 @@ count moves past what the caller saw. A notification that may bring work (not
 `jobcore.wakeup` subscribers of the store (workers, the hub), so they need not
 poll, and no worker claims again because another one claimed or finished a job;
 such notifications are also counted apart (`work_count`), so a worker does not
-take its own commits' notifications for a change worth a full poll. While the listening connection is down (server restart) waiters
+take its own commits' notifications for a change worth a full poll. Every
+notification, work or not, wakes the subscribers of `wakeup.every_change` (the
+hub's waiter, which streams claims and outcomes too). While the listening connection is down (server restart) waiters
 are told "maybe changed" at a short interval, so a worker falls back to polling
 until the listener reconnects.
 """
@@ -65,6 +67,7 @@ class Listener:
             self._cond.notify_all()
         if wake:
             wakeup.notify(self.wake_key)
+        wakeup.notify(wakeup.every_change(self.wake_key))
 
     def _run(self) -> None:
         delay = 0.05
