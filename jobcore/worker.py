@@ -55,6 +55,7 @@ from jobcore.supervisor import Supervisor
 log = logging.getLogger("jobcore.worker")
 
 MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
+DUE_AGAIN = 0.05  # seconds: next promotion after one that left a due job scheduled
 
 
 def default_worker_id() -> str:
@@ -333,6 +334,12 @@ class Worker:
                             if promote:
                                 next_poll = mono + self.poll_interval
                             self._next_due = self._due_after_claim(mono, ahead)
+                            if promote and self._next_due is not None and self._next_due <= mono:
+                                # promoted, and one is still due: locked by another
+                                # transaction (promotion skips locked rows), past the
+                                # promotion limit, or due since the promotion's statement.
+                                # Look again soon, not in a tight loop.
+                                self._next_due = mono + DUE_AGAIN
                     self._db_backoff = 0.0
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
                     self._db_failed(exc)
