@@ -222,6 +222,12 @@ class Queue:
                 except (InvalidPayload, PayloadTooLarge) as exc:
                     raise exc.__class__(f"item {index}: {exc}") from None
             return jobs
+        return self._build_each(type, payloads, options)
+
+    def _build_each(
+        self, type: str, payloads: Iterable[Any], options: dict[str, Any]
+    ) -> list[NewJob]:
+        """`_build` for each payload as it comes (item numbers named)."""
         jobs = []
         settled: _Settled | None = None  # the options, checked and resolved at the first item
         for index, payload in enumerate(payloads, start=1):
@@ -357,7 +363,11 @@ class Queue:
         **options: Any,
     ) -> list[Inserted]:
         """Validate every payload first, then write them all in one transaction."""
-        return self.insert(self._build_many(type, list(payloads), options), conn=conn)
+        if isinstance(payloads, list | tuple):
+            return self.insert(self._build_many(type, list(payloads), options), conn=conn)
+        # an iterator may hand out one object changed between items (a reused row buffer):
+        # each payload is built as it comes, before the next one is asked for
+        return self.insert(self._build_each(type, payloads, options), conn=conn)
 
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
         """Write already-validated jobs in one transaction; hooks fire after commit."""

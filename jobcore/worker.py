@@ -55,6 +55,8 @@ from jobcore.supervisor import Supervisor
 log = logging.getLogger("jobcore.worker")
 
 MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
+DUE_AGAIN = 0.005  # seconds: first wait to promote again after one left a due job scheduled
+DUE_AGAIN_MAX = 0.1  # seconds: the longest such wait (a job may stay locked for long)
 
 
 def default_worker_id() -> str:
@@ -163,6 +165,7 @@ class Worker:
         self._stop_deadline: float | None = None
         self._maybe_more = True
         self._next_due: float | None = None  # monotonic time the earliest scheduled job is due
+        self._due_again = 0.0  # wait before promoting again, while a due job stays scheduled
         self._reads_ahead = False  # the store reads the next due time with a claim (_loop)
         self._ahead_seen = False  # a claim has read it: promotion may be left out until due
         self._db_backoff = 0.0
@@ -333,6 +336,19 @@ class Worker:
                             if promote:
                                 next_poll = mono + self.poll_interval
                             self._next_due = self._due_after_claim(mono, ahead)
+                            if self._next_due is None or self._next_due > mono:
+                                self._due_again = 0.0
+                            elif promote:
+                                # promoted, and one is still due: due since the promotion's
+                                # statement, past the promotion limit, or locked by another
+                                # transaction (promotion skips locked rows). Look again
+                                # soon, then less often: not in a tight loop.
+                                self._due_again = min(
+                                    max(2 * self._due_again, DUE_AGAIN),
+                                    DUE_AGAIN_MAX,
+                                    self.poll_interval,
+                                )
+                                self._next_due = mono + self._due_again
                     self._db_backoff = 0.0
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
                     self._db_failed(exc)

@@ -513,7 +513,16 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         if len(jobs) == 1:
             return "single"
         first = _SHARED(jobs[0])
-        return "shared" if all(_SHARED(j) == first for j in jobs) else "many"
+        if not all(_SHARED(j) == first for j in jobs):
+            return "many"
+        # == holds for 1, 1.0 and True alike (and for keys in another order): the meta sent
+        # once must be each job's own JSON
+        meta = jobs[0].meta
+        if meta:
+            text = json_strict(meta)
+            if any(j.meta is not meta and json_strict(j.meta) != text for j in jobs):
+                return "many"
+        return "shared"
 
     @staticmethod
     def _insert_params(jobs: Sequence[NewJob]) -> dict[str, Any]:

@@ -1,0 +1,57 @@
+"""A due scheduled job that another transaction holds locked cannot be promoted (the
+promotion skips locked rows): an idle worker must not spin on it, one claim after another."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jobcore_postgres
+import jobcore_test_plugin as tp
+import psycopg
+import pytest
+from pg_testing import HOUR, start_idle_worker
+from testenv import wait_for
+
+from jobcore import JobStatus, Queue
+from jobcore.testing import make_queue
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[Queue]:
+    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
+    queue.storage.migrate()
+    yield queue
+    queue.close()
+
+
+def test_an_idle_worker_does_not_spin_on_a_locked_due_job(queue: Queue) -> None:
+    calls = 0
+    commit = queue.storage.commit_batch
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return commit(*args, **kwargs)
+
+    queue.storage.commit_batch = counted  # type: ignore[method-assign]
+    worker, thread = start_idle_worker(queue)
+    storage: Any = queue.storage
+    try:
+        job = queue.enqueue("noop", {}, delay=0.3).job
+        with psycopg.connect(storage.target.conninfo) as locker:
+            locker.execute(
+                f"SELECT 1 FROM {storage.schema}.jobs WHERE id = %s FOR UPDATE", (job.id,)
+            )
+            time.sleep(0.6)  # due now, and locked
+            before = calls
+            time.sleep(2.0)
+            during = calls - before
+            locker.rollback()
+        # once the lock is gone it is promoted and runs without waiting for the hourly poll
+        wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=10)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert during < 200, f"{during} group commits in 2 s while the due job was locked"

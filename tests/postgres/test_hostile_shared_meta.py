@@ -1,0 +1,83 @@
+"""A PostgreSQL batch sent as `shared` (one meta for every job) only when each job's meta
+is the same JSON: 1, 1.0 and True are equal in Python but not as stored meta."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jobcore_postgres
+import pytest
+from jobcore_postgres.storage import PostgresStorage
+
+from jobcore import Queue
+from jobcore.hookspecs import hookimpl
+from jobcore.models import NewJob
+from jobcore.testing import make_queue
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[Queue]:
+    queue = make_queue(pg_url, jobcore_postgres)
+    queue.storage.migrate()
+    yield queue
+    queue.close()
+
+
+@pytest.mark.parametrize(
+    "metas",
+    [
+        [{"a": 1}, {"a": True}, {"a": 1.0}],
+        [{"a": 0}, {"a": False}],
+        [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+        [{"a": {"x": [1, 0]}}, {"a": {"x": [True, False]}}],
+    ],
+)
+def test_each_job_keeps_its_own_meta(queue: Queue, metas: list[dict[str, Any]]) -> None:
+    jobs = [queue.build("noop", {}, meta=meta) for meta in metas]
+    inserted = queue.insert(jobs)
+    for job, answer, meta in zip(jobs, inserted, metas, strict=True):
+        stored = queue.get(job.id).meta
+        # as JSON: == alone holds for 1, 1.0 and True alike
+        assert json.dumps(stored) == json.dumps(meta) == json.dumps(answer.job.meta)
+
+
+def test_meta_hooks_of_one_batch(pg_url: str) -> None:
+    class Flags:
+        seen = 0
+
+        @hookimpl
+        def jobcore_enqueue_meta(self, job: NewJob) -> dict[str, Any]:
+            self.seen += 1
+            return {"flag": 1 if self.seen % 2 else True}
+
+    queue = make_queue(pg_url, jobcore_postgres, Flags())
+    try:
+        inserted = queue.enqueue_many("noop", [{}, {}, {}, {}])
+        stored = [queue.get(i.job.id).meta["flag"] for i in inserted]
+        assert [type(v) for v in stored] == [int, bool, int, bool]
+    finally:
+        queue.close()
+
+
+def test_shape_tells_equal_but_different_meta_apart() -> None:
+    def job(job_id: str, meta: dict[str, Any]) -> NewJob:
+        return NewJob(
+            id=job_id,
+            type="noop",
+            queue="default",
+            payload={},
+            priority=0,
+            max_attempts=3,
+            run_at=None,
+            timeout_ms=None,
+            idempotency_key=None,
+            meta=meta,
+        )
+
+    shape = PostgresStorage._shape
+    assert shape([job("a", {"k": 1}), job("b", {"k": 1})]) == "shared"
+    assert shape([job("a", {}), job("b", {})]) == "shared"
+    assert shape([job("a", {"k": 1}), job("b", {"k": True})]) == "many"
+    assert shape([job("a", {"k": 1}), job("b", {"k": 1.0})]) == "many"
