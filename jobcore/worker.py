@@ -104,8 +104,14 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.concurrency = concurrency or core.concurrency
         # Claim up to `prefetch` jobs beyond the executors, but only while attempts are
-        # short; a prefetched job waiting longer than `prefetch_wait` is given back.
-        self.prefetch = core.prefetch if prefetch is None else prefetch
+        # short; a prefetched job waiting longer than `prefetch_wait` is given back. Set
+        # nowhere, it is the store's `default_prefetch` if it has one (PostgreSQL: a
+        # trip to the server costs more per commit, so larger batches pay off).
+        if prefetch is None:
+            prefetch = core.prefetch
+            if "prefetch" not in core.model_fields_set:
+                prefetch = getattr(queue.storage, "default_prefetch", prefetch)
+        self.prefetch = prefetch
         self.prefetch_below_ms = core.prefetch_below * 1000
         self.prefetch_wait = core.prefetch_wait
         self._recent_ms: float | None = None  # moving average of attempt durations

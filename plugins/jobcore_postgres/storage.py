@@ -168,6 +168,11 @@ class _Tx:
 class PostgresStorage(PostgresReads, PostgresAdmin):
     """Jobs in a PostgreSQL schema; see the module docstring."""
 
+    default_prefetch = 100
+    """A worker's `prefetch` when no setting gives one (the core default is 32): each
+    group commit is a round trip and a flush, so short jobs drain faster in larger
+    batches (`noop` by one worker: about +20%; on SQLite the larger batches are slower)."""
+
     def __init__(
         self,
         url: str,
