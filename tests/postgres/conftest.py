@@ -14,8 +14,12 @@ import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jobcore_test_plugin as tp
 import pytest
-from pg_testing import SERVER, unavailable, with_database
+from pg_testing import HOUR, SERVER, unavailable, with_database
+
+from jobcore import Queue
+from jobcore.testing import make_queue
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +71,26 @@ def pg_storage_factory(pg_url: str) -> Iterator[Callable[..., Any]]:
     yield factory
     for storage in made:
         storage.close()
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[Queue]:
+    """A Queue on this test's schema (migrated) with the PostgreSQL plugin."""
+    import jobcore_postgres  # here, not above: without psycopg the tests skip, saying why
+
+    queue = make_queue(pg_url, jobcore_postgres)
+    queue.storage.migrate()
+    yield queue
+    queue.close()
+
+
+@pytest.fixture
+def idle_queue(pg_url: str) -> Iterator[Queue]:
+    """`queue` with the test job types, whose workers poll and look for changes only
+    hourly: what they do sooner, notifications (or in-process wake-ups) made them do."""
+    import jobcore_postgres
+
+    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
+    queue.storage.migrate()
+    yield queue
+    queue.close()

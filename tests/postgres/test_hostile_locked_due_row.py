@@ -4,26 +4,19 @@ promotion skips locked rows): an idle worker must not spin on it, one claim afte
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import jobcore_postgres
-import jobcore_test_plugin as tp
 import psycopg
 import pytest
-from pg_testing import HOUR, start_idle_worker
+from pg_testing import start_idle_worker
 from testenv import wait_for
 
 from jobcore import JobStatus, Queue
-from jobcore.testing import make_queue
 
 
 @pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
+def queue(idle_queue: Queue) -> Queue:
+    return idle_queue  # conftest: workers poll hourly
 
 
 def test_an_idle_worker_does_not_spin_on_a_locked_due_job(queue: Queue) -> None:

@@ -4,7 +4,6 @@ is the same JSON: 1, 1.0 and True are equal in Python but not as stored meta."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jobcore_postgres
@@ -15,14 +14,6 @@ from jobcore import Queue
 from jobcore.hookspecs import hookimpl
 from jobcore.models import NewJob
 from jobcore.testing import make_queue
-
-
-@pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import jobcore_postgres
 import pytest
 from jobcore_http import waiter as waiter_module
 from jobcore_http.waiter import ChangeWaiter
@@ -16,17 +15,8 @@ from testenv import wait_for
 
 from jobcore import Queue
 from jobcore.models import Completed, Lease
-from jobcore.testing import make_queue
 
 Factory = Callable[..., PostgresStorage]
-
-
-@pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
 
 
 def test_an_outcome_committed_elsewhere_reaches_the_waiter_at_once(

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import jobcore_postgres
 import psycopg
 import pytest
 from sqlalchemy import String, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from jobcore import Queue
-from jobcore.testing import make_queue
 
 
 class Base(DeclarativeBase):
@@ -21,14 +17,6 @@ class Base(DeclarativeBase):
 class Order(Base):
     __tablename__ = "orders"
     id: Mapped[str] = mapped_column(String, primary_key=True)
-
-
-@pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
 
 
 def orders(conninfo: str, schema: str) -> list[str]:

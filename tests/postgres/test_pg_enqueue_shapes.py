@@ -3,10 +3,8 @@ the single enqueue's own pool checkout: what they write and answer, never how fa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import jobcore_postgres
 import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
@@ -14,15 +12,6 @@ from jobcore_postgres.storage import PostgresStorage
 from jobcore import Queue
 from jobcore.errors import StorageError
 from jobcore.models import NewJob
-from jobcore.testing import make_queue
-
-
-@pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
 
 
 def _job(job_id: str, **changes: Any) -> NewJob:

@@ -6,10 +6,9 @@ values written and read back), never how fast they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import jobcore_postgres
 import psycopg
 import pytest
 from jobcore_postgres.rows import json_loads, row_to_job
@@ -17,16 +16,7 @@ from jobcore_postgres.statements import JOB_COLUMNS, Dialect, owner_statement
 
 from jobcore import Queue
 from jobcore.models import Cancelled, Completed, Failed, JobStatus, Lease, Released, Retrying
-from jobcore.testing import make_queue
 from jobcore.transitions import OWNER
-
-
-@pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
 
 
 class Statements:

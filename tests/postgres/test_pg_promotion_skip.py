@@ -10,11 +10,9 @@ found through that reading, not through the periodic poll.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import jobcore_postgres
-import jobcore_test_plugin as tp
 import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
@@ -23,17 +21,13 @@ from testenv import wait_for
 
 from jobcore import JobStatus, Queue
 from jobcore.models import Completed, Lease
-from jobcore.testing import make_queue
 
 Factory = Callable[..., PostgresStorage]
 
 
 @pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
+def queue(idle_queue: Queue) -> Queue:
+    return idle_queue  # conftest: workers poll hourly
 
 
 def done(queue: Queue, job_id: str) -> bool:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jobcore_postgres
-import jobcore_test_plugin as tp
 import psycopg
 import pytest
 from jobcore_postgres.schema import channel
@@ -30,11 +29,8 @@ Factory = Callable[..., PostgresStorage]
 
 
 @pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
+def queue(idle_queue: Queue) -> Queue:
+    return idle_queue  # conftest: workers poll hourly
 
 
 def test_a_statement_that_appends_no_event_sends_no_notification(

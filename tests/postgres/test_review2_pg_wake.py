@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import jobcore_postgres
@@ -31,11 +31,8 @@ JOBCORE = [sys.executable, "-m", "jobcore"]
 
 
 @pytest.fixture
-def queue(pg_url: str) -> Iterator[Queue]:
-    queue = make_queue(pg_url, jobcore_postgres, tp, poll_interval=HOUR, wake_check_interval=HOUR)
-    queue.storage.migrate()
-    yield queue
-    queue.close()
+def queue(idle_queue: Queue) -> Queue:
+    return idle_queue  # conftest: workers poll hourly
 
 
 def test_review2_jobs_copied_into_postgres_wake_an_idle_worker(
