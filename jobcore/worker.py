@@ -47,6 +47,7 @@ from jobcore.models import (
     Retrying,
 )
 from jobcore.notifier import Notifier
+from jobcore.promotion import PromotionClock
 from jobcore.queue import Queue
 from jobcore.registry import JobType, Payload
 from jobcore.storage.base import Recorded
@@ -55,8 +56,6 @@ from jobcore.supervisor import Supervisor
 log = logging.getLogger("jobcore.worker")
 
 MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
-DUE_AGAIN = 0.005  # seconds: first wait to promote again after one left a due job scheduled
-DUE_AGAIN_MAX = 0.1  # seconds: the longest such wait (a job may stay locked for long)
 
 
 def default_worker_id() -> str:
@@ -170,10 +169,7 @@ class Worker:
         self._stopping = False
         self._stop_deadline: float | None = None
         self._maybe_more = True
-        self._next_due: float | None = None  # monotonic time the earliest scheduled job is due
-        self._due_again = 0.0  # wait before promoting again, while a due job stays scheduled
-        self._reads_ahead = False  # the store reads the next due time with a claim (_loop)
-        self._ahead_seen = False  # a claim has read it: promotion may be left out until due
+        self.promotion = PromotionClock(queue.storage, self.poll_interval)
         self._db_backoff = 0.0
         self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
         self._claimed_total = 0
@@ -273,8 +269,7 @@ class Worker:
 
     def _loop(self) -> None:
         storage = self.queue.storage
-        self._reads_ahead = callable(getattr(storage, "scheduled_seen", None))
-        next_poll = 0.0
+        promotion = self.promotion
         while True:
             with self._cond:
                 inbox = self.inflight.take_inbox()
@@ -315,20 +310,14 @@ class Worker:
                             asked = self.inflight.get(job_id)
                             if asked is not None:
                                 self.supervisor.cancel(asked)
-                    # Scheduled jobs can only have become due by the clock or by others' writes.
-                    due_now = self._next_due is not None and mono >= self._next_due
-                    full_poll = woken or changed or mono >= next_poll or due_now
+                    # Scheduled jobs can only have become due by the clock or by others'
+                    # writes: which claims promote them, `jobcore.promotion`.
+                    full_poll = woken or changed or promotion.due(mono)
                     want_claim = free > 0 and (
                         full_poll or self._maybe_more or bool(self._unrecorded)
                     )
-                    # A store that reads the next due time in the claim's own trip
-                    # (`scheduled_seen`) is asked to promote only when a scheduled job may
-                    # be due: by that reading, at the periodic poll, or before any reading.
-                    # Others' commits that scheduled a job are read by the full poll they
-                    # set off; if that job is due already, the next iteration promotes it.
-                    ahead = want_claim and full_poll and self._reads_ahead
-                    promote = full_poll and (
-                        not ahead or not self._ahead_seen or due_now or mono >= next_poll
+                    promote, ahead = promotion.choose(
+                        mono, full_poll=full_poll, want_claim=want_claim
                     )
                     if self._unrecorded or want_claim or self._marks_due(mono):
                         claimed = self._commit(
@@ -339,22 +328,7 @@ class Worker:
                                 claimed == min(free, self.claim_batch) and claimed > 0
                             )
                         if want_claim and full_poll:
-                            if promote:
-                                next_poll = mono + self.poll_interval
-                            self._next_due = self._due_after_claim(mono, ahead)
-                            if self._next_due is None or self._next_due > mono:
-                                self._due_again = 0.0
-                            elif promote:
-                                # promoted, and one is still due: due since the promotion's
-                                # statement, past the promotion limit, or locked by another
-                                # transaction (promotion skips locked rows). Look again
-                                # soon, then less often: not in a tight loop.
-                                self._due_again = min(
-                                    max(2 * self._due_again, DUE_AGAIN),
-                                    DUE_AGAIN_MAX,
-                                    self.poll_interval,
-                                )
-                                self._next_due = mono + self._due_again
+                            promotion.claimed(mono, promote=promote, ahead=ahead)
                     self._db_backoff = 0.0
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
                     self._db_failed(exc)
@@ -372,22 +346,7 @@ class Worker:
             self._flush_notices()
             if self._done(stopping):
                 return
-            self._wait(next_poll, self._next_due)
-
-    def _due_after_claim(self, mono: float, ahead: bool) -> float | None:
-        """When the earliest scheduled job is due (monotonic), from the claim's look-ahead
-        reading if it took one, else asked of the store."""
-        storage = self.queue.storage
-        seen = storage.scheduled_seen() if ahead else None  # type: ignore[attr-defined]
-        if seen is not None:
-            self._ahead_seen = True
-            due, now = seen
-        else:
-            due = storage.next_due()
-            if due is None:
-                return None
-            now = storage.now()
-        return None if due is None else mono + max(0, due - now) / 1000
+            self._wait(promotion.next_poll, promotion.next_due)
 
     def _marks_due(self, mono: float) -> bool:
         """Starts of prefetched jobs ride along with commits, but wait no longer than this."""
@@ -584,7 +543,7 @@ class Worker:
             case Retrying(error=error):
                 self.stats["retrying"] += 1
                 due = time.monotonic() + max(0, job.run_at - self.queue.storage.now()) / 1000
-                self._next_due = due if self._next_due is None else min(self._next_due, due)
+                self.promotion.retry_due(due)
                 self._announce("jobcore_job_retrying", job=job, error=error)
             case Failed(error=error):
                 self.stats["failed"] += 1

@@ -59,7 +59,7 @@ def test_a_scheduled_job_found_due_by_a_claim_without_promotion_runs_at_once(
         later = queue.build("noop", {}, delay=HOUR)
         other.insert([later])
         # the worker read it: nothing due for an hour, its claims leave promotion out
-        wait_for(lambda: worker._next_due is not None, timeout=30)
+        wait_for(lambda: worker.promotion.next_due is not None, timeout=30)
         with psycopg.connect(other.target.conninfo, autocommit=True) as conn:
             # due now, and no event, so no notification: the worker cannot know
             conn.execute(
