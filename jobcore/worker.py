@@ -367,10 +367,19 @@ class Worker:
         if stopping:
             return 0
         busy = len(self.inflight) - len(self._unrecorded)  # recorded now, their slots are free
-        free = self.concurrency + (self.prefetch if self._short() else 0) - busy
+        free = self.concurrency + self._prefetch_room() - busy
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self._claimed_total)
         return max(0, free)
+
+    def _prefetch_room(self) -> int:
+        """Jobs to claim beyond the executors: `prefetch` while attempts are short, but no
+        more than the executors start in half of `prefetch_wait` at the recent pace (the
+        rest would wait too long, be given back, and be claimed again: churn, not speed)."""
+        if self._recent_ms is None or not self._short():
+            return 0
+        pace = self.concurrency * self.prefetch_wait * 500 / max(self._recent_ms, 0.001)
+        return min(self.prefetch, int(pace))
 
     def _short(self) -> bool:
         """Attempts are short: recently, and none running now has run long."""

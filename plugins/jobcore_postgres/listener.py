@@ -88,7 +88,13 @@ class Listener:
                 self.connected = False
                 self._ready.set()
                 self._bump()
-                self._stop.wait(delay)
+                # Until the next attempt, "maybe changed" every DOWN_POLL: looks that do not
+                # wait (the hub's waiter, a worker's) hear nothing else while we are down.
+                retry_at = time.monotonic() + delay
+                while not self._stop.wait(min(DOWN_POLL, max(0.0, retry_at - time.monotonic()))):
+                    if time.monotonic() >= retry_at:
+                        break
+                    self._bump()
                 delay = min(delay * 2, 2.0)
         self.connected = False
 
