@@ -175,12 +175,23 @@ class Queue:
         return self._build(type, payload, options, None)[0]
 
     def _build(
-        self, type: str, payload: Any, options: dict[str, Any], settled: _Settled | None
+        self,
+        type: str,
+        payload: Any,
+        options: dict[str, Any],
+        settled: _Settled | None,
+        *,
+        finite: bool = False,
+        job_id: str | None = None,
     ) -> tuple[NewJob, _Settled]:
-        """`build`, reusing the options `settled` for an earlier payload of the same call."""
+        """`build`, reusing the options `settled` for an earlier payload of the same call.
+
+        `finite`: the caller found no NaN or Infinity anywhere in `payload` already.
+        `job_id`: the new job's id, when the caller drew it.
+        """
         job_type = self.job_type(type) if settled is None else settled.job_type
-        # Before the model: it may turn NaN in untyped fields into null without a word.
-        check_finite(f"payload for {type!r}", payload)
+        if not finite:  # before the model: it may turn NaN in untyped fields into null
+            check_finite(f"payload for {type!r}", payload)
         model = self.validate_payload(job_type, {} if payload is None else payload)
         if job_type.check is not None:
             job_type.check(model, self.config)
@@ -201,7 +212,7 @@ class Queue:
             )
         if settled is None:
             settled = self._settle_options(type, job_type, options)
-        job = settled.new_job(type, new_id(), model, stored, encoded)
+        job = settled.new_job(type, job_id or new_id(), model, stored, encoded)
         self._add_meta(job)
         return job, settled
 
@@ -212,63 +223,33 @@ class Queue:
         if job.meta:
             check_meta(f"meta of a {job.type!r} job", job.meta)
 
-    def _build_many(self, type: str, payloads: list[Any], options: dict[str, Any]) -> list[NewJob]:
-        """`_build` for each payload, with the same checks and errors (item numbers named)."""
-        jobs = self._build_valid_many(type, payloads, options)
-        if jobs is not None:
-            for index, job in enumerate(jobs, start=1):
-                try:
-                    self._add_meta(job)
-                except (InvalidPayload, PayloadTooLarge) as exc:
-                    raise exc.__class__(f"item {index}: {exc}") from None
-            return jobs
-        return self._build_each(type, payloads, options)
-
     def _build_each(
         self, type: str, payloads: Iterable[Any], options: dict[str, Any]
     ) -> list[NewJob]:
-        """`_build` for each payload as it comes (item numbers named)."""
+        """`_build` for each payload as it comes (item numbers named).
+
+        A list or tuple is looked at whole first: one NaN probe over every payload (each
+        is then probed again only if that one found something) and one draw of the ids.
+        """
+        finite, ids = False, None
+        if isinstance(payloads, list | tuple):
+            finite, ids = probe_finite(payloads), new_ids(len(payloads))
         jobs = []
         settled: _Settled | None = None  # the options, checked and resolved at the first item
         for index, payload in enumerate(payloads, start=1):
             try:
-                job, settled = self._build(type, payload, options, settled)
+                job, settled = self._build(
+                    type,
+                    payload,
+                    options,
+                    settled,
+                    finite=finite,
+                    job_id=None if ids is None else ids[index - 1],
+                )
             except (InvalidPayload, PayloadTooLarge) as exc:
                 raise exc.__class__(f"item {index}: {exc}") from None
             jobs.append(job)
         return jobs
-
-    def _build_valid_many(
-        self, type: str, payloads: list[Any], options: dict[str, Any]
-    ) -> list[NewJob] | None:
-        """The jobs of a batch whose payloads and options all pass, without meta; None when
-        anything fails or needs a closer look, for `_build` to name (the checks are the same,
-        done once per batch where they can be: no NaN anywhere, the options, the ids)."""
-        if not payloads:
-            return None
-        try:
-            job_type = self.job_type(type)
-            values = [{} if payload is None else payload for payload in payloads]
-            if not all(isinstance(value, dict) for value in values) or not probe_finite(values):
-                return None
-            settled = self._settle_options(type, job_type, options)
-            validate = job_type.payload_model.model_validate
-            check, limit = job_type.check, self.config.core.max_payload_bytes
-            jobs: list[NewJob] = []
-            for job_id, value in zip(new_ids(len(values)), values, strict=True):
-                model = validate(value)
-                if check is not None:
-                    check(model, self.config)
-                stored = model.model_dump(mode="json")
-                encoded = encode_finite(type, stored, acyclic=True)
-                if "\\ud" in encoded or "\\uD" in encoded:
-                    _no_lone_surrogates(type, stored)
-                if (len(encoded) if encoded.isascii() else len(encoded.encode())) > limit:
-                    return None
-                jobs.append(settled.new_job(type, job_id, model, stored, encoded))
-            return jobs
-        except Exception:  # `_build` raises it again, with its item number
-            return None
 
     def _settle_options(self, type: str, job_type: JobType, options: dict[str, Any]) -> _Settled:
         """`_settle`, remembered per type, option values and the core defaults it reads
@@ -363,8 +344,6 @@ class Queue:
         **options: Any,
     ) -> list[Inserted]:
         """Validate every payload first, then write them all in one transaction."""
-        if isinstance(payloads, list | tuple):
-            return self.insert(self._build_many(type, list(payloads), options), conn=conn)
         # an iterator may hand out one object changed between items (a reused row buffer):
         # each payload is built as it comes, before the next one is asked for
         return self.insert(self._build_each(type, payloads, options), conn=conn)

@@ -5,12 +5,14 @@ once per type and values; `new_ids` and `new_job_from_values` match what they re
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from jobcore import Queue, hookimpl
+from jobcore import JobType, Queue, hookimpl
 from jobcore.errors import InvalidPayload, PayloadTooLarge
 from jobcore.ids import new_id, new_ids
 from jobcore.models import NewJob, new_job_from_values, strict_json
@@ -110,6 +112,41 @@ def test_meta_hooks_run_once_per_job_even_when_a_bad_item_is_found(tmp_path: Pat
     inserted = queue.enqueue_many("noop", [{"sleep": n} for n in range(4)])
     assert [seen["sleep"] for seen in counter.seen] == [0, 1, 2, 3]
     assert [item.job.meta for item in inserted] == [{"n": n} for n in range(1, 5)]
+
+
+class Counted(BaseModel):
+    n: int
+
+
+class CountedType:
+    """A job type whose `check` and `idempotency_key` note every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    @hookimpl
+    def jobcore_register_job_types(self, register: Callable[[JobType], None]) -> None:
+        def key(model: Counted) -> str | None:
+            self.calls.append(f"key {model.n}")
+            return None
+
+        register(
+            JobType(
+                name="counted",
+                payload_model=Counted,
+                handler=lambda payload, ctx: None,
+                check=lambda model, config: self.calls.append(f"check {model.n}"),
+                idempotency_key=key,
+            )
+        )
+
+
+def test_a_types_check_and_key_run_once_per_item_before_a_bad_one(tmp_path: Path) -> None:
+    counted = CountedType()
+    queue = make_queue(tmp_path / "jobs.db", counted)
+    with pytest.raises(InvalidPayload, match=r"^item 3:"):
+        queue.enqueue_many("counted", [{"n": 1}, {"n": 2}, {"n": "x"}])
+    assert counted.calls == ["check 1", "key 1", "check 2", "key 2"]
 
 
 def test_bad_meta_is_refused_at_the_first_item(queue: Queue) -> None:
