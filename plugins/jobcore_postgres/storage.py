@@ -137,6 +137,36 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
+_INSERT_PARAMS = (
+    *("ids", "types", "queues", "payloads", "priorities", "max_attempts", "run_ats"),
+    *("delays", "timeouts", "keys", "parents", "metas"),
+)
+"""The insert's parameters (`_insert_sql`), in `_insert_values` order."""
+
+
+def _insert_values(job: NewJob) -> tuple[Any, ...]:
+    """One job's values of the insert's parameters, in `_INSERT_PARAMS` order."""
+    return (
+        job.id,
+        job.type,
+        job.queue,
+        _payload_json(job),
+        job.priority,
+        job.max_attempts,
+        job.run_at,
+        clamp_delay_ms(job.delay_ms),
+        job.timeout_ms,
+        job.idempotency_key,
+        job.parent_id,
+        json_strict(job.meta) if job.meta else "{}",
+    )
+
+
+def _payload_json(job: NewJob) -> str:
+    """The job's payload as stored (JSON text; `Queue` encoded it already)."""
+    return job.payload_json if job.payload_json is not None else json_strict(job.payload)
+
+
 def _has_children(outcomes: Sequence[Outcome]) -> bool:
     return any(isinstance(o, Completed) and o.children for o in outcomes)
 
@@ -529,53 +559,19 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 return "many"
         return "shared"
 
-    @staticmethod
-    def _insert_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
-        """The insert's values, column by column (`_insert_sql`'s parameter names)."""
-        return {
-            "ids": [j.id for j in jobs],
-            "types": [j.type for j in jobs],
-            "queues": [j.queue for j in jobs],
-            "payloads": [
-                j.payload_json if j.payload_json is not None else json_strict(j.payload)
-                for j in jobs
-            ],
-            "priorities": [j.priority for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs],
-            "run_ats": [j.run_at for j in jobs],
-            "delays": [clamp_delay_ms(j.delay_ms) for j in jobs],
-            "timeouts": [j.timeout_ms for j in jobs],
-            "keys": [j.idempotency_key for j in jobs],
-            "parents": [j.parent_id for j in jobs],
-            "metas": [json_strict(j.meta) if j.meta else "{}" for j in jobs],
-        }
-
     def _shaped_params(self, jobs: Sequence[NewJob], shape: str) -> dict[str, Any]:
-        """`_insert_params` for `shape`: scalars for `single`; for `shared`, scalars but the
-        arrays of ids, payloads and keys."""
+        """The insert's parameters for `shape` (`_insert_sql`'s names): a column per array
+        for `many`; scalars for `single`; for `shared`, scalars but the arrays of ids,
+        payloads and keys."""
+        params = self._params()
         if shape == "many":
-            return self._params(**self._insert_params(jobs))
-        job = jobs[0]
-        params = self._params(
-            ids=job.id,
-            types=job.type,
-            queues=job.queue,
-            payloads=job.payload_json if job.payload_json is not None else json_strict(job.payload),
-            priorities=job.priority,
-            max_attempts=job.max_attempts,
-            run_ats=job.run_at,
-            delays=clamp_delay_ms(job.delay_ms),
-            timeouts=job.timeout_ms,
-            keys=job.idempotency_key,
-            parents=job.parent_id,
-            metas=json_strict(job.meta) if job.meta else "{}",
-        )
+            columns = map(list, zip(*map(_insert_values, jobs), strict=True))
+            params.update(zip(_INSERT_PARAMS, columns, strict=True))
+            return params
+        params.update(zip(_INSERT_PARAMS, _insert_values(jobs[0]), strict=True))
         if shape == "shared":
             params["ids"] = [j.id for j in jobs]
-            params["payloads"] = [
-                j.payload_json if j.payload_json is not None else json_strict(j.payload)
-                for j in jobs
-            ]
+            params["payloads"] = list(map(_payload_json, jobs))
             params["keys"] = [j.idempotency_key for j in jobs]
         return params
 
