@@ -274,13 +274,21 @@ def test_one_trip_is_one_transaction(queue: Queue) -> None:
 
 
 @pytest.mark.parametrize("failure", ["python", "server"])
-def test_one_trip_that_fails_commits_nothing(queue: Queue, failure: str) -> None:
-    """Statements queued before a failure, the server's or the sender's own, roll back."""
-    storage: Any = queue.storage
+def test_one_trip_that_fails_commits_nothing_and_leaves_a_usable_connection(
+    queue: Queue,
+    pg_storage_factory: Callable[..., Any],
+    failure: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Statements queued before a failure, the server's or the sender's own, roll back (one
+    Sync, an implicit transaction), and no open transaction reaches the pool."""
+    storage = pg_storage_factory(pool_max=1)
     job = queue.enqueue("noop", {}).job
+    new = queue.build("noop", {})
 
     def send(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"UPDATE {storage.schema}.jobs SET priority = 7 WHERE id = %s", (job.id,))
+        storage._insert_on(conn, [new])
         if failure == "server":
             conn.execute("SELECT 1 / 0")
         else:
@@ -288,7 +296,10 @@ def test_one_trip_that_fails_commits_nothing(queue: Queue, failure: str) -> None
 
     with pytest.raises(Exception, match=r"the sender failed|division by zero"):
         storage._one_trip(send, lambda conn, sent: sent)
+    # rolled back before the pool took it back (else the pool warns, rolling it back)
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
     assert _priority(storage, job.id) == job.priority == 0
+    assert storage.get(new.id) is None  # the same (only) pooled connection, idle again
     # the connection is clean: the next trip commits
     storage._one_trip(
         lambda conn: conn.execute(
@@ -297,3 +308,5 @@ def test_one_trip_that_fails_commits_nothing(queue: Queue, failure: str) -> None
         lambda conn, sent: None,
     )
     assert _priority(storage, job.id) == 3
+    storage.insert([new])
+    assert storage.get(new.id) is not None

@@ -130,31 +130,6 @@ def test_look_ahead_reads_the_earliest_scheduled_run_at(
     assert seen[0] - seen[1] == pytest.approx(HOUR * 1000, abs=60_000)
 
 
-@pytest.mark.parametrize("failure", ["statement", "python"])
-def test_a_failed_one_trip_transaction_leaves_nothing_and_a_usable_connection(
-    queue: Queue, pg_storage_factory: Factory, failure: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    # the statements go out with one Sync (an implicit transaction): whatever fails, nothing
-    # commits, and no open transaction reaches the pool
-    storage = pg_storage_factory(pool_max=1)
-    job = queue.build("noop", {})
-
-    def send(conn: Any) -> None:
-        storage._insert_on(conn, [job])
-        if failure == "statement":
-            conn.execute("SELECT 1 / 0")
-        else:
-            raise ValueError("not a statement")
-
-    with pytest.raises(Exception, match=r"division by zero|not a statement"):
-        storage._one_trip(send, lambda conn, sent: sent)
-    # rolled back before the pool took it back (else the pool warns, rolling it back)
-    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
-    assert storage.get(job.id) is None  # the same (only) pooled connection, idle again
-    storage.insert([job])
-    assert storage.get(job.id) is not None
-
-
 def test_a_group_commit_is_one_round_trip(queue: Queue, pg_storage_factory: Factory) -> None:
     # psycopg's transaction() inside a pipeline syncs after BEGIN and before COMMIT: 4 trips
     storage = pg_storage_factory(pool_max=1)
