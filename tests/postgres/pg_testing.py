@@ -12,6 +12,8 @@ import pytest
 from testenv import wait_for
 
 from jobcore import Queue, Worker
+from jobcore.ids import new_id
+from jobcore.models import NewJob
 
 SERVER = os.environ.get("JOBCORE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 """The server the PostgreSQL tests use (`$JOBCORE_TEST_POSTGRES`)."""
@@ -41,3 +43,20 @@ def start_idle_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.T
     wait_for(lambda: worker.keeper.swept_once and queue.storage.pushes_changes, timeout=30)
     time.sleep(0.2)  # let the wake-up of the first sweep pass
     return worker, thread
+
+
+def new_job(type: str = "noop", queue: str = "default", **fields: Any) -> NewJob:
+    """A `NewJob` with plain defaults (a new id, no payload, 3 attempts); `fields` override."""
+    values: dict[str, Any] = {
+        "id": new_id(),
+        "type": type,
+        "queue": queue,
+        "payload": {},
+        "priority": 0,
+        "max_attempts": 3,
+        "run_at": None,
+        "timeout_ms": None,
+        "idempotency_key": None,
+    }
+    values.update(fields)
+    return NewJob(**values)

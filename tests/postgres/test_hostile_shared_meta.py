@@ -9,6 +9,7 @@ from typing import Any
 import jobcore_postgres
 import pytest
 from jobcore_postgres.storage import PostgresStorage
+from pg_testing import new_job
 
 from jobcore import Queue
 from jobcore.hookspecs import hookimpl
@@ -53,22 +54,8 @@ def test_meta_hooks_of_one_batch(pg_url: str) -> None:
 
 
 def test_shape_tells_equal_but_different_meta_apart() -> None:
-    def job(job_id: str, meta: dict[str, Any]) -> NewJob:
-        return NewJob(
-            id=job_id,
-            type="noop",
-            queue="default",
-            payload={},
-            priority=0,
-            max_attempts=3,
-            run_at=None,
-            timeout_ms=None,
-            idempotency_key=None,
-            meta=meta,
-        )
-
     shape = PostgresStorage._shape
-    assert shape([job("a", {"k": 1}), job("b", {"k": 1})]) == "shared"
-    assert shape([job("a", {}), job("b", {})]) == "shared"
-    assert shape([job("a", {"k": 1}), job("b", {"k": True})]) == "many"
-    assert shape([job("a", {"k": 1}), job("b", {"k": 1.0})]) == "many"
+    assert shape([new_job(id="a", meta={"k": 1}), new_job(id="b", meta={"k": 1})]) == "shared"
+    assert shape([new_job(id="a", meta={}), new_job(id="b", meta={})]) == "shared"
+    assert shape([new_job(id="a", meta={"k": 1}), new_job(id="b", meta={"k": True})]) == "many"
+    assert shape([new_job(id="a", meta={"k": 1}), new_job(id="b", meta={"k": 1.0})]) == "many"

@@ -8,25 +8,10 @@ from typing import Any
 import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
+from pg_testing import new_job
 
 from jobcore import Queue
 from jobcore.errors import StorageError
-from jobcore.models import NewJob
-
-
-def _job(job_id: str, **changes: Any) -> NewJob:
-    values: dict[str, Any] = {
-        "id": job_id,
-        "type": "noop",
-        "queue": "default",
-        "payload": {},
-        "priority": 0,
-        "max_attempts": 3,
-        "run_at": None,
-        "timeout_ms": None,
-        "idempotency_key": None,
-    }
-    return NewJob(**{**values, **changes})
 
 
 def _events(queue: Queue) -> list[tuple[str, str]]:
@@ -40,8 +25,11 @@ def _events(queue: Queue) -> list[tuple[str, str]]:
 
 def test_shape_is_shared_only_when_all_but_id_payload_and_key_agree() -> None:
     shape = PostgresStorage._shape
-    assert shape([_job("a")]) == "single"
-    assert shape([_job("a", payload={"sleep": 1}), _job("b", idempotency_key="k")]) == "shared"
+    assert shape([new_job(id="a")]) == "single"
+    assert (
+        shape([new_job(id="a", payload={"sleep": 1}), new_job(id="b", idempotency_key="k")])
+        == "shared"
+    )
     for change in (
         {"type": "other"},
         {"queue": "mail"},
@@ -53,7 +41,7 @@ def test_shape_is_shared_only_when_all_but_id_payload_and_key_agree() -> None:
         {"parent_id": "p"},
         {"meta": {"a": 1}},
     ):
-        assert shape([_job("a"), _job("b", **change)]) == "many", change
+        assert shape([new_job(id="a"), new_job(id="b", **change)]) == "many", change
 
 
 def test_a_batch_sharing_its_options_stores_each_payload_and_key(
@@ -89,7 +77,7 @@ def test_a_batch_sharing_its_options_stores_each_payload_and_key(
 def test_a_shared_batch_with_keys_skips_each_duplicate(queue: Queue) -> None:
     storage: Any = queue.storage
     held = queue.enqueue("noop", {}, idempotency_key="k2").job
-    jobs = [_job(f"id-{n}", idempotency_key=f"k{n}") for n in range(1, 4)]
+    jobs = [new_job(id=f"id-{n}", idempotency_key=f"k{n}") for n in range(1, 4)]
     assert storage._shape(jobs) == "shared"
     inserted = queue.insert(jobs)
     assert [item.created for item in inserted] == [True, False, True]
@@ -100,9 +88,9 @@ def test_a_shared_batch_with_keys_skips_each_duplicate(queue: Queue) -> None:
 
 def test_a_mixed_batch_stores_each_job_its_own_options(queue: Queue) -> None:
     jobs = [
-        _job("a", queue="mail", priority=2, payload={"sleep": 1}, payload_json=None),
-        _job("b", run_at=1_000, meta={"x": [1]}, timeout_ms=700),
-        _job("c", delay_ms=90_000, max_attempts=9, parent_id="a"),
+        new_job(id="a", queue="mail", priority=2, payload={"sleep": 1}, payload_json=None),
+        new_job(id="b", run_at=1_000, meta={"x": [1]}, timeout_ms=700),
+        new_job(id="c", delay_ms=90_000, max_attempts=9, parent_id="a"),
     ]
     inserted = queue.insert(jobs)
     stored = {job_id: queue.get(job_id) for job_id in "abc"}
@@ -154,7 +142,7 @@ def test_one_enqueue_returns_its_connection_to_the_pool(
         queue.enqueue("noop", {"sleep": n})
     assert len(inserting) == 1  # the connection's kept cursor, not a new one per statement
     with pytest.raises(StorageError, match="PostgreSQL at"):
-        queue.insert([_job("x", payload_json="not json")])
+        queue.insert([new_job(id="x", payload_json="not json")])
     for _ in range(2):
         queue.enqueue("noop", {})
     assert storage._pool.get_stats()["pool_size"] == 1

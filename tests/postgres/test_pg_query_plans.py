@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
+from pg_testing import new_job
 
-from jobcore.ids import new_id
 from jobcore.models import (
     Cancelled,
     Completed,
@@ -29,7 +29,6 @@ from jobcore.models import (
     Job,
     JobStatus,
     Lease,
-    NewJob,
     Released,
     Retrying,
 )
@@ -37,22 +36,6 @@ from jobcore.models import (
 Factory = Callable[..., PostgresStorage]
 FINISHED = 20_000  # completed rows, half of them older than the prune cutoff
 NOT_DUE = 5000  # scheduled tomorrow, higher priority than anything pending
-
-
-def new_job(type: str = "noop", queue: str = "default", **fields: Any) -> NewJob:
-    values: dict[str, Any] = {
-        "id": new_id(),
-        "type": type,
-        "queue": queue,
-        "payload": {},
-        "priority": 0,
-        "max_attempts": 3,
-        "run_at": None,
-        "timeout_ms": None,
-        "idempotency_key": None,
-    }
-    values.update(fields)
-    return NewJob(**values)
 
 
 class Plans:
