@@ -60,3 +60,17 @@ def new_job(type: str = "noop", queue: str = "default", **fields: Any) -> NewJob
     }
     values.update(fields)
     return NewJob(**values)
+
+
+def count_calls(storage: Any, *names: str) -> dict[str, int]:
+    """Count calls of these storage methods from here on (the counts dict updates live)."""
+    counts = dict.fromkeys(names, 0)
+    for name in names:
+        method = getattr(storage, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(storage, name, counted)
+    return counts

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_testing import start_idle_worker
+from pg_testing import count_calls, start_idle_worker
 from testenv import wait_for
 
 from jobcore import JobStatus, Queue
@@ -20,15 +20,7 @@ def queue(idle_queue: Queue) -> Queue:
 
 
 def test_an_idle_worker_does_not_spin_on_a_locked_due_job(queue: Queue) -> None:
-    calls = 0
-    commit = queue.storage.commit_batch
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return commit(*args, **kwargs)
-
-    queue.storage.commit_batch = counted  # type: ignore[method-assign]
+    counts = count_calls(queue.storage, "commit_batch")
     worker, thread = start_idle_worker(queue)
     storage: Any = queue.storage
     try:
@@ -38,9 +30,9 @@ def test_an_idle_worker_does_not_spin_on_a_locked_due_job(queue: Queue) -> None:
                 f"SELECT 1 FROM {storage.schema}.jobs WHERE id = %s FOR UPDATE", (job.id,)
             )
             time.sleep(0.6)  # due now, and locked
-            before = calls
+            before = counts["commit_batch"]
             time.sleep(2.0)
-            during = calls - before
+            during = counts["commit_batch"] - before
             locker.rollback()
         # once the lock is gone it is promoted and runs without waiting for the hourly poll
         wait_for(lambda: queue.get(job.id).status is JobStatus.COMPLETED, timeout=10)

@@ -11,14 +11,13 @@ import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import jobcore_postgres
 import psycopg
 import pytest
 from jobcore_postgres.schema import channel
 from jobcore_postgres.storage import PostgresStorage
-from pg_testing import HOUR, start_idle_worker
+from pg_testing import HOUR, count_calls, start_idle_worker
 from testenv import wait_for
 
 from jobcore import JobStatus, Queue
@@ -65,28 +64,20 @@ def test_another_connections_commit_wakes_an_idle_worker(
 def test_claims_and_outcomes_elsewhere_do_not_wake_an_idle_worker(
     queue: Queue, pg_storage_factory: Factory
 ) -> None:
-    claims = 0
-    commit = queue.storage.commit_batch
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal claims
-        claims += 1
-        return commit(*args, **kwargs)
-
-    queue.storage.commit_batch = counted  # type: ignore[method-assign]
+    counts = count_calls(queue.storage, "commit_batch")
     worker, thread = start_idle_worker(queue)
     other = pg_storage_factory()
-    claims = 0  # from here on
+    counts["commit_batch"] = 0  # from here on
     try:
         foreign = [dataclasses.replace(queue.build("noop", {}), type="elsewhere") for _ in range(2)]
         other.insert(foreign[:1])  # new work, if not for this worker: it looks once
-        wait_for(lambda: claims == 1, timeout=30)
+        wait_for(lambda: counts["commit_batch"] == 1, timeout=30)
         [job] = other.claim(worker="elsewhere", limit=1, lease_ms=60_000, types=["elsewhere"])
         other.record([Completed(Lease.of(job), None)])
         time.sleep(0.5)  # the notifications of that claim and that outcome have come
-        assert claims == 1  # they took and ended work: nothing to look for
+        assert counts["commit_batch"] == 1  # they took and ended work: nothing to look for
         other.insert(foreign[1:])
-        wait_for(lambda: claims == 2, timeout=30)
+        wait_for(lambda: counts["commit_batch"] == 2, timeout=30)
     finally:
         worker.stop()
         thread.join(10)
@@ -95,20 +86,12 @@ def test_claims_and_outcomes_elsewhere_do_not_wake_an_idle_worker(
 def test_an_idle_worker_on_a_listening_store_does_not_poll_it(pg_url: str) -> None:
     queue = make_queue(pg_url, jobcore_postgres, poll_interval=HOUR, wake_check_interval=0.001)
     queue.storage.migrate()
-    checks = 0
-    check = queue.storage.wait_for_change
-
-    def counted(timeout: float) -> bool:
-        nonlocal checks
-        checks += 1
-        return check(timeout)
-
-    queue.storage.wait_for_change = counted  # type: ignore[method-assign]
+    counts = count_calls(queue.storage, "wait_for_change")
     worker, thread = start_idle_worker(queue)
     try:
-        before = checks
+        before = counts["wait_for_change"]
         time.sleep(0.5)  # polling every wake_check_interval would check hundreds of times
-        assert checks - before == 0
+        assert counts["wait_for_change"] - before == 0
     finally:
         worker.stop()
         thread.join(10)
@@ -136,20 +119,6 @@ def test_a_cancel_from_another_connection_reaches_a_busy_worker_with_no_deadline
     finally:
         worker.stop()
         thread.join(10)
-
-
-def count_calls(storage: PostgresStorage, *names: str) -> dict[str, int]:
-    """Count calls of these storage methods from here on (the counts dict updates live)."""
-    counts = dict.fromkeys(names, 0)
-    for name in names:
-        method = getattr(storage, name)
-
-        def counted(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
-            counts[_name] += 1
-            return _method(*args, **kwargs)
-
-        setattr(storage, name, counted)
-    return counts
 
 
 def completed(queue: Queue) -> int:
