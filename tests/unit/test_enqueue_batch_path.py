@@ -1,6 +1,6 @@
-"""`enqueue_many` builds a batch with its checks done once where they can be, and falls back
-to the item-by-item path for anything it must name; `enqueue` resolves the same options
-once per type and values; `new_ids` and `new_job_from_values` match what they replace."""
+"""`enqueue_many` builds a batch with the checks of one-by-one enqueues (a NaN probe and the
+ids done once for the batch) and names the item it refuses; `new_ids` and
+`new_job_from_values` match what they replace."""
 
 from __future__ import annotations
 
@@ -153,29 +153,6 @@ def test_bad_meta_is_refused_at_the_first_item(queue: Queue) -> None:
     with pytest.raises(InvalidPayload, match=r"^item 1: meta of a 'noop' job has a non-finite"):
         queue.enqueue_many("noop", [{"sleep": n} for n in range(4)], meta={"x": float("inf")})
     assert queue.list_jobs() == []
-
-
-def test_same_options_are_resolved_once_per_type_and_values(
-    queue: Queue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    looked_up: list[str] = []
-    type_settings = queue.config.type_settings
-
-    def counting(name: str) -> Any:
-        looked_up.append(name)
-        return type_settings(name)
-
-    monkeypatch.setattr(queue.config, "type_settings", counting)
-    for _ in range(3):
-        queue.enqueue("noop", {}, priority=1)
-        queue.enqueue_many("noop", [{}, {}], priority=1)
-    assert looked_up == ["noop"]
-    queue.enqueue("noop", {}, priority=2)
-    assert looked_up == ["noop", "noop"]
-    assert {job.priority for job in queue.list_jobs()} == {1, 2}
-    queue.config.core.max_attempts = 7  # a default it read changed: resolved again
-    assert queue.enqueue("noop", {}, priority=2).job.max_attempts == 7
-    assert looked_up == ["noop", "noop", "noop"]
 
 
 def test_an_option_equal_to_a_resolved_one_but_of_another_type_is_checked(queue: Queue) -> None:

@@ -1,5 +1,6 @@
 """`Queue.enqueue_many` checks and resolves its options once per call, not once per payload,
-and still names the item when they are refused."""
+and still names the item when they are refused; `enqueue` and `enqueue_many` resolve the
+same options once per type and values."""
 
 from __future__ import annotations
 
@@ -17,15 +18,21 @@ def queue(tmp_path: Path) -> Queue:
     return Queue(str(tmp_path / "jobs.db"))
 
 
-def test_options_are_resolved_once_per_call(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    looked_up: list[str] = []
+@pytest.fixture
+def looked_up(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The type names whose settings `queue` looks up from here on."""
+    names: list[str] = []
     type_settings = queue.config.type_settings
 
     def counting(name: str) -> Any:
-        looked_up.append(name)
+        names.append(name)
         return type_settings(name)
 
     monkeypatch.setattr(queue.config, "type_settings", counting)
+    return names
+
+
+def test_options_are_resolved_once_per_call(queue: Queue, looked_up: list[str]) -> None:
     inserted = queue.enqueue_many("noop", [{}] * 5, priority=3, queue="mail", meta={"a": 1})
     assert looked_up == ["noop"]
     jobs = [item.job for item in inserted]
@@ -47,3 +54,18 @@ def test_a_bad_payload_is_named_before_the_options(queue: Queue) -> None:
     with pytest.raises(InvalidPayload, match=r"^item 2: invalid payload for 'noop'"):
         queue.enqueue_many("noop", [{}, {"sleep": "long"}], priority=1)
     assert queue.list_jobs() == []
+
+
+def test_same_options_are_resolved_once_per_type_and_values(
+    queue: Queue, looked_up: list[str]
+) -> None:
+    for _ in range(3):
+        queue.enqueue("noop", {}, priority=1)
+        queue.enqueue_many("noop", [{}, {}], priority=1)
+    assert looked_up == ["noop"]
+    queue.enqueue("noop", {}, priority=2)
+    assert looked_up == ["noop", "noop"]
+    assert {job.priority for job in queue.list_jobs()} == {1, 2}
+    queue.config.core.max_attempts = 7  # a default it read changed: resolved again
+    assert queue.enqueue("noop", {}, priority=2).job.max_attempts == 7
+    assert looked_up == ["noop", "noop", "noop"]
