@@ -267,3 +267,77 @@ def test_a_hub_of_unregistered_types_accepts_any_well_formed_name(tmp_path: Path
         env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 1 and "empty name" in done.stderr
+
+
+def test_an_old_store_upgrades_and_its_tokens_keep_full_rights(tmp_path: Path) -> None:
+    """A store whose hub tables predate limits: the hub adds them; old tokens stay unlimited."""
+    import hashlib
+
+    import apsw
+    from jobcore_http.store import _MIGRATIONS
+
+    from jobcore.testing import make_queue
+
+    db = tmp_path / "old.db"
+    make_queue(str(db)).close()  # the jobs schema
+    old = "jch_made-before-limits"
+    before = [name for name, _ in _MIGRATIONS].index("hub_tokens_limits")
+    conn = apsw.Connection(str(db))
+    with conn:
+        conn.execute("CREATE TABLE hub_migrations (name TEXT PRIMARY KEY, applied_at INTEGER)")
+        for name, script in _MIGRATIONS[:before]:
+            conn.execute(script)
+            conn.execute("INSERT INTO hub_migrations VALUES (?, 0)", (name,))
+        conn.execute(
+            "INSERT INTO hub_tokens (name, hash, scope, created_at) VALUES ('old', ?, 'produce', 0)",
+            (hashlib.sha256(old.encode()).hexdigest(),),
+        )
+    conn.close()
+    server = Hub(db)
+    try:
+        with server.client(old) as client:
+            shell = client.post("/api/jobs", json={**SHELL, "queue": "any", "delay": 3600})
+            assert shell.status_code == 201, shell.text
+            assert client.post("/api/queue", json={"type": "noop", "data": {}}).status_code == 201
+            assert client.delete(f"/api/jobs/{shell.json()['id']}").status_code == 204
+            assert client.post(f"/api/jobs/{shell.json()['id']}/retry").status_code == 200
+            answer = client.post("/api/jobs/cancel", json={"type": "shell"})
+            assert answer.status_code == 200 and answer.json()["changed"] == 1
+    finally:
+        assert server.terminate() == 0, server.output()
+    [token] = json.loads(jobcore(db, "tokens", "list", "--json").stdout)
+    assert token["name"] == "old" and token["types"] is None and token["queues"] is None
+
+
+def test_the_dashboard_acts_only_within_the_token(hub: Hub, tokens: Tokens, partner: str) -> None:
+    with hub.client(tokens.admin) as admin, hub.client() as browser:
+        shell = enqueue(admin, **SHELL, queue="partner", delay=3600).json()
+        mine = enqueue(admin, type="noop", queue="partner", delay=3600).json()
+        signed_in = browser.post("/ui/login", data={"token": partner, "next": "/ui/jobs"})
+        assert signed_in.status_code == 303, signed_in.text
+        page = browser.get("/ui/jobs")
+        assert "types noop, record; queues partner" in page.text
+        csrf = {"csrf_token": re.findall(r'name="csrf_token" value="([^"]+)"', page.text)[0]}
+        refused = browser.post(f"/ui/jobs/{shell['id']}/cancel", data=csrf)
+        assert refused.status_code == 403 and "type &#39;shell&#39;" in refused.text
+        for flt in (
+            {"type": "shell", "queue": "partner"},
+            {"queue": "partner"},
+            {"type": "noop"},
+            {"status": "scheduled"},
+        ):
+            answer = browser.post("/ui/bulk", data={**csrf, "action": "cancel", **flt})
+            assert answer.status_code == 403, (flt, answer.text)
+            confirm = browser.get("/ui/bulk", params={"action": "cancel", **flt})
+            assert confirm.status_code == 403, (flt, confirm.text)
+        answer = browser.post("/ui/dead-letters/retry", data={**csrf, "signature": "x"})
+        assert answer.status_code == 403
+        assert admin.get(f"/api/jobs/{shell['id']}").json()["status"] == "scheduled"
+        assert browser.post(f"/ui/jobs/{mine['id']}/cancel", data=csrf).status_code == 303
+        assert admin.get(f"/api/jobs/{mine['id']}").json()["status"] == "cancelled"
+        flt = {"type": "noop", "queue": "partner"}
+        assert browser.get("/ui/bulk", params={"action": "retry", **flt}).status_code == 200
+        answer = browser.post("/ui/bulk", data={**csrf, "action": "retry", **flt})
+        assert answer.status_code == 303
+        assert admin.get(f"/api/jobs/{mine['id']}").json()["status"] == "pending"
+        assert admin.delete(f"/api/jobs/{shell['id']}").status_code == 204
