@@ -40,3 +40,21 @@ def test_an_agent_limited_to_a_type_leaves_the_others_alone(hub: Hub, tmp_path: 
         seen = hub.job(job["id"])
         assert seen["status"] == "pending" and seen["attempts"] == 0, (seen, agent.log())
     assert not (tmp_path / "pwned").exists()
+
+
+def test_children_beyond_the_token_fail_their_job_not_the_agent(hub: Hub) -> None:
+    """A handler that enqueues a type the token may not: the hub refuses the result (403), the
+    agent fails that job for good, naming the type, and goes on with the next one."""
+    made = hub.admin.post("/api/tokens", json={"name": "a2", "scope": "agent", "types": ["spawn"]})
+    assert made.status_code == 201, made.text
+    spawns = hub.enqueue("spawn", {"children": 2})
+    agent = Agent(hub, "a2", token=made.json()["token"])
+    try:
+        failed = hub.wait_status(spawns["id"], "failed")
+        assert "'noop'" in failed["last_error"], failed
+        after = hub.enqueue("spawn", {"children": 0})
+        hub.wait_status(after["id"], "completed")
+        assert agent.proc.poll() is None, agent.log()
+    finally:
+        agent.kill()
+    assert [j["type"] for j in hub.admin.get("/api/jobs").json()["jobs"]] == ["spawn", "spawn"]
