@@ -549,6 +549,10 @@ class Agent:
             log.debug("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
             return False
         except HubAuthError as exc:
+            if exc.status == 403 and row.kind == "result":
+                # the claim was this token's, so the content is refused: children of a type
+                # or queue beyond a limited token. The job fails; the agent goes on.
+                return self._fail_rejected(row, exc)
             self._set_fatal(exc)
             return False
         except StaleReport as exc:
@@ -556,21 +560,25 @@ class Agent:
             log.warning("stale %s of job %s dropped: %s", row.kind, row.job_id, exc)
         except HubRejected as exc:
             if row.kind == "result":
-                log.error("the hub rejected the result of job %s (%s); failing it", row.job_id, exc)
-                body = {
-                    "worker_id": row.body.get("worker_id", self.worker_id),
-                    "lease_id": row.body.get("lease_id"),
-                    "reason": f"the hub rejected the result: {exc}",
-                    "retryable": False,
-                }
-                self.outbox.replace(row.lease_id, kind="fail", body=body)
-                return self._deliver(replace(row, kind="fail", body=body))
+                return self._fail_rejected(row, exc)
             log.error("the hub rejected %s of job %s (%s); dropped", row.kind, row.job_id, exc)
         else:
             self.stats["delivered"] += 1
         self.outbox.delete(row.lease_id)
         self._forget(row.lease_id)
         return True
+
+    def _fail_rejected(self, row: Pending, exc: Exception) -> bool:
+        """The hub refused a result: report the job failed for good instead."""
+        log.error("the hub rejected the result of job %s (%s); failing it", row.job_id, exc)
+        body = {
+            "worker_id": row.body.get("worker_id", self.worker_id),
+            "lease_id": row.body.get("lease_id"),
+            "reason": f"the hub rejected the result: {exc}",
+            "retryable": False,
+        }
+        self.outbox.replace(row.lease_id, kind="fail", body=body)
+        return self._deliver(replace(row, kind="fail", body=body))
 
     # -- heartbeats and timeouts ----------------------------------------------------------
 

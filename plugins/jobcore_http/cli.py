@@ -13,7 +13,7 @@ from jobcore.cli.params import DURATION
 from jobcore.errors import JobcoreError
 from jobcore_http.settings import HttpSettings, parse_size
 from jobcore_http.store import hub_store_for
-from jobcore_http.tokens import SCOPES, create_token
+from jobcore_http.tokens import SCOPES, create_token, token_limits
 
 
 class SizeType(click.ParamType):  # type: ignore[type-arg]
@@ -91,8 +91,21 @@ def _store(state: CliState, *, create: bool) -> Any:
 @click.option("--name", required=True, help="A name to list and revoke it by.")
 @click.option("--scope", required=True, type=click.Choice(SCOPES), help="What it may do.")
 @click.option("--agent", "agent_id", help="Agent id an agent token acts for (default: its name).")
+@click.option(
+    "--types",
+    metavar="T,…",
+    help="Job types it may enqueue, cancel, retry (produce) or claim (agent); default any.",
+)
+@click.option("--queues", metavar="Q,…", help="Queues it may use likewise; default any.")
 @pass_state
-def create(state: CliState, name: str, scope: str, agent_id: str | None) -> None:
+def create(
+    state: CliState,
+    name: str,
+    scope: str,
+    agent_id: str | None,
+    types: str | None,
+    queues: str | None,
+) -> None:
     """Create a token and print it (only this once)."""
     from jobcore.timeutil import now_ms
 
@@ -100,7 +113,8 @@ def create(state: CliState, name: str, scope: str, agent_id: str | None) -> None
         raise click.BadParameter("must not be empty", param_hint="--name")
     if agent_id is not None and scope != "agent":
         raise click.BadParameter("goes only with --scope agent", param_hint="--agent")
-    token, _ = create_token(_store(state, create=True), name, scope, agent_id, now_ms())
+    limits = token_limits(scope, types, queues, state.queue(create=True).job_type, prefix="--")
+    token, _ = create_token(_store(state, create=True), name, scope, agent_id, now_ms(), limits)
     click.echo(token)
 
 
@@ -108,16 +122,25 @@ def create(state: CliState, name: str, scope: str, agent_id: str | None) -> None
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @pass_state
 def list_tokens(state: CliState, as_json: bool) -> None:
-    """Tokens: name, scope, agent, created, revoked (never the token)."""
+    """Tokens: name, scope, agent, job types and queues it may use (`*`: any), created,
+    revoked (never the token)."""
     records = [record.to_json() for record in _store(state, create=False).list_tokens()]
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
     rows = [
-        (r["name"], r["scope"], r["agent_id"] or "", r["created_at"], r["revoked_at"] or "")
+        (
+            r["name"],
+            r["scope"],
+            r["agent_id"] or "",
+            "*" if r["types"] is None else ",".join(r["types"]),
+            "*" if r["queues"] is None else ",".join(r["queues"]),
+            r["created_at"],
+            r["revoked_at"] or "",
+        )
         for r in records
     ]
-    click.echo(table(rows, ("NAME", "SCOPE", "AGENT", "CREATED", "REVOKED")))
+    click.echo(table(rows, ("NAME", "SCOPE", "AGENT", "TYPES", "QUEUES", "CREATED", "REVOKED")))
 
 
 @tokens.command("revoke")

@@ -23,6 +23,7 @@ from jobcore.queue import Queue
 from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.engine import Engine
 from jobcore_http.events import REREAD, EventFeed
+from jobcore_http.grants import Limits
 from jobcore_http.settings import HttpSettings
 from jobcore_http.signal import AsyncSignal
 from jobcore_http.store import hub_store_for
@@ -119,14 +120,20 @@ class Hub:
         if record is None or not same_hash(record.hash, digest):
             return None
         agent = record.agent_id or (record.name if record.scope == "agent" else None)
-        return Principal(name=record.name, scope=record.scope, agent_id=agent)  # type: ignore[arg-type]
+        return Principal(
+            name=record.name,
+            scope=record.scope,  # type: ignore[arg-type]
+            agent_id=agent,
+            limits=record.limits,
+        )
 
-    def token_lookup(self, digest: str) -> tuple[str, str] | None:
-        """(name, scope) of the active token with this SHA-256 hex digest (the dashboard's)."""
+    def token_lookup(self, digest: str) -> tuple[str, str, Limits] | None:
+        """(name, scope, limits) of the active token with this SHA-256 hex digest (the
+        dashboard's)."""
         record = self.store.token_by_hash(digest)
         if record is None or not same_hash(record.hash, digest):
             return None
-        return record.name, record.scope
+        return record.name, record.scope, record.limits
 
     def workers(self) -> list[dict[str, Any]]:
         """The workers registry as `GET /api/workers` lists it."""

@@ -145,6 +145,12 @@ class TokenCreateIn(Strict):
     name: Name
     scope: Scope
     agent_id: Name | None = None
+    types: Annotated[list[Text], Field(max_length=1000)] | None = Field(
+        default=None, description="job types it may use (produce and agent tokens); null: any"
+    )
+    queues: Annotated[list[Text], Field(max_length=1000)] | None = Field(
+        default=None, description="queues it may use (produce and agent tokens); null: any"
+    )
 
 
 # -- responses --------------------------------------------------------------------
@@ -304,6 +310,8 @@ class TokenOut(BaseModel):
     name: str
     scope: str
     agent_id: str | None
+    types: list[str] | None = Field(description="job types it may use; null: any")
+    queues: list[str] | None = Field(description="queues it may use; null: any")
     created_at: str | None
     revoked_at: str | None
 

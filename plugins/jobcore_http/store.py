@@ -27,6 +27,7 @@ from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job
 from jobcore.storage.rows import row_to_job
 from jobcore.storage.sqlite_errors import boundary, storage_error
+from jobcore_http.grants import Limits
 
 log = logging.getLogger("jobcore.http.store")
 
@@ -41,6 +42,21 @@ class TokenRecord:
     agent_id: str | None
     created_at: int
     revoked_at: int | None = None
+    types: tuple[str, ...] | None = None  # job types it may use; None: any
+    queues: tuple[str, ...] | None = None  # queues it may use; None: any
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.types, self.queues)
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> TokenRecord:
+        """From `TOKEN_COLUMNS` as stored (limits as JSON text or decoded lists)."""
+        limits = Limits.from_stored(row[6], row[7])
+        name, digest, scope, agent_id, created_at, revoked_at = row[:6]
+        return cls(
+            name, digest, scope, agent_id, created_at, revoked_at, limits.types, limits.queues
+        )
 
     def to_json(self) -> dict[str, Any]:
         from jobcore.timeutil import iso
@@ -49,9 +65,14 @@ class TokenRecord:
             "name": self.name,
             "scope": self.scope,
             "agent_id": self.agent_id,
+            "types": None if self.types is None else list(self.types),
+            "queues": None if self.queues is None else list(self.queues),
             "created_at": iso(self.created_at),
             "revoked_at": iso(self.revoked_at),
         }
+
+
+TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types, queues"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +204,14 @@ _MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        # tokens limited to job types and queues (JSON arrays; NULL: any, as every older token)
+        "hub_tokens_limits",
+        """
+        ALTER TABLE hub_tokens ADD COLUMN types TEXT;
+        ALTER TABLE hub_tokens ADD COLUMN queues TEXT;
+        """,
+    ),
 )
 
 
@@ -297,9 +326,16 @@ class SQLiteHubStore:
         try:
             with self._write() as conn:
                 conn.execute(
-                    "INSERT INTO hub_tokens (name, hash, scope, agent_id, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (record.name, record.hash, record.scope, record.agent_id, record.created_at),
+                    "INSERT INTO hub_tokens (name, hash, scope, agent_id, created_at, types, "
+                    "queues) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.name,
+                        record.hash,
+                        record.scope,
+                        record.agent_id,
+                        record.created_at,
+                        *record.limits.stored(),
+                    ),
                 )
         except apsw.ConstraintError:
             raise IllegalTransition(
@@ -309,18 +345,15 @@ class SQLiteHubStore:
     @boundary
     def token_by_hash(self, digest: str) -> TokenRecord | None:
         rows = self._rows(
-            "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens "
-            "WHERE hash = ? AND revoked_at IS NULL",
+            f"SELECT {TOKEN_COLUMNS} FROM hub_tokens WHERE hash = ? AND revoked_at IS NULL",
             (digest,),
         )
-        return TokenRecord(*rows[0]) if rows else None
+        return TokenRecord.from_row(rows[0]) if rows else None
 
     @boundary
     def list_tokens(self) -> list[TokenRecord]:
-        rows = self._rows(
-            "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens ORDER BY id"
-        )
-        return [TokenRecord(*row) for row in rows]
+        rows = self._rows(f"SELECT {TOKEN_COLUMNS} FROM hub_tokens ORDER BY id")
+        return [TokenRecord.from_row(row) for row in rows]
 
     @boundary
     def revoke_token(self, name: str, now: int) -> bool:

@@ -22,7 +22,7 @@ from jobcore_postgres.reads import select_jobs
 if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
 
-_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at"
+_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types, queues"
 _WORKER_COLUMNS = (
     "worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, lost_at, drain"
 )
@@ -54,15 +54,22 @@ class PostgresHubStore:
     # -- tokens ------------------------------------------------------------------
 
     def _token(self, row: Sequence[Any]) -> Any:
-        return self._types.TokenRecord(*row)
+        return self._types.TokenRecord.from_row(row)
 
     def add_token(self, record: Any) -> None:
         try:
             with self.storage._write() as conn:
                 conn.execute(
-                    f"INSERT INTO {self._tokens} (name, hash, scope, agent_id, created_at) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    (record.name, record.hash, record.scope, record.agent_id, record.created_at),
+                    f"INSERT INTO {self._tokens} (name, hash, scope, agent_id, created_at, "
+                    "types, queues) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)",
+                    (
+                        record.name,
+                        record.hash,
+                        record.scope,
+                        record.agent_id,
+                        record.created_at,
+                        *record.limits.stored(),
+                    ),
                 )
         except IllegalTransition:
             raise

@@ -196,6 +196,14 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX events_delivery ON {s}.events (xid, seq);
         """,
     ),
+    (
+        "hub tokens limited to job types and queues",
+        """
+        -- the job types and queues a token may use, as JSON arrays; NULL is any, as for
+        -- every token made before
+        ALTER TABLE {s}.hub_tokens ADD COLUMN types jsonb, ADD COLUMN queues jsonb;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

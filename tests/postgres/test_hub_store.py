@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
 
@@ -74,3 +75,47 @@ def test_tokens_workers_and_job_search(pg_storage_factory: Callable[..., Postgre
     assert store.overdue_claims(storage.now()) == []
     assert [j.id for j in store.overdue_claims(storage.now() + 10**10)] == [running.id]
     assert set(store.jobs_by_id([claimed.id, "missing"])) == {claimed.id}
+
+
+def test_tokens_keep_their_job_types_and_queues(
+    pg_storage_factory: Callable[..., PostgresStorage],
+) -> None:
+    store = hub.hub_store_for(pg_storage_factory())
+    store.migrate()
+    limited = hub.TokenRecord("p", "h1", "produce", None, 1, types=("noop", "x.y"), queues=("q",))
+    open_one = hub.TokenRecord("a", "h2", "agent", "a", 2, queues=("q",))
+    store.add_token(limited)
+    store.add_token(open_one)
+    assert store.token_by_hash("h1") == limited
+    assert store.token_by_hash("h2") == open_one and store.token_by_hash("h2").types is None
+    assert store.list_tokens() == [limited, open_one]
+    assert [t.to_json()["types"] for t in store.list_tokens()] == [["noop", "x.y"], None]
+
+
+def test_an_old_store_upgrades_and_its_tokens_keep_full_rights(
+    pg_database: str, pg_schema: str
+) -> None:
+    from jobcore_postgres.schema import MIGRATIONS
+
+    s = pg_schema
+    before = [name for name, _ in MIGRATIONS].index("hub tokens limited to job types and queues")
+    with psycopg.connect(pg_database, autocommit=True) as conn, conn.transaction():
+        for _, script in MIGRATIONS[:before]:
+            conn.execute(script.format(s=s).encode())
+        conn.execute(f"UPDATE {s}.schema_version SET version = %s", (before,))
+        conn.execute(
+            f"INSERT INTO {s}.hub_tokens (name, hash, scope, created_at) "
+            "VALUES ('old', 'h-old', 'produce', 0)"
+        )
+    storage = PostgresStorage(f"{pg_database}?schema={s}")
+    try:
+        store = hub.hub_store_for(storage)
+        old = store.token_by_hash("h-old")
+        assert old is not None and old.scope == "produce"
+        assert old.types is None and old.queues is None and not old.limits.limited
+        with storage._write() as conn:  # a damaged limit reads as "nothing", never as "any"
+            conn.execute(f"UPDATE {s}.hub_tokens SET types = '\"noop\"'::jsonb")
+        damaged = store.token_by_hash("h-old")
+        assert damaged is not None and damaged.types == () and damaged.limits.limited
+    finally:
+        storage.close()

@@ -23,6 +23,7 @@ from jobcore_http.dashboard.session import (
     COOKIE,
     MAX_AGE_S,
     VIEW_SCOPES,
+    Session,
     app_key,
     auth_disabled,
     csrf_ok,
@@ -160,6 +161,11 @@ def job_action(
             f"There is no action {verb!r}; use retry or cancel.",
         )
     try:
+        if session.limits.limited:  # a job's type and queue never change
+            job = queue.get(job_id)
+            beyond = session.limits.refusal(session.name, verb, job.type, job.queue)
+            if beyond:
+                return error_page(request, session, 403, "Not allowed", beyond)
         change([job_id])
     except JobcoreError as exc:
         return error_page(request, session, 409, f"Cannot {verb}", str(exc), f"/ui/jobs/{job_id}")
@@ -171,6 +177,12 @@ def job_action(
 
 def _bulk_filter(action: str, flt: JobFilter) -> JobFilter:
     return flt.narrowed(RETRYABLE if action == "retry" else CANCELLABLE)
+
+
+def _beyond(session: Session, flt: JobFilter) -> str | None:
+    """Why a bulk action by `flt` is beyond the session's token (`grants.Limits`)."""
+    named = flt.for_hub()
+    return session.limits.filter_refusal(session.name, named.types, named.queues)
 
 
 @router.get("/ui/bulk", response_class=HTMLResponse)
@@ -197,6 +209,9 @@ def bulk_confirm(request: Request, session: Viewer, action: str = "") -> HTMLRes
             f"A {session.scope!r} token cannot change jobs.",
             "/ui/jobs",
         )
+    beyond = _beyond(session, flt)
+    if beyond:
+        return error_page(request, session, 403, "Not allowed", beyond, f"/ui/jobs?{flt.query()}")
     target = _bulk_filter(action, flt)
     count = dashboard(request).reader.count(target) if target.statuses else 0
     return page(
@@ -239,6 +254,9 @@ def bulk(
         flt = _bulk_filter(action, JobFilter.from_params(data))
     except BadFilter as exc:
         return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
+    beyond = _beyond(session, flt)
+    if beyond:
+        return error_page(request, session, 403, "Not allowed", beyond, "/ui/jobs")
     # nothing to do when the filter's statuses leave none this action applies to
     changed = bulk_change(hub_of(request), flt.for_hub(), action)["changed"] if flt.statuses else 0
     log.info(
@@ -252,6 +270,12 @@ def bulk(
     return RedirectResponse(
         _with_notice(f"/ui/jobs?{shown.query()}", action, changed), status_code=303
     )
+
+
+_GROUP_LIMITED = (
+    "This token may act only on some job types or queues; a group spans all of them. "
+    "Retry its jobs from the jobs page, filtered by one of your types and queues."
+)
 
 
 def _with_signature(request: Request, wanted: str) -> Iterator[list[str]]:
@@ -268,6 +292,8 @@ def retry_group_confirm(request: Request, session: Viewer, signature: str = "") 
         return error_page(
             request, session, 403, "Not allowed", f"A {session.scope!r} token cannot change jobs."
         )
+    if session.limits.limited:
+        return error_page(request, session, 403, "Not allowed", _GROUP_LIMITED, "/ui/dead-letters")
     count = sum(len(ids) for ids in _with_signature(request, signature))
     return page(
         request,
@@ -291,6 +317,8 @@ def retry_group(request: Request, data: Form, session: Viewer) -> Response:
     refused = refusal(request, session, data.get("csrf_token"))
     if refused:
         return error_page(request, session, 403, "Not allowed", refused)
+    if session.limits.limited:
+        return error_page(request, session, 403, "Not allowed", _GROUP_LIMITED, "/ui/dead-letters")
     wanted = data.get("signature", "")
     queue = dashboard(request).queue
     changed = sum(_apply(queue.retry, ids) for ids in _with_signature(request, wanted))

@@ -24,6 +24,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from jobcore_http.grants import UNLIMITED, Limits
+
 log = logging.getLogger("jobcore.http.dashboard")
 
 COOKIE = "jobcore_session"
@@ -31,17 +33,19 @@ MAX_AGE_S = 12 * 3600
 ACTION_SCOPES = frozenset({"produce", "admin"})
 VIEW_SCOPES = frozenset({"read", "produce", "admin"})
 
-TokenLookup = Callable[[str], "tuple[str, str] | None"]
+TokenLookup = Callable[[str], "tuple[str, str] | tuple[str, str, Limits] | None"]
 
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """Who is signed in: the token's name and scope, this session's CSRF token and nonce."""
+    """Who is signed in: the token's name and scope, this session's CSRF token and nonce,
+    and the job types and queues the token may act on."""
 
     name: str
     scope: str
     csrf: str
     nonce: str = ""
+    limits: Limits = UNLIMITED
 
     @property
     def can_act(self) -> bool:
@@ -141,8 +145,8 @@ def auth_disabled(request: Request) -> bool:
     return bool(getattr(request.app.state, "auth_disabled", False))
 
 
-def lookup(request: Request, hashed_token: str) -> tuple[str, str] | None:
-    """`(name, scope)` of a live token with this hash, asked of the hub."""
+def lookup(request: Request, hashed_token: str) -> tuple[str, str] | tuple[str, str, Limits] | None:
+    """`(name, scope[, limits])` of a live token with this hash, asked of the hub."""
     find: TokenLookup | None = getattr(request.app.state, "token_lookup", None)
     if find is None:
         return None
@@ -166,10 +170,11 @@ def read_session(request: Request) -> Session | None:
     found = lookup(request, str(data.get("h", "")))
     if found is None:
         return None
-    name, scope = found
+    name, scope = found[0], found[1]
+    limits = found[2] if len(found) > 2 else UNLIMITED
     if scope not in VIEW_SCOPES:
         return None
-    return Session(name=name, scope=scope, csrf=_csrf(key, nonce), nonce=nonce)
+    return Session(name=name, scope=scope, csrf=_csrf(key, nonce), nonce=nonce, limits=limits)
 
 
 def _signed_out(request: Request) -> set[str]:

@@ -24,6 +24,7 @@ from jobcore.models import (
 from jobcore.timeutil import iso
 from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.auth import acting_as, hub_of, principal_of, require
+from jobcore_http.authorize import claimable, may_enqueue
 from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError, status_of
@@ -91,6 +92,7 @@ def workers(request: Request) -> dict[str, Any]:
 async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
     """Claim up to `max_jobs` jobs, waiting up to `wait` seconds for one to be claimable."""
     acting_as(principal, body.worker_id)
+    types, queues = claimable(principal, body.types, body.queues)
     hub = hub_of(request)
     if body.worker_id in hub.registry.draining:
         hub.registry.seen(body.worker_id, hub.now())
@@ -107,7 +109,7 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
     hub.registry.seen(body.worker_id, hub.now())
     hub.longpolls[body.worker_id] = waiting + 1
     try:
-        jobs = await _claim(request, hub, body.worker_id, limit, body.queues, body.types, wait)
+        jobs = await _claim(request, hub, body.worker_id, limit, list(queues), list(types), wait)
     finally:
         left = hub.longpolls.get(body.worker_id, 1) - 1
         if left > 0:
@@ -262,6 +264,7 @@ async def result(
         except (ApiError, JobcoreError) as exc:
             status = exc.status if isinstance(exc, ApiError) else status_of(exc)
             raise ApiError(status, f"children.{index}: {exc}") from None
+    may_enqueue(principal, children, "children.")
     if body.lease_id is not None:  # fenced by the token: record first, read only if refused
         lease = Lease(job_id, body.lease_id, body.worker_id)
         recorded = await settle(hub.engine.record(Completed(lease, body.result, tuple(children))))

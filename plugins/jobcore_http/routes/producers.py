@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from jobcore.storage.base import Inserted
 from jobcore_http.auth import hub_of, require
+from jobcore_http.authorize import caller, may_change, may_enqueue, may_filter
 from jobcore_http.bulk import bulk_change
 from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
@@ -60,6 +61,7 @@ async def enqueue(
     """Enqueue one job; 201 when created, 200 with `created: false` for a duplicate key."""
     hub = hub_of(request)
     job = build_job(hub.queue, body, idempotency_key)
+    may_enqueue(caller(request), [job])
     [item] = await settle(hub.engine.insert([job]))
     return JSONResponse(created_json(item), status_code=201 if item.created else 200)
 
@@ -86,6 +88,7 @@ async def enqueue_batch(request: Request, body: BatchIn) -> JSONResponse:
             if isinstance(exc, JobcoreError):
                 exc.args = (f"jobs.{index}: {exc}",)
             raise
+    may_enqueue(caller(request), jobs, "jobs.")
     inserted = await settle(hub.engine.insert(jobs))
     return JSONResponse({"jobs": [created_json(item) for item in inserted]}, status_code=201)
 
@@ -156,6 +159,7 @@ def get_job(request: Request, job_id: JobId) -> JSONResponse:
 )
 def cancel_job(request: Request, job_id: JobId) -> Response:
     """Cancel: scheduled/pending end `cancelled`; a claimed job is asked to stop."""
+    may_change(request, hub_of(request).queue, job_id, "cancel")
     hub_of(request).queue.cancel([job_id])
     return Response(status_code=204)
 
@@ -168,6 +172,7 @@ def cancel_job(request: Request, job_id: JobId) -> Response:
 )
 def retry_job(request: Request, job_id: JobId) -> JSONResponse:
     """A failed or cancelled job back to pending, attempts reset, history kept."""
+    may_change(request, hub_of(request).queue, job_id, "retry")
     [job] = hub_of(request).queue.retry([job_id])
     return JSONResponse(job_json(job))
 
@@ -182,6 +187,7 @@ def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
     where = _filter(
         _as_list(body.status), _as_list(body.type), _as_list(body.queue), body.worker, body.q
     )
+    may_filter(request, where)
     return bulk_change(hub_of(request), where, action)
 
 

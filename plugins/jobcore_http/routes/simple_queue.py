@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from jobcore.models import Completed, Failed, Job, JobStatus, Lease, Outcome
 from jobcore_http.auth import agent_id_of, hub_of, require
+from jobcore_http.authorize import caller, claimable, may_enqueue
 from jobcore_http.engine import settle
 from jobcore_http.errors import ApiError
 from jobcore_http.models import (
@@ -57,6 +58,7 @@ async def add(request: Request, body: QueueAddIn) -> JSONResponse:
         job = hub.queue.build(body.type, body.data)
     else:
         job = hub.queue.build(body.type, {"data": body.data}, meta={WRAPPED: True})
+    may_enqueue(caller(request), [job])
     [item] = await settle(hub.engine.insert([job]))
     return JSONResponse({"id": item.job.id, "status": str(item.job.status)}, status_code=201)
 
@@ -73,7 +75,8 @@ async def next_job(
     hub = hub_of(request)
     worker = agent_id_of(principal)
     hub.registry.seen(worker, hub.now())
-    pending = hub.engine.claim(worker, 1, (), (), 0)
+    types, queues = claimable(principal, (), ())
+    pending = hub.engine.claim(worker, 1, queues, types, 0)
     jobs = await settle(pending.future)
     if not jobs:
         return Response(status_code=204)

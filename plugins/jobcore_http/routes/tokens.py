@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from jobcore_http.auth import hub_of, require
 from jobcore_http.errors import ApiError
 from jobcore_http.models import ErrorOut, TokenCreatedOut, TokenCreateIn, TokensOut
-from jobcore_http.tokens import create_token
+from jobcore_http.tokens import create_token, token_limits
 
 router = APIRouter(prefix="/api/tokens", dependencies=[Depends(require("admin"))])
 
@@ -28,7 +28,8 @@ def list_tokens(request: Request) -> dict[str, Any]:
 def new_token(request: Request, body: TokenCreateIn) -> dict[str, Any]:
     """Create a token; the answer is the only time it is shown."""
     hub = hub_of(request)
-    token, record = create_token(hub.store, body.name, body.scope, body.agent_id, hub.now())
+    limits = token_limits(body.scope, body.types, body.queues, hub.queue.job_type)
+    token, record = create_token(hub.store, body.name, body.scope, body.agent_id, hub.now(), limits)
     return {**record.to_json(), "token": token}
 
 
