@@ -31,6 +31,7 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _CONFINED = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
 # openat2 is 437 on every architecture with the unified syscall table (Linux >= 5.6)
+_RETRIES = 20
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437}
 
 
@@ -115,21 +116,32 @@ class Walker:
         self.mechanism = choose(resolver)
 
     def step(self, dir_fd: int, name: str, shown: str) -> int:
-        """Open folder `name` in `dir_fd`; a symlink is a `PermanentError` naming `shown`."""
-        try:
-            if self.mechanism == "openat2":
-                return openat2(dir_fd, name, _DIR_FLAGS, _CONFINED)
-            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno == errno.EXDEV:
-                raise PermanentError(f"{shown} leads outside the files root") from None
-            if exc.errno == errno.ELOOP or (
-                exc.errno == errno.ENOTDIR and is_symlink(dir_fd, name)
-            ):
-                raise PermanentError(symlink_refused(shown)) from None
-            if exc.errno == errno.ENOTDIR:
-                raise NotADirectoryError(errno.ENOTDIR, "not a folder", shown) from None
-            raise
+        """Open folder `name` in `dir_fd`; a symlink is a `PermanentError` naming `shown`.
+
+        With O_DIRECTORY the kernel answers ENOTDIR for a symlink as for a file, so
+        the entry is looked at again; one that turned into a folder meanwhile (it is
+        being swapped) is opened again, a few times at most.
+        """
+        for _ in range(_RETRIES):
+            try:
+                if self.mechanism == "openat2":
+                    return openat2(dir_fd, name, _DIR_FLAGS, _CONFINED)
+                return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:
+                    raise PermanentError(f"{shown} leads outside the files root") from None
+                if exc.errno == errno.ELOOP:
+                    raise PermanentError(symlink_refused(shown)) from None
+                if exc.errno != errno.ENOTDIR:
+                    raise
+                info = lstat_at(dir_fd, name)
+                if info is None:
+                    raise FileNotFoundError(errno.ENOENT, "no such folder", shown) from None
+                if stat.S_ISLNK(info.st_mode):
+                    raise PermanentError(symlink_refused(shown)) from None
+                if not stat.S_ISDIR(info.st_mode):
+                    raise NotADirectoryError(errno.ENOTDIR, "not a folder", shown) from None
+        raise PermanentError(f"{shown} keeps changing between a folder and something else")
 
     @contextmanager
     def parent(
@@ -172,11 +184,6 @@ class Walker:
         finally:
             if fd >= 0:
                 os.close(fd)
-
-
-def is_symlink(dir_fd: int, name: str) -> bool:
-    info = lstat_at(dir_fd, name)
-    return info is not None and stat.S_ISLNK(info.st_mode)
 
 
 def symlink_refused(shown: str) -> str:
