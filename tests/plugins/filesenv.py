@@ -19,6 +19,7 @@ class Cli:
     def __init__(self, cwd: Path, *global_options: str, **env: str) -> None:
         self.cwd = cwd
         self.global_options = list(global_options)  # e.g. --config FILE, before the command
+        self.umask = -1  # the subprocesses' umask; -1 keeps this process's
         self.env = subprocess_env(JOBCORE_LOAD_PLUGINS="files", **env)
 
     def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -29,6 +30,7 @@ class Cli:
             capture_output=True,
             text=True,
             timeout=timeout,
+            umask=self.umask,
         )
 
     def enqueue(self, job_type: str, payload: dict[str, Any], *options: str) -> str:
@@ -43,6 +45,12 @@ class Cli:
         done = self("enqueue", job_type, "--from", str(lines), *options)
         lines.unlink()
         assert done.returncode == 0, done.stderr
+
+    def reconcile(self) -> tuple[int, list[str]]:
+        """`jobcore reconcile`: its exit code and the lines it printed."""
+        done = self("reconcile", timeout=30)
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+        return done.returncode, done.stdout.splitlines()
 
     def jobs(self) -> dict[str, dict[str, Any]]:
         """Every job by id, from one `list --json`."""
