@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -100,8 +101,8 @@ def test_a_legal_long_name_is_written_and_an_impossible_one_refused_at_enqueue(
     assert (root / longest).read_text() == "x" and (root / "deep" / accented).read_text() == "x"
     assert {job["status"] for job in cli.jobs().values()} == {"completed"}
     assert sorted(os.listdir(root)) == sorted([longest, "deep"])  # no temp file left
-    for payload in ({"path": "m" * 256}, {"path": f"ok/{'é' * 128}/x"}):
-        done = cli("enqueue", "create_file", '{"content": "x", "path": "%s"}' % payload["path"])
+    for path in ("m" * 256, f"ok/{'é' * 128}/x"):
+        done = cli("enqueue", "create_file", json.dumps({"path": path, "content": "x"}))
         assert done.returncode == 1
         assert done.stderr.startswith("Error: path: the name"), done.stderr
         assert "at most 255 bytes per file or folder name" in done.stderr
