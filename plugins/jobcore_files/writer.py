@@ -97,7 +97,7 @@ def _same_content(dir_fd: int, name: str, shown: str, data: bytes) -> tuple[bool
         return False, None
     fd, info = opened
     try:
-        mode = stat.S_IMODE(info.st_mode)
+        mode = stat.S_IMODE(info.st_mode) & 0o777  # never setuid/setgid on a job's content
         if info.st_size != len(data):
             return False, mode
         with os.fdopen(os.dup(fd), "rb") as handle:

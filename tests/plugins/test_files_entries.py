@@ -76,18 +76,22 @@ def test_new_files_get_0666_minus_umask_and_replaced_files_keep_their_mode(
     (root / "script.sh").chmod(0o755)
     (root / "shared.txt").write_text("v1")
     (root / "shared.txt").chmod(0o644)
+    (root / "setuid").write_text("v1")
+    (root / "setuid").chmod(0o4755)
     cli.umask = umask
     cli.enqueue("create_file", {"path": "new.txt", "content": "x"})
     cli.enqueue(
         "create_file", {"path": "script.sh", "content": "#!/bin/sh\necho\n", "overwrite": True}
     )
     cli.enqueue("create_file", {"path": "shared.txt", "content": "v2", "overwrite": True})
+    cli.enqueue("create_file", {"path": "setuid", "content": "v2", "overwrite": True})
     cli.drain()
     assert stat.S_IMODE((root / "new.txt").stat().st_mode) == created
     assert stat.S_IMODE((root / "script.sh").stat().st_mode) == 0o755
     assert (root / "script.sh").read_text() == "#!/bin/sh\necho\n"
     assert stat.S_IMODE((root / "shared.txt").stat().st_mode) == 0o644
     assert (root / "shared.txt").read_text() == "v2"
+    assert stat.S_IMODE((root / "setuid").stat().st_mode) == 0o755  # a job's content: no setuid
 
 
 def test_a_legal_long_name_is_written_and_an_impossible_one_refused_at_enqueue(

@@ -2,8 +2,9 @@
 
 A thread exchanges `root/d` (a real folder) and `root/l` (a symlink to a folder
 outside the root) with `renameat2(RENAME_EXCHANGE)` as fast as it can, while a
-real worker process runs many `create_file` and `delete_file` jobs on paths in
-`d/`. Whatever each job saw, nothing outside the root is created or deleted.
+real worker process runs many `create_file` (new and replacing) and `delete_file`
+jobs on paths in `d/`. Whatever each job saw, nothing outside the root is created,
+replaced or deleted.
 Both walks are run: `openat2` (where the kernel has it) and the O_NOFOLLOW walk.
 """
 
@@ -58,13 +59,15 @@ def test_a_racing_symlink_swap_never_creates_or_deletes_outside_the_root(
     outside.mkdir()
     (root / "l").symlink_to(outside)
     for i in range(JOBS):
-        (outside / f"v{i}").write_text("outside: keep")
-        (root / "d" / f"v{i}").write_text("inside: may go")
+        for name in (f"v{i}", f"r{i}"):
+            (outside / name).write_text("outside: keep")
+            (root / "d" / name).write_text("inside: may go")
     cli = Cli(tmp_path, JOBCORE_FILES_ROOT=str(root), JOBCORE_FILES_RESOLVE=resolve)
     cli.enqueue_many(
         "create_file",
         [{"path": f"d/new{i}", "content": "x"} for i in range(JOBS)]
-        + [{"path": f"d/sub{i}/new", "content": "x"} for i in range(JOBS)],
+        + [{"path": f"d/sub{i}/new", "content": "x"} for i in range(JOBS)]
+        + [{"path": f"d/r{i}", "content": "replaced", "overwrite": True} for i in range(JOBS)],
         "--max-attempts",
         "1",
     )
@@ -77,8 +80,9 @@ def test_a_racing_symlink_swap_never_creates_or_deletes_outside_the_root(
         cli.drain("--concurrency", "4", timeout=120)
     finally:
         swapper.finish()
-    assert sorted(p.name for p in outside.iterdir()) == sorted(f"v{i}" for i in range(JOBS))
-    assert {p.read_text() for p in outside.iterdir()} == {"outside: keep"}
+    expected = sorted(name for i in range(JOBS) for name in (f"v{i}", f"r{i}"))
+    assert sorted(p.name for p in outside.iterdir()) == expected
+    assert {p.read_text() for p in outside.iterdir()} == {"outside: keep"}  # none replaced
     jobs = list(cli.jobs().values())
     refused = [job for job in jobs if job["status"] == "failed"]
     assert swapper.swaps > 1000
