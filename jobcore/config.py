@@ -149,7 +149,7 @@ class Config:
                 raise ConfigError(f"config file {name} does not exist") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
-            own(path, "file")  # never a files job's target
+            own(path, "config")  # never a files job's target
         return cls(file=file, file_name=name, env=env, options=options)
 
     def type_settings(self, name: str) -> TypeSettings:

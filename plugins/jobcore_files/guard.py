@@ -38,22 +38,28 @@ class Guard:
         and the defaults in the working directory (`./jobcore.db`, `./jobcore.toml`) that a
         later process started there would use."""
         guard = cls()
-        sources: list[tuple[str, Kind]] = [(DEFAULT_DB, "database"), (DEFAULT_CONFIG_FILE, "file")]
+        sources: list[tuple[str, Kind]] = [
+            (DEFAULT_DB, "database"),
+            (DEFAULT_CONFIG_FILE, "config"),
+        ]
         if config is not None:
             db = sqlite_path(config.core.db)
             if db and not db.startswith(":memory:") and not db.startswith("file:"):
                 sources.append((db, "database"))
             if config.file_name:
-                sources.append((config.file_name, "file"))
+                sources.append((config.file_name, "config"))
         sources.extend(owned())
         for path, kind in sources:
             guard.add(os.path.abspath(path), kind)
         return guard
 
     def add(self, path: str, kind: Kind) -> None:
-        what = {"database": "jobcore's database", "file": "jobcore's config file"}.get(
-            kind, "jobcore's own folder"
-        )
+        what = {
+            "database": "jobcore's database",
+            "config": "jobcore's config file",
+            "file": "jobcore's own file",
+            "folder": "jobcore's own folder",
+        }[kind]
         folder, name = os.path.split(path)
         if kind == "folder":
             self.folders.append(os.path.realpath(path))

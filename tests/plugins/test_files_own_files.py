@@ -13,6 +13,8 @@ from pathlib import Path
 import jobcore_files
 import pytest
 from filesenv import Cli
+from jobcore_agent.commands import read_token
+from jobcore_agent.settings import AgentSettings
 
 from jobcore import PermanentError
 from jobcore.config import Config
@@ -107,6 +109,17 @@ def test_the_config_and_database_in_use_are_refused_wherever_they_are(tmp_path: 
     statuses = [jobs[job_id]["status"] for job_id in ids]
     assert statuses == ["failed", "failed", "failed", "completed"]
     assert (data / "queue.sqlite").exists() and (data / "settings.toml").read_text() == CONFIG
+
+
+def test_the_agent_token_file_is_never_a_target(tmp_path: Path) -> None:
+    token = tmp_path / "agent.token"
+    token.write_text("secret-token\n")
+    assert read_token(AgentSettings(token_file=str(token))) == "secret-token"  # registers it
+    config = Config(file={"plugins": {"files": {"root": str(tmp_path)}}})
+    for path in ("agent.token", str(token)):
+        with pytest.raises(PermanentError, match="is jobcore's own file"):
+            jobcore_files.write_file(config, path, b"attacker-token", overwrite=True)
+    assert token.read_text() == "secret-token\n"
 
 
 def test_an_owned_folder_such_as_the_agent_cache_is_never_entered(tmp_path: Path) -> None:
