@@ -51,6 +51,9 @@ class Guard:
         sources.extend(owned())
         for path, kind in sources:
             guard.add(os.path.abspath(path), kind)
+            real = os.path.realpath(path)  # SQLite keeps sidecars beside the file a link names
+            if real != os.path.abspath(path):
+                guard.add(real, kind)
         return guard
 
     def add(self, path: str, kind: Kind) -> None:

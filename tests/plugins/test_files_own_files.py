@@ -135,3 +135,15 @@ def test_an_owned_folder_such_as_the_agent_cache_is_never_entered(tmp_path: Path
     inside = Config(file={"plugins": {"files": {"root": str(cache / "artifacts")}}})
     with pytest.raises(PermanentError, match="is inside jobcore's own folder"):
         jobcore_files.write_file(inside, "solver", b"x", overwrite=True)
+
+
+def test_a_database_named_through_a_symlink_keeps_its_real_sidecars(tmp_path: Path) -> None:
+    real = tmp_path / "data"
+    real.mkdir()
+    (tmp_path / "queue.db").symlink_to(real / "real.db")
+    cli = Cli(tmp_path, "--db", "queue.db", JOBCORE_FILES_ROOT=str(real))
+    job = cli.enqueue("create_file", {"path": "real.db-journal", "content": "hot journal"})
+    cli.drain()
+    shown = cli.jobs()[job]
+    assert shown["status"] == "failed" and "a sidecar of jobcore's database" in shown["last_error"]
+    assert not (real / "real.db-journal").exists() and (real / "real.db").exists()
