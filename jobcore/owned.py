@@ -1,11 +1,10 @@
 """Files and folders jobcore itself uses in this process, which no job may touch.
 
 The SQLite storage registers its database, `Config.load` the config file it
-read, the agent its cache folder (outbox and artifacts) and token file. Job types that write
-files (the files plugin, and through it the claude plugin) refuse every target
-that is one of them, compared by device and inode, or one of their names (a
-database's `-wal`, `-shm` and `-journal` beside it).
-"""
+read, the agent its cache folder (outbox and artifacts) and its token file.
+Job types that write files (the files plugin, and through it the claude
+plugin) refuse every target that is one of them, compared by device and inode,
+or one of their names (a database's `-wal`, `-shm` and `-journal` beside it)."""
 
 from __future__ import annotations
 
