@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from jobcore.errors import ConfigError
+from jobcore.owned import own
 from jobcore.timeutil import parse_duration
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
@@ -148,6 +149,7 @@ class Config:
                 raise ConfigError(f"config file {name} does not exist") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
+            own(path, "config")  # never a files job's target
         return cls(file=file, file_name=name, env=env, options=options)
 
     def type_settings(self, name: str) -> TypeSettings:

@@ -458,11 +458,43 @@ class Queue:
         return self.storage.prune(before=self.storage.now() - int(older_than * 1000))
 
     def reconcile(self, types: Sequence[str] = ()) -> Iterator[tuple[Job, list[str]]]:
-        """Yield each completed job with the discrepancies plugins report for it."""
+        """Yield each completed job with the discrepancies plugins report for it.
+
+        Of the jobs sharing a `reconcile_key` (of any type), only the latest
+        completed one is checked: a later write or delete supersedes the others.
+        """
+        latest = self._latest_by_reconcile_key()
         for job in self.storage.scan(statuses=[JobStatus.COMPLETED], types=types):
+            key = self._reconcile_key(job)
+            if key is not None and latest.get(key, (0, ""))[1] != job.id:
+                continue
             problems = self.pm.reconcile(job, self.config)
             if problems:
                 yield job, problems
+
+    def _reconcile_key(self, job: Job) -> str | None:
+        job_type = self.registry.get(job.type)
+        if job_type is None or job_type.reconcile_key is None:
+            return None
+        try:
+            return job_type.reconcile_key(job.payload, self.config)
+        except Exception:
+            log.warning("reconcile_key of job %s failed; checking it anyway", job.id, exc_info=True)
+            return None
+
+    def _latest_by_reconcile_key(self) -> dict[str, tuple[int, str]]:
+        """key → (completed_at, id) of the latest completed job with that key."""
+        keyed = [job_type.name for job_type in self.registry if job_type.reconcile_key]
+        latest: dict[str, tuple[int, str]] = {}
+        if not keyed:
+            return latest
+        for job in self.storage.scan(statuses=[JobStatus.COMPLETED], types=keyed):
+            key = self._reconcile_key(job)
+            if key is not None:
+                mark = (job.completed_at or 0, job.id)
+                if mark > latest.get(key, (-1, "")):
+                    latest[key] = mark
+        return latest
 
     # -- retry policy ------------------------------------------------------------
 

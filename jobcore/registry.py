@@ -34,6 +34,9 @@ class JobType:
     `idempotency_key(payload)` may derive a key when the caller gives none.
     `check(payload, config)` runs at enqueue for rules that need settings (a
     files root, say); it raises `InvalidPayload` to reject the job.
+    `reconcile_key(payload, config)` names what a job's effect lives at (a file,
+    a resource; a stored payload dict): `reconcile` checks only the latest
+    completed job of each key, as later jobs on the same thing supersede it.
     """
 
     name: str
@@ -46,6 +49,7 @@ class JobType:
     queue: str | None = None
     idempotency_key: Callable[[Any], str | None] | None = None
     check: Callable[[Any, Config], None] | None = None
+    reconcile_key: Callable[[dict[str, Any], Config], str | None] | None = None
     description: str = ""
 
 

@@ -39,6 +39,7 @@ from jobcore.models import (
     compact_json,
     replace_job,
 )
+from jobcore.owned import own
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
@@ -132,6 +133,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         self._wake_key: str | None = None
         self._app = AppConnections(self.path)  # the application's own (outbox) connections
         check_location(self.path, create=self._create)
+        own(self.path, "database")  # never a files job's target
 
     def now(self) -> int:
         """The store's clock (this machine's, or the injected one), ms UTC."""

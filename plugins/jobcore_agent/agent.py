@@ -22,6 +22,7 @@ from jobcore.attempt import AttemptRunner
 from jobcore.errors import JobcoreError, UnknownJobType
 from jobcore.inflight import Attempt
 from jobcore.models import Failed, Outcome, Released
+from jobcore.owned import own
 from jobcore.queue import Queue
 from jobcore.timeutil import now_ms
 from jobcore_agent.cache import ArtifactCache
@@ -94,6 +95,7 @@ class Agent:
         self.prefetch_below_ms = core.prefetch_below * 1000
         self._recent_ms: float | None = None  # moving average of attempt durations
         self._slots = threading.BoundedSemaphore(concurrency)
+        own(cache_dir, "folder")  # outbox and cached executables: never a files job's target
         self.outbox = Outbox(cache_dir)
         self.source = ArtifactSource(ArtifactCache(cache_dir), client)
         self.intervals = Intervals(heartbeat_interval=10.0, lease=60.0, poll_wait=25.0)

@@ -10,6 +10,7 @@ import click
 from jobcore.cli import CliState, pass_state
 from jobcore.cli.params import DURATION
 from jobcore.errors import ConfigError, JobcoreError
+from jobcore.owned import own
 from jobcore_agent.settings import AgentSettings, split_list
 
 
@@ -24,6 +25,7 @@ def read_token(settings: AgentSettings) -> str | None:
             ) from None
         if not text:
             raise ConfigError(f"the token file {settings.token_file} is empty")
+        own(settings.token_file, "file")  # never a files job's target
         return text.splitlines()[0].strip()
     return settings.token or None
 

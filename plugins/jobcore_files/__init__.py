@@ -11,16 +11,32 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from jobcore import Config, Job, JobContext, JobType, Payload, PermanentError, hookimpl
-from jobcore_files.paths import (
-    FilesSettings,
-    check_path,
-    files_root,
-    lexical_target,
-    resolved_target,
+from jobcore_files.confined import Walker
+from jobcore_files.guard import Guard
+from jobcore_files.paths import FilesSettings, check_path, files_root, relative_parts, target_key
+from jobcore_files.writer import (
+    Place,
+    check_place,
+    check_target,
+    delete_place,
+    digest_place,
+    exists_place,
+    sha256,
+    write_atomic,
+    write_file,
+    write_place,
 )
-from jobcore_files.writer import fsync_dir, sha256, write_atomic
 
-__all__ = ["FilesSettings", "files_root", "resolved_target", "write_atomic"]
+__all__ = [
+    "FilesSettings",
+    "check_path",
+    "check_target",
+    "files_root",
+    "resolved_target",
+    "target_key",
+    "write_atomic",
+    "write_file",
+]
 
 
 class CreateFile(Payload):
@@ -48,29 +64,30 @@ class DeleteFile(Payload):
     require_exists: bool = False
 
 
+def resolved_target(root: Path, path: str) -> Path:
+    """Compatibility: `root / path` after `check_place` (prefer `check_target` and `write_file`)."""
+    parts = relative_parts(root, path)
+    check_place(Place(root, parts, Walker(), Guard.current()))
+    return root.joinpath(*parts)
+
+
 def create_file(payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
-    root = files_root(ctx.config)
-    target = resolved_target(root, payload.path)
     data = payload.data()
-    written = write_atomic(root, target, data, overwrite=payload.overwrite)
+    written = write_place(Place.of(ctx.config, payload.path), data, overwrite=payload.overwrite)
     return {"path": payload.path, "bytes": len(data), "sha256": sha256(data), "written": written}
 
 
 def delete_file(payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
-    root = files_root(ctx.config)
-    target = resolved_target(root, payload.path)
-    if target.is_dir() and not target.is_symlink():
-        raise PermanentError(f"{payload.path} is a folder; delete_file removes files only")
-    try:
-        target.unlink()
-    except FileNotFoundError:
-        if payload.require_exists:
-            raise PermanentError(
-                f"{payload.path} does not exist (require_exists is true)"
-            ) from None
-        return {"path": payload.path, "deleted": False}
-    fsync_dir(target.parent)
-    return {"path": payload.path, "deleted": True}
+    if delete_place(Place.of(ctx.config, payload.path)):
+        return {"path": payload.path, "deleted": True}
+    if payload.require_exists:
+        raise PermanentError(f"{payload.path} does not exist (require_exists is true)")
+    return {"path": payload.path, "deleted": False}
+
+
+def _key(payload: dict[str, Any], config: Config) -> str | None:
+    path = payload.get("path")
+    return target_key(path, config) if isinstance(path, str) else None
 
 
 @hookimpl
@@ -81,6 +98,7 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
             payload_model=CreateFile,
             handler=create_file,
             check=lambda payload, config: check_path(payload.path, config),
+            reconcile_key=_key,
             description="write a file atomically under the files root",
         )
     )
@@ -90,6 +108,7 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
             payload_model=DeleteFile,
             handler=delete_file,
             check=lambda payload, config: check_path(payload.path, config),
+            reconcile_key=_key,
             description="delete a file under the files root",
         )
     )
@@ -97,18 +116,20 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
 
 @hookimpl
 def jobcore_reconcile(job: Job, config: Config) -> list[str] | None:
+    """Compare a file with the job that last wrote or deleted it (`reconcile_key` picks that job)."""
     if job.type not in ("create_file", "delete_file"):
         return None
-    root = files_root(config)
-    target: Path = lexical_target(root, job.payload["path"])
-    if job.type == "delete_file":
-        return [f"{job.payload['path']} exists again"] if target.exists() else []
-    if not target.exists():
-        return [f"{job.payload['path']} is missing"]
+    path = job.payload["path"]
+    try:
+        place = Place.of(config, path)
+        if job.type == "delete_file":
+            return [f"{path} exists again"] if exists_place(place) else []
+        actual = digest_place(place)
+    except PermanentError as exc:
+        return [str(exc)]
+    if actual is None:
+        return [f"{path} is missing"]
     expected = sha256(CreateFile.model_validate(job.payload).data())
-    actual = sha256(target.read_bytes())
     if actual != expected:
-        return [
-            f"{job.payload['path']} content differs (sha256 {actual[:12]}…, expected {expected[:12]}…)"
-        ]
+        return [f"{path} content differs (sha256 {actual[:12]}…, expected {expected[:12]}…)"]
     return []

@@ -1,13 +1,17 @@
-"""Confining paths to the files root: lexically at enqueue, through symlinks at run time."""
+"""The files root and the lexical form of a job's path: checked at enqueue, walked at run time."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from jobcore import Config, InvalidPayload, PermanentError
+
+DEFAULT_ROOT = "jobcore-files"
+NAME_MAX = 255  # bytes in one file name (Linux, macOS and most file systems)
 
 
 class FilesSettings(BaseModel):
@@ -15,7 +19,10 @@ class FilesSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    root: str = "."  # relative to the worker's working directory
+    # a folder of its own, relative to the worker's working directory; made (0700) on demand
+    root: str = DEFAULT_ROOT
+    # how paths are walked: openat2 where the kernel has it, else an O_NOFOLLOW walk
+    resolve: Literal["auto", "openat2", "walk"] = "auto"
 
 
 def files_root(config: Config) -> Path:
@@ -23,42 +30,49 @@ def files_root(config: Config) -> Path:
     return Path(os.path.realpath(config.plugin_settings("files", FilesSettings).root))
 
 
-def lexical_target(root: Path, path: str) -> Path:
-    """`path` joined to `root` without touching the disk; rejects `..` escapes and outside absolutes."""
+def lexical_target(root: Path, path: str, field: str = "path") -> Path:
+    """`path` joined to `root` without touching the disk.
+
+    Rejects `..` escapes, absolute paths outside the root, NUL bytes and file
+    names longer than NAME_MAX bytes, naming `field`.
+    """
     if not path or "\x00" in path:
-        raise InvalidPayload("path: must be a non-empty path without NUL bytes")
+        raise InvalidPayload(f"{field}: must be a non-empty path without NUL bytes")
     joined = Path(os.path.normpath(os.path.join(root, path)))
     if joined != root and root not in joined.parents:
         raise InvalidPayload(
-            f"path: {path!r} is outside the files root {root}; use a path inside it "
+            f"{field}: {path!r} is outside the files root {root}; use a path inside it "
             "(set [plugins.files] root or JOBCORE_FILES_ROOT to move the root)"
         )
     if joined == root:
-        raise InvalidPayload(f"path: {path!r} is the files root itself, not a file inside it")
+        raise InvalidPayload(f"{field}: {path!r} is the files root itself, not a file inside it")
+    for name in joined.relative_to(root).parts:
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > NAME_MAX:
+            raise InvalidPayload(
+                f"{field}: the name {name[:40]!r}… is {size} bytes; file systems allow "
+                f"at most {NAME_MAX} bytes per file or folder name"
+            )
     return joined
 
 
-def check_path(path: str, config: Config) -> None:
-    """Enqueue-time check (JobType.check)."""
-    lexical_target(files_root(config), path)
-
-
-def resolved_target(root: Path, path: str) -> Path:
-    """The target after following symlinks in its folders; a link leading out fails permanently."""
+def relative_parts(root: Path, path: str, field: str = "path") -> list[str]:
+    """The components of `path` below `root`; a bad path is a `PermanentError` at run time."""
     try:
-        target = lexical_target(root, path)
+        return list(lexical_target(root, path, field).relative_to(root).parts)
     except InvalidPayload as exc:
         raise PermanentError(str(exc)) from None
-    real_parent = Path(os.path.realpath(target.parent))
-    if real_parent != root and root not in real_parent.parents:
-        raise PermanentError(
-            f"{path!r} leads outside the files root {root} through a symlink (to {real_parent})"
-        )
-    real = real_parent / target.name
-    if real.is_symlink():
-        pointee = Path(os.path.realpath(real))
-        if root not in pointee.parents:
-            raise PermanentError(
-                f"{path!r} is a symlink leading outside the files root (to {pointee})"
-            )
-    return real
+
+
+def check_path(path: str, config: Config, field: str = "path") -> None:
+    """Enqueue-time check (JobType.check)."""
+    lexical_target(files_root(config), path, field)
+
+
+def target_key(path: str, config: Config) -> str | None:
+    """What a job writing or deleting `path` leaves its mark on (for `reconcile`)."""
+    root = files_root(config)
+    try:
+        return "file:" + "/".join(lexical_target(root, path).relative_to(root).parts)
+    except InvalidPayload:
+        return None

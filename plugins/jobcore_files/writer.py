@@ -1,14 +1,30 @@
-"""Atomic, durable file writes: temp file in the target folder, fsync, rename, fsync the folder."""
+"""Confined, atomic, durable file writes and deletes under the files root.
+
+Every action is relative to a folder descriptor held from the root down (see
+`confined`): a temp file `.jc-<random>.tmp` in the target folder, fsync, then
+`link` (never clobbers) or `rename` (overwrite) into place and an fsync of the
+folder. Only regular files are read, replaced or deleted; symlinks, FIFOs,
+sockets, devices and jobcore's own files fail permanently.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
-import tempfile
+import secrets
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from jobcore import PermanentError
+from jobcore import Config, PermanentError
+from jobcore_files.confined import Walker, lstat_at, not_regular, open_regular
+from jobcore_files.guard import Guard
+from jobcore_files.paths import FilesSettings, files_root, relative_parts
+
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_CHUNK = 1 << 20
 
 
 def sha256(data: bytes) -> str:
@@ -16,61 +32,230 @@ def sha256(data: bytes) -> str:
 
 
 def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(folder, _ROOT_FLAGS)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def make_parents(root: Path, folder: Path) -> None:
-    """Create `folder` and its missing parents, never through a symlink leading out of `root`."""
-    missing = []
-    current = folder
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    real = Path(os.path.realpath(current))
-    if real != root and root not in real.parents:
-        raise PermanentError(f"folder {current} leads outside the files root {root}")
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path)
-        fsync_dir(path.parent)
+@dataclass
+class Place:
+    """A job's path below the root, with how to walk it and what it must never touch."""
+
+    root: Path
+    parts: list[str]
+    walker: Walker
+    guard: Guard
+
+    @property
+    def shown(self) -> str:
+        return "/".join(self.parts)
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1]
+
+    @classmethod
+    def of(cls, config: Config, path: str, field: str = "path") -> Place:
+        root = files_root(config)
+        resolver = config.plugin_settings("files", FilesSettings).resolve
+        return cls(root, relative_parts(root, path, field), Walker(resolver), Guard.current(config))
+
+    @contextlib.contextmanager
+    def parent(self, *, create: bool) -> Iterator[tuple[int, os.stat_result] | None]:
+        """The held folder of the target and its stat; None when a folder on the way is missing."""
+        root = str(self.root)
+        self.guard.refuse_root(root)
+        if create:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        try:
+            root_fd = os.open(root, _ROOT_FLAGS)
+        except FileNotFoundError:
+            if create:
+                raise
+            yield None
+            return
+        try:
+            root_stat = os.fstat(root_fd)
+            self.guard.refuse(root, root_stat, "", root_stat)
+
+            def visit(fd: int | None, shown: str, parent_fd: int, name: str) -> None:
+                entry = os.fstat(fd) if fd is not None else None
+                self.guard.refuse(shown, os.fstat(parent_fd), name, entry)
+
+            with self.walker.parent(root_fd, self.parts, create=create, visit=visit) as fd:
+                yield None if fd is None else (fd, os.fstat(fd))
+        finally:
+            os.close(root_fd)
+
+
+def _same_content(dir_fd: int, name: str, shown: str, data: bytes) -> tuple[bool, int | None]:
+    """(whether regular file `name` holds exactly `data`, its mode); (False, None) if absent."""
+    opened = open_regular(dir_fd, name, shown)
+    if opened is None:
+        return False, None
+    fd, info = opened
+    try:
+        mode = stat.S_IMODE(info.st_mode) & 0o777  # never setuid/setgid on a job's content
+        if info.st_size != len(data):
+            return False, mode
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(len(data) + 1) == data, mode
+    finally:
+        os.close(fd)
+
+
+def _write_temp(dir_fd: int, data: bytes, mode: int | None) -> str:
+    """A fsynced temp file in `dir_fd` holding `data`; `mode` None means 0666 & ~umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        temp = f".jc-{secrets.token_hex(8)}.tmp"  # short: a 255-byte target name still fits
+        try:
+            fd = os.open(temp, flags, 0o600 if mode is not None else 0o666, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as handle:
+            handle.write(data)
+        if mode is not None:
+            os.fchmod(fd, mode)  # a replaced file keeps its mode
+        os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(fd)
+    return temp
+
+
+def write_place(place: Place, data: bytes, *, overwrite: bool) -> bool:
+    """Write `data` so readers see the old file or the new one, never a part.
+
+    Returns True if written, False if identical content was already there. With
+    `overwrite` false an existing different file is a `PermanentError`.
+    """
+    name, shown = place.name, place.shown
+    with place.parent(create=True) as held:
+        assert held is not None
+        dir_fd, dir_stat = held
+        place.guard.refuse(shown, dir_stat, name, lstat_at(dir_fd, name))
+        same, mode = _same_content(dir_fd, name, shown, data)
+        if same:
+            return False  # an earlier attempt (or someone else) already wrote exactly this
+        if mode is not None and not overwrite:
+            raise _exists(shown)
+        temp = _write_temp(dir_fd, data, mode)
+        try:
+            if overwrite:
+                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            else:
+                try:
+                    os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                except FileExistsError:
+                    if _same_content(dir_fd, name, shown, data)[0]:
+                        return False
+                    raise _exists(shown) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=dir_fd)
+        os.fsync(dir_fd)
+    return True
+
+
+def _exists(shown: str) -> PermanentError:
+    return PermanentError(
+        f"{shown} already exists with different content; enqueue with overwrite: true to replace it"
+    )
+
+
+def delete_place(place: Place) -> bool:
+    """Unlink the regular file at `place`; False if it was not there."""
+    name, shown = place.name, place.shown
+    try:
+        with place.parent(create=False) as held:
+            if held is None:
+                return False
+            dir_fd, dir_stat = held
+            entry = lstat_at(dir_fd, name)
+            if entry is None:
+                return False
+            place.guard.refuse(shown, dir_stat, name, entry)
+            if not stat.S_ISREG(entry.st_mode):
+                raise PermanentError(not_regular(shown, entry) + "; delete_file removes files only")
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return False
+            os.fsync(dir_fd)
+            return True
+    except NotADirectoryError:
+        return False  # a file where a folder would be: nothing to delete below it
+
+
+def digest_place(place: Place) -> str | None:
+    """sha256 of the regular file at `place`, None if absent; anything else is a PermanentError."""
+    try:
+        with place.parent(create=False) as held:
+            if held is None:
+                return None
+            opened = open_regular(held[0], place.name, place.shown)
+            if opened is None:
+                return None
+            fd, _ = opened
+            digest = hashlib.sha256()
+            try:
+                while chunk := os.read(fd, _CHUNK):
+                    digest.update(chunk)
+            finally:
+                os.close(fd)
+            return digest.hexdigest()
+    except NotADirectoryError:
+        return None
+
+
+def exists_place(place: Place) -> bool:
+    """Whether anything (a file, folder, link …) is at `place`, walking no symlink."""
+    try:
+        with place.parent(create=False) as held:
+            return held is not None and lstat_at(held[0], place.name) is not None
+    except NotADirectoryError:
+        return False
+
+
+def check_place(place: Place) -> None:
+    """Fail now (PermanentError) if a write to `place` would be refused, creating nothing."""
+    try:
+        with place.parent(create=False) as held:
+            if held is None:
+                return
+            dir_fd, dir_stat = held
+            entry = lstat_at(dir_fd, place.name)
+            place.guard.refuse(place.shown, dir_stat, place.name, entry)
+            if entry is not None and not stat.S_ISREG(entry.st_mode):
+                raise PermanentError(not_regular(place.shown, entry))
+    except NotADirectoryError:
+        return  # the write itself reports it (and may be retried)
+
+
+# -- the API other plugins use (jobcore_claude writes `target_path` through these) -------
+
+
+def write_file(
+    config: Config, path: str, data: bytes, *, overwrite: bool, field: str = "path"
+) -> bool:
+    """Write `data` atomically to `path` under the files root (see `write_place`)."""
+    return write_place(Place.of(config, path, field), data, overwrite=overwrite)
+
+
+def check_target(config: Config, path: str, field: str = "path") -> None:
+    """Fail permanently now if `path` could never be written (before an expensive step)."""
+    check_place(Place.of(config, path, field))
 
 
 def write_atomic(root: Path, target: Path, data: bytes, *, overwrite: bool) -> bool:
-    """Write `data` to `target` so readers see the old file or the new one, never a part.
-
-    Returns True if the file was written, False if identical content was already
-    there. With `overwrite` false an existing different file is a `PermanentError`.
-    """
-    make_parents(root, target.parent)
-    if target.is_dir():
-        raise PermanentError(f"{target} is a folder, not a file")
-    if target.exists() and target.read_bytes() == data:
-        return False  # an earlier attempt (or someone else) already wrote exactly this
-    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    temp = Path(temp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(temp, target)
-        else:
-            try:
-                os.link(temp, target)  # atomic and never clobbers
-            except FileExistsError:
-                if target.read_bytes() == data:
-                    return False
-                raise PermanentError(
-                    f"{target} already exists with different content; "
-                    "enqueue with overwrite: true to replace it"
-                ) from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-    fsync_dir(target.parent)
-    return True
+    """Compatibility: `write_file` for a `target` below `root` (see `resolved_target`)."""
+    parts = relative_parts(root, str(target))
+    return write_place(Place(root, parts, Walker(), Guard.current()), data, overwrite=overwrite)

@@ -36,9 +36,12 @@ def test_first_run_script_drains_real_jobs_and_shows_stats(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "jobcore.db").exists()  # the default database file
-    assert (tmp_path / "first-run" / "hello.txt").read_text() == "hello from jobcore\n"
+    assert (tmp_path / "jobcore-files" / "hello.txt").read_text() == "hello from jobcore\n"
     assert (tmp_path / "first-run" / "kernel.txt").read_text().strip()
     out = done.stdout
+    assert out.rstrip().endswith(
+        "hello from jobcore\nnext: jobcore list, jobcore show ID, jobcore retry --failed"
+    )
     assert "finished: completed 3, retrying 2, failed 1" in out
     assert re.search(r"create_file\s+0\s+0\s+0\s+1\s+0\s+0", out)
     assert re.search(r"shell\s+0\s+0\s+0\s+2\s+1\s+0", out)

@@ -114,10 +114,28 @@ def test_symlink_leading_out_fails_permanently(queue: Queue, root: Path, tmp_pat
     ):
         job = run_one(queue, "create_file", payload)
         assert job["status"] == "failed" and job["attempts"] == 1
-        assert "outside the files root" in str(job["last_error"])
+        assert "PermanentError: link is a symlink" in str(job["last_error"])
     job = run_one(queue, "delete_file", {"path": "filelink"})
-    assert job["status"] == "failed" and "outside the files root" in str(job["last_error"])
+    assert job["status"] == "failed" and "filelink is a symlink" in str(job["last_error"])
     assert list(outside.iterdir()) == [] and (tmp_path / "secret.txt").read_text() == "secret"
+
+
+def test_a_symlink_inside_the_root_is_not_followed_either(queue: Queue, root: Path) -> None:
+    (root / "real").mkdir()
+    (root / "real" / "kept.txt").write_text("kept")
+    (root / "alias").symlink_to(root / "real")
+    (root / "kept-link").symlink_to(root / "real" / "kept.txt")
+    for job_type, payload in (
+        ("create_file", {"path": "alias/x.txt", "content": "x"}),
+        ("create_file", {"path": "kept-link", "content": "new", "overwrite": True}),
+        ("delete_file", {"path": "alias/kept.txt"}),
+        ("delete_file", {"path": "kept-link"}),
+    ):
+        job = run_one(queue, job_type, payload)
+        assert job["status"] == "failed" and job["attempts"] == 1, job
+        assert "is a symlink; files jobs never follow symlinks" in str(job["last_error"])
+    assert sorted(p.name for p in (root / "real").iterdir()) == ["kept.txt"]
+    assert (root / "kept-link").is_symlink() and (root / "real" / "kept.txt").read_text() == "kept"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,108 @@
+"""jobcore's own files (database and sidecars, config file, agent cache) are never a job's target.
+
+Compared by what is on disk, not by the path a job gave: a folder entered or
+an entry touched is refused when its device and inode are those of an owned
+file or folder, or when it is an owned name in the owned file's folder (the
+database's `-wal`, `-shm`, `-journal` and other `NAME-…` files SQLite makes,
+which may not exist yet).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from jobcore import Config, PermanentError
+from jobcore.config import DEFAULT_CONFIG_FILE
+from jobcore.owned import Kind, owned
+from jobcore.storage.sqlite import sqlite_path
+
+DEFAULT_DB = "jobcore.db"
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+Inode = tuple[int, int]
+
+
+@dataclass
+class Guard:
+    """What no files job may touch, as inodes and as names in folders (by the folder's inode)."""
+
+    inodes: dict[Inode, str] = field(default_factory=dict)
+    names: dict[tuple[int, int, str], str] = field(default_factory=dict)
+    prefixes: dict[Inode, list[tuple[str, str]]] = field(default_factory=dict)
+    folders: list[str] = field(default_factory=list)  # real paths of owned folders
+
+    @classmethod
+    def current(cls, config: Config | None = None) -> Guard:
+        """Everything registered in `jobcore.owned`, the configured database and config file,
+        and the defaults in the working directory (`./jobcore.db`, `./jobcore.toml`) that a
+        later process started there would use."""
+        guard = cls()
+        sources: list[tuple[str, Kind]] = [
+            (DEFAULT_DB, "database"),
+            (DEFAULT_CONFIG_FILE, "config"),
+        ]
+        if config is not None:
+            db = sqlite_path(config.core.db)
+            if db and not db.startswith(":memory:") and not db.startswith("file:"):
+                sources.append((db, "database"))
+            if config.file_name:
+                sources.append((config.file_name, "config"))
+        sources.extend(owned())
+        for path, kind in sources:
+            guard.add(os.path.abspath(path), kind)
+            real = os.path.realpath(path)  # SQLite keeps sidecars beside the file a link names
+            if real != os.path.abspath(path):
+                guard.add(real, kind)
+        return guard
+
+    def add(self, path: str, kind: Kind) -> None:
+        what = {
+            "database": "jobcore's database",
+            "config": "jobcore's config file",
+            "file": "jobcore's own file",
+            "folder": "jobcore's own folder",
+        }[kind]
+        folder, name = os.path.split(path)
+        if kind == "folder":
+            self.folders.append(os.path.realpath(path))
+        try:
+            where = os.stat(folder)
+        except OSError:
+            return  # no folder, so nothing in it to protect yet
+        key = (where.st_dev, where.st_ino)
+        self.names[(*key, name)] = f"{what} {path}"
+        with_sidecars = [name]
+        if kind == "database":
+            self.prefixes.setdefault(key, []).append((f"{name}-", f"a sidecar of {what} {path}"))
+            with_sidecars += [name + suffix for suffix in SQLITE_SIDECARS]
+        for each in with_sidecars:
+            try:
+                info = os.stat(os.path.join(folder, each))
+            except OSError:
+                continue
+            self.inodes[(info.st_dev, info.st_ino)] = f"{what} {path}"
+
+    def refuse(
+        self, shown: str, parent: os.stat_result, name: str, entry: os.stat_result | None
+    ) -> None:
+        """Raise `PermanentError` if `name` in folder `parent` (now `entry`) is jobcore's own."""
+        why = self.names.get((parent.st_dev, parent.st_ino, name))
+        if why is None:
+            for prefix, what in self.prefixes.get((parent.st_dev, parent.st_ino), ()):
+                if name.startswith(prefix):
+                    why = what
+                    break
+        if why is None and entry is not None:
+            why = self.inodes.get((entry.st_dev, entry.st_ino))
+        if why is not None:
+            raise PermanentError(f"{shown} is {why}; files jobs never touch jobcore's own files")
+
+    def refuse_root(self, root: str) -> None:
+        """Raise `PermanentError` if the files root (a real path) is inside an owned folder."""
+        for folder in self.folders:
+            if os.path.commonpath([root, folder]) == folder:
+                raise PermanentError(
+                    f"the files root {root} is inside jobcore's own folder {folder}; "
+                    "set [plugins.files] root to a folder of its own"
+                )

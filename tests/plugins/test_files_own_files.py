@@ -1,0 +1,149 @@
+"""files plugin: jobcore's own files (database, sidecars, config, agent cache) are never a target.
+
+Real worker processes in a folder of their own, with the default `./jobcore.db`
+and `./jobcore.toml` beside them, as a first-time user has them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import jobcore_files
+import pytest
+from filesenv import Cli
+from jobcore_agent.commands import read_token
+from jobcore_agent.settings import AgentSettings
+
+from jobcore import PermanentError
+from jobcore.config import Config
+from jobcore.owned import own
+
+CONFIG = "[jobcore]\nmax_attempts = 2\n"
+HOSTILE_CONFIG = '[plugins.files]\nroot = "/"\n'
+
+
+def test_the_default_root_is_a_folder_of_its_own_not_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "jobcore.toml").write_text(CONFIG)
+    cli = Cli(tmp_path)
+    deleted = cli.enqueue("delete_file", {"path": "jobcore.db", "require_exists": True})
+    planted = cli.enqueue(
+        "create_file", {"path": "jobcore.toml", "content": HOSTILE_CONFIG, "overwrite": True}
+    )
+    hello = cli.enqueue("create_file", {"path": "hello.txt", "content": "hi"})
+    cli.drain()
+    assert (tmp_path / "jobcore.db").exists()  # the queue and its history survived
+    assert (tmp_path / "jobcore.toml").read_text() == CONFIG
+    jobs = cli.jobs()
+    assert jobs[hello]["status"] == "completed"
+    assert jobs[deleted]["status"] == "failed"  # there is no jobcore.db in the files root
+    assert jobs[planted]["status"] == "completed"  # harmless: nothing reads it there
+    folder = tmp_path / "jobcore-files"
+    assert (folder / "hello.txt").read_text() == "hi"
+    assert (folder / "jobcore.toml").read_text() == HOSTILE_CONFIG
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 & ~current_umask()
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+REFUSED = [
+    ("delete_file", {"path": "jobcore.db"}, "jobcore's database"),
+    ("delete_file", {"path": "jobcore.db-wal"}, "a sidecar of jobcore's database"),
+    ("delete_file", {"path": "./jobcore.db-shm"}, "a sidecar of jobcore's database"),
+    ("create_file", {"path": "jobcore.db-journal", "content": "hot"}, "a sidecar of jobcore's"),
+    (
+        "create_file",
+        {"path": "jobcore.toml", "content": HOSTILE_CONFIG, "overwrite": True},
+        "jobcore's config file",
+    ),
+    ("create_file", {"path": "db-alias", "content": "x", "overwrite": True}, "jobcore's database"),
+    ("delete_file", {"path": "db-alias"}, "jobcore's database"),
+]
+
+
+def test_a_root_holding_jobcores_files_still_refuses_them(tmp_path: Path) -> None:
+    (tmp_path / "jobcore.toml").write_text(CONFIG)
+    cli = Cli(tmp_path, JOBCORE_FILES_ROOT=".")
+    cli.enqueue("noop", {})  # makes the database
+    os.link(tmp_path / "jobcore.db", tmp_path / "db-alias")  # another name, the same inode
+    ids = [cli.enqueue(job_type, payload) for job_type, payload, _ in REFUSED]
+    cli.drain("--concurrency", "1")  # the database is open (with -wal, -shm) while jobs run
+    jobs = cli.jobs()
+    for job_id, (_, payload, why) in zip(ids, REFUSED, strict=True):
+        shown = jobs[job_id]
+        assert shown["status"] == "failed" and shown["attempts"] == 1, (payload, shown)
+        assert why in shown["last_error"], shown["last_error"]
+        assert "files jobs never touch jobcore's own files" in shown["last_error"]
+    assert (tmp_path / "jobcore.toml").read_text() == CONFIG
+    assert not (tmp_path / "jobcore.db-journal").exists()
+    assert (tmp_path / "db-alias").stat().st_ino == (tmp_path / "jobcore.db").stat().st_ino
+
+
+def test_the_config_and_database_in_use_are_refused_wherever_they_are(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "settings.toml").write_text(CONFIG)
+    cli = Cli(
+        tmp_path,
+        "--db",
+        str(data / "queue.sqlite"),
+        "--config",
+        str(data / "settings.toml"),
+        JOBCORE_FILES_ROOT=str(data),
+    )
+    ids = [
+        cli.enqueue("delete_file", {"path": "queue.sqlite"}),
+        cli.enqueue("create_file", {"path": "settings.toml", "content": "x", "overwrite": True}),
+        cli.enqueue("create_file", {"path": "queue.sqlite-mj1234", "content": "x"}),
+        cli.enqueue("create_file", {"path": "fine.txt", "content": "x"}),
+    ]
+    cli.drain()
+    jobs = cli.jobs()
+    statuses = [jobs[job_id]["status"] for job_id in ids]
+    assert statuses == ["failed", "failed", "failed", "completed"]
+    assert (data / "queue.sqlite").exists() and (data / "settings.toml").read_text() == CONFIG
+
+
+def test_the_agent_token_file_is_never_a_target(tmp_path: Path) -> None:
+    token = tmp_path / "agent.token"
+    token.write_text("secret-token\n")
+    assert read_token(AgentSettings(token_file=str(token))) == "secret-token"  # registers it
+    config = Config(file={"plugins": {"files": {"root": str(tmp_path)}}})
+    for path in ("agent.token", str(token)):
+        with pytest.raises(PermanentError, match="is jobcore's own file"):
+            jobcore_files.write_file(config, path, b"attacker-token", overwrite=True)
+    assert token.read_text() == "secret-token\n"
+
+
+def test_an_owned_folder_such_as_the_agent_cache_is_never_entered(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    cache = root / "agent-cache"
+    (cache / "artifacts").mkdir(parents=True)
+    own(cache, "folder")  # what `jobcore agent` does with its --cache-dir
+    config = Config(file={"plugins": {"files": {"root": str(root)}}})
+    for path in ("agent-cache/artifacts/solver", "agent-cache/outbox.db"):
+        with pytest.raises(PermanentError, match="jobcore's own folder"):
+            jobcore_files.write_file(config, path, b"#!/bin/sh\n", overwrite=True)
+    assert list((cache / "artifacts").iterdir()) == []
+    inside = Config(file={"plugins": {"files": {"root": str(cache / "artifacts")}}})
+    with pytest.raises(PermanentError, match="is inside jobcore's own folder"):
+        jobcore_files.write_file(inside, "solver", b"x", overwrite=True)
+
+
+def test_a_database_named_through_a_symlink_keeps_its_real_sidecars(tmp_path: Path) -> None:
+    real = tmp_path / "data"
+    real.mkdir()
+    (tmp_path / "queue.db").symlink_to(real / "real.db")
+    cli = Cli(tmp_path, "--db", "queue.db", JOBCORE_FILES_ROOT=str(real))
+    job = cli.enqueue("create_file", {"path": "real.db-journal", "content": "hot journal"})
+    cli.drain()
+    shown = cli.jobs()[job]
+    assert shown["status"] == "failed" and "a sidecar of jobcore's database" in shown["last_error"]
+    assert not (real / "real.db-journal").exists() and (real / "real.db").exists()
