@@ -136,6 +136,9 @@ class Guard:
         except OSError as exc:
             self.send({"error": [exc.errno, exc.strerror, exc.filename]})
             os._exit(0)
+        except (ValueError, TypeError) as exc:  # a NUL in an argument, an unencodable string
+            self.send({"invalid": str(exc)})
+            os._exit(0)
         self.main = child.pid
         child.returncode = 0  # the guard reaps every child itself (waitpid(-1))
         self.send({"pid": child.pid})

@@ -132,7 +132,8 @@ def spawn(
     """Start `args` (no shell: pass ["/bin/sh", "-c", cmd] for one) under a guard.
 
     Raises the OSError the command's start raised (FileNotFoundError,
-    NotADirectoryError for `cwd`, PermissionError), as `subprocess.Popen` would.
+    NotADirectoryError for `cwd`, PermissionError), as `subprocess.Popen` would, and
+    ValueError for arguments no program can receive (an embedded NUL).
     """
     sock, theirs = socket.socketpair()
     try:
@@ -162,6 +163,8 @@ def spawn(
         error = reply.get("error")
         if isinstance(error, list) and len(error) == 3:
             raise OSError(*error)
+        if "invalid" in reply:
+            raise ValueError(f"cannot start the command: {reply['invalid']}")
         raise OSError(f"the command's guard failed to start (exit {popen.returncode})")
     return GuardedProcess(popen, ours, int(reply["pid"]))
 
