@@ -28,6 +28,7 @@ from typing import IO, Any
 GUARD = str(Path(__file__).with_name("_guard.py"))
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL to the tree
 _LAST_RESORT = 5.0  # seconds given to the guard to report before its group is killed
+_STARTUP = 60.0  # seconds a guard may take to start the command (a loaded machine)
 
 Stream = int | IO[Any] | None
 
@@ -66,7 +67,7 @@ class GuardedProcess:
 
     def _settle(self) -> int:
         if self.returncode is None:
-            code = self._channel.read(blocking=False).get("exit")
+            code = self._channel.read(wait=0).get("exit")
             self.returncode = code if isinstance(code, int) else self.popen.returncode
             self._channel.close()
         assert self.returncode is not None
@@ -100,13 +101,13 @@ class _Channel:
         with contextlib.suppress(OSError):
             self.sock.sendall(message + b"\n")
 
-    def read(self, *, blocking: bool) -> dict[str, Any]:
-        """The guard's next message ({} at EOF, or when nothing waits and not `blocking`)."""
-        self.sock.setblocking(blocking)
+    def read(self, *, wait: float) -> dict[str, Any]:
+        """The guard's next message ({} at EOF, or when none came within `wait` seconds)."""
+        self.sock.settimeout(wait)
         while b"\n" not in self._buffer:
             try:
                 chunk = self.sock.recv(65536)
-            except OSError:  # BlockingIOError included
+            except OSError:  # a timeout included
                 return {}
             if not chunk:
                 return {}
@@ -154,7 +155,7 @@ def spawn(
     spec = {"args": list(args), "cwd": cwd, "env": None if env is None else dict(env)}
     try:
         ours.sock.sendall(json.dumps({**spec, "grace": grace}).encode() + b"\n")
-        reply = ours.read(blocking=True)
+        reply = ours.read(wait=_STARTUP)
     except BaseException:
         _abandon(popen, ours)
         raise
@@ -165,7 +166,7 @@ def spawn(
             raise OSError(*error)
         if "invalid" in reply:
             raise ValueError(f"cannot start the command: {reply['invalid']}")
-        raise OSError(f"the command's guard failed to start (exit {popen.returncode})")
+        raise OSError(f"the command's guard did not start it (guard exit {popen.returncode})")
     return GuardedProcess(popen, ours, int(reply["pid"]))
 
 
