@@ -138,3 +138,21 @@ def test_exit_code_and_signal_of_the_command_are_reported(queue: Queue) -> None:
     job = queue.enqueue("shell", {"command": "kill -TERM $$"}, max_attempts=1).job
     drain(queue)
     assert f"exit code {-signal.SIGTERM}" in (queue.get(job.id).last_error or "")
+
+
+def test_commands_outlive_a_killed_guard_server_and_a_new_one_starts(tmp_path: Path) -> None:
+    """The per-process guard server only forks guards: its death stops no running command."""
+    from jobcore import subprocesses
+
+    running = subprocesses.spawn(
+        ["sh", "-c", f"echo started > {tmp_path / 'a'}; sleep 0.5; exit 4"]
+    )
+    wait_for((tmp_path / "a").exists)
+    server = subprocesses._server._popen
+    assert server is not None
+    server.kill()
+    server.wait()
+    assert running.wait(10) == 4  # ran to its end, its exit code reported
+    again = subprocesses.spawn(["sh", "-c", "exit 5"])
+    assert again.wait(10) == 5
+    assert subprocesses._server._popen is not server
