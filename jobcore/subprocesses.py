@@ -238,7 +238,10 @@ def spawn(
     raised (FileNotFoundError, NotADirectoryError for `cwd`, PermissionError), and
     ValueError for arguments no program can receive (an embedded NUL, an empty list).
     """
-    spec = _spec(args, cwd, env, grace)  # ValueError before anything starts
+    if cwd is None:  # the worker's folder and environment now, not when the server started
+        with contextlib.suppress(OSError):
+            cwd = os.getcwd()
+    spec = _spec(args, cwd, os.environ if env is None else env, grace)  # ValueError first
     ours, theirs = socket.socketpair()
     streams = [
         _stream(stdin, reading=False),

@@ -156,3 +156,20 @@ def test_commands_outlive_a_killed_guard_server_and_a_new_one_starts(tmp_path: P
     again = subprocesses.spawn(["sh", "-c", "exit 5"])
     assert again.wait(10) == 5
     assert subprocesses._server._popen is not server
+
+
+def test_a_command_sees_the_workers_environment_and_folder_of_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard server started earlier; the command still gets today's env and cwd."""
+    from jobcore import subprocesses
+
+    subprocesses.spawn(["true"]).wait(10)
+    monkeypatch.setenv("JOBCORE_TEST_LATE", "yes")
+    monkeypatch.chdir(tmp_path)
+    proc = subprocesses.spawn(
+        ["sh", "-c", 'echo "$JOBCORE_TEST_LATE $(pwd)"'], stdout=subprocesses.PIPE
+    )
+    assert proc.wait(10) == 0 and proc.stdout is not None
+    assert proc.stdout.read().decode() == f"yes {tmp_path}\n"
+    proc.stdout.close()
