@@ -89,6 +89,20 @@ def _validate(model: type[M], values: Mapping[str, tuple[Any, str]], where: str)
         raise ConfigError(f"bad setting {name!r} from {source}: {message}") from None
 
 
+def _check_tables(file: Mapping[str, Any], file_name: str) -> None:
+    """`[types]`, `[plugins]` and each `[types.X]` / `[plugins.X]` in them must be tables."""
+    for section in ("types", "plugins"):
+        table = file.get(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{section!r} in {file_name} must be a table ([{section}.NAME])")
+        for name, value in table.items():
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"[{section}.{name}] in {file_name} must be a table, "
+                    f"not {type(value).__name__} {value!r}"
+                )
+
+
 class Config:
     """Loaded configuration: core settings plus raw per-type and per-plugin tables."""
 
@@ -107,6 +121,7 @@ class Config:
         core_table = self._file.get("jobcore", {})
         if not isinstance(core_table, dict):
             raise ConfigError(f"[jobcore] in {file_name} must be a table")
+        _check_tables(self._file, file_name)
         for name, value in core_table.items():
             values[name] = (value, f"{file_name} [jobcore]")
         for name in CoreSettings.model_fields:

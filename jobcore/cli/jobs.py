@@ -38,24 +38,38 @@ def _parse_object(text: str, where: str) -> dict[str, Any]:
     return value
 
 
+def _text(data: bytes, where: str) -> str:
+    """`data` decoded as UTF-8, or InvalidPayload naming `where` and the offending byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidPayload(
+            f"{where} is not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        ) from None
+
+
 def read_payload(arg: str | None) -> dict[str, Any]:
     """PAYLOAD is a JSON object, `-` for stdin, or `@file`; absent means `{}`."""
     if arg is None:
         return {}
     if arg == "-":
-        return _parse_object(sys.stdin.read(), "payload from stdin")
+        where = "payload from stdin"
+        return _parse_object(_text(sys.stdin.buffer.read(), where), where)
     if arg.startswith("@"):
+        where = f"payload file {arg[1:]}"
         try:
-            with open(arg[1:], encoding="utf-8") as handle:
-                return _parse_object(handle.read(), f"payload file {arg[1:]}")
+            with open(arg[1:], "rb") as handle:
+                data = handle.read()
         except OSError as exc:
             raise InvalidPayload(f"cannot read payload file {arg[1:]}: {exc.strerror}") from None
+        return _parse_object(_text(data, where), where)
     return _parse_object(arg, "payload")
 
 
-def read_lines(handle: IO[str], name: str) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, payload) for each non-blank line of a JSONL file."""
-    for number, line in enumerate(handle, start=1):
+    for number, raw in enumerate(handle, start=1):
+        line = _text(raw, f"{name} line {number}")
         if line.strip():
             yield number, _parse_object(line, f"{name} line {number}")
 
@@ -66,7 +80,7 @@ def read_lines(handle: IO[str], name: str) -> Iterator[tuple[int, dict[str, Any]
 @click.option(
     "--from",
     "from_file",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),
     help="JSONL file: one payload object per line, all in one transaction.",
 )
 @click.option("--queue", type=NON_EMPTY, help="Named queue (default: the type's, else 'default').")
@@ -88,7 +102,7 @@ def enqueue(
     state: CliState,
     job_type: str,
     payload: str | None,
-    from_file: IO[str] | None,
+    from_file: IO[bytes] | None,
     as_json: bool,
     **options: Any,
 ) -> None:

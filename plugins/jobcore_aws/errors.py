@@ -9,8 +9,10 @@ from typing import TypeVar
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    InvalidRegionError,
     NoCredentialsError,
     NoRegionError,
+    ParamValidationError,
     PartialCredentialsError,
 )
 
@@ -61,6 +63,8 @@ def classified(what: str) -> Iterator[None]:
         raise PermanentError(text) from None
     except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
         raise PermanentError(f"{what}: {exc}; configure AWS credentials and region") from None
+    except (ParamValidationError, InvalidRegionError) as exc:  # refused before any request
+        raise PermanentError(f"{what}: {exc}") from None
     except BotoCoreError as exc:  # endpoint unreachable, timeouts, broken responses
         raise AwsTransientError(f"{what}: {exc}") from None
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from jobcore import Payload
+
+# what botocore accepts as a bucket name before sending anything (AWS's own rules are
+# stricter for new buckets; those are the service's answer, a permanent failure)
+BUCKET_NAME = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
 
 ResourceType = Literal["s3_bucket", "sqs_queue", "sns_topic", "ssm_parameter", "dynamodb_table"]
 
@@ -21,19 +26,23 @@ class AwsSettings(BaseModel):
     region: str | None = None
 
 
+# A field left out (or null) leaves that part of the resource as it is: `tags: {}` removes
+# every tag, a missing `tags` keeps them; `attributes` sets the attributes it names only.
+
+
 class S3BucketConfig(Payload):
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] | None = None  # None: leave the tags as they are
     versioning: bool | None = None  # None: leave versioning as it is
 
 
 class SqsQueueConfig(Payload):
-    attributes: dict[str, str] = Field(default_factory=dict)
-    tags: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, str] | None = None  # the attributes named are set, others kept
+    tags: dict[str, str] | None = None
 
 
 class SnsTopicConfig(Payload):
-    attributes: dict[str, str] = Field(default_factory=dict)
-    tags: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, str] | None = None
+    tags: dict[str, str] | None = None
 
 
 class SsmParameterConfig(Payload):
@@ -90,6 +99,11 @@ class SyncAws(Payload):
 
     @model_validator(mode="after")
     def _config_fits_type(self) -> SyncAws:
+        if self.resource_type == "s3_bucket" and not BUCKET_NAME.fullmatch(self.resource_id):
+            raise ValueError(
+                f"resource_id: {self.resource_id!r} is not a valid S3 bucket name "
+                "(letters, digits, '.', '-', '_'; at most 255)"
+            )
         if self.action == "delete" and not self.config:
             return self
         try:
@@ -101,7 +115,8 @@ class SyncAws(Payload):
                 for e in exc.errors()
             )
             raise ValueError(f"config for {self.resource_type}: {problems}") from None
-        self.config = parsed.model_dump(mode="json")
+        # only what the producer gave: a default stored here would later read as an order
+        self.config = parsed.model_dump(mode="json", exclude_unset=True)
         return self
 
     def parsed_config(self) -> Any:

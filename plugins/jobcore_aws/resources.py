@@ -61,7 +61,7 @@ class S3Bucket:
             {"NoSuchTagSet", "NoSuchTagSetError"}, lambda: client.get_bucket_tagging(Bucket=name)
         )
         current = {t["Key"]: t["Value"] for t in (tagging or {}).get("TagSet", [])}
-        if current != config.tags:
+        if config.tags is not None and current != config.tags:
             if config.tags:
                 tag_set = [{"Key": k, "Value": v} for k, v in sorted(config.tags.items())]
                 client.put_bucket_tagging(Bucket=name, Tagging={"TagSet": tag_set})
@@ -101,16 +101,21 @@ class SqsQueue:
     def upsert(self, client: Client, name: str, config: SqsQueueConfig) -> list[str]:
         url = self._url(client, name)
         if url is None:
-            client.create_queue(QueueName=name, Attributes=config.attributes, tags=config.tags)
+            client.create_queue(
+                QueueName=name, Attributes=config.attributes or {}, tags=config.tags or {}
+            )
             return ["created queue"]
         changes = []
-        current = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]).get(
-            "Attributes", {}
-        )
-        differing = {k: v for k, v in config.attributes.items() if current.get(k) != v}
-        if differing:
-            client.set_queue_attributes(QueueUrl=url, Attributes=differing)
-            changes.append(f"set attributes {sorted(differing)}")
+        if config.attributes:
+            current = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]).get(
+                "Attributes", {}
+            )
+            differing = {k: v for k, v in config.attributes.items() if current.get(k) != v}
+            if differing:
+                client.set_queue_attributes(QueueUrl=url, Attributes=differing)
+                changes.append(f"set attributes {sorted(differing)}")
+        if config.tags is None:
+            return changes
         to_set, to_remove = _tag_diff(
             client.list_queue_tags(QueueUrl=url).get("Tags", {}), config.tags
         )
@@ -146,15 +151,20 @@ class SnsTopic:
     def upsert(self, client: Client, name: str, config: SnsTopicConfig) -> list[str]:
         arn = self._arn(client, name)
         if arn is None:
-            tags = [{"Key": k, "Value": v} for k, v in sorted(config.tags.items())]
-            client.create_topic(Name=name, Attributes=config.attributes, Tags=tags)
+            tags = [{"Key": k, "Value": v} for k, v in sorted((config.tags or {}).items())]
+            client.create_topic(Name=name, Attributes=config.attributes or {}, Tags=tags)
             return ["created topic"]
         changes = []
-        current = client.get_topic_attributes(TopicArn=arn).get("Attributes", {})
-        for key, value in sorted(config.attributes.items()):
-            if current.get(key) != value:
-                client.set_topic_attributes(TopicArn=arn, AttributeName=key, AttributeValue=value)
-                changes.append(f"set attribute {key}")
+        if config.attributes:
+            current = client.get_topic_attributes(TopicArn=arn).get("Attributes", {})
+            for key, value in sorted(config.attributes.items()):
+                if current.get(key) != value:
+                    client.set_topic_attributes(
+                        TopicArn=arn, AttributeName=key, AttributeValue=value
+                    )
+                    changes.append(f"set attribute {key}")
+        if config.tags is None:
+            return changes
         listed = client.list_tags_for_resource(ResourceArn=arn).get("Tags", [])
         to_set, to_remove = _tag_diff({t["Key"]: t["Value"] for t in listed}, config.tags)
         if to_set:

@@ -3,16 +3,14 @@
 Failed jobs stay in the jobs table (one source of truth); `jobcore dlq …`
 lists, groups, retries, exports and purges them. Each job that ends `failed`
 can trigger a shell command (the job as JSON on stdin) and/or an HTTP POST of
-the job as JSON; a failing notifier is logged and never affects the queue.
+the job as JSON, sent in the background (`jobcore_dlq.notify`); a failing or slow
+notifier is logged and never affects the queue nor holds up the worker.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import urllib.error
-import urllib.request
 from typing import Any
 
 import click
@@ -20,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jobcore import Config, Job, hookimpl
 from jobcore.config import PositiveSeconds
+from jobcore_dlq.notify import Notifier
 
 log = logging.getLogger("jobcore.dlq")
 
@@ -39,6 +38,7 @@ class DlqPlugin:
 
     def __init__(self) -> None:
         self.settings = DlqSettings()
+        self.notifier = Notifier()
 
     @hookimpl
     def jobcore_configure(self, config: Config) -> None:
@@ -56,49 +56,11 @@ class DlqPlugin:
         if not (settings.notify_command or settings.notify_url):
             return
         body = json.dumps({**job.to_json(), "event": "failed"}).encode()
-        if settings.notify_command:
-            self._run_command(settings, job, body)
-        if settings.notify_url:
-            self._post(settings, job, body)
+        self.notifier.submit(settings, job.id, body)  # sent in the background
 
-    @staticmethod
-    def _run_command(settings: DlqSettings, job: Job, body: bytes) -> None:
-        try:
-            done = subprocess.run(
-                settings.notify_command or "",
-                shell=True,
-                input=body,
-                capture_output=True,
-                timeout=settings.notify_timeout,
-            )
-        except subprocess.TimeoutExpired:
-            log.error(
-                "dlq notify_command timed out after %gs for job %s", settings.notify_timeout, job.id
-            )
-            return
-        if done.returncode != 0:
-            log.error(
-                "dlq notify_command exited %d for job %s: %s",
-                done.returncode,
-                job.id,
-                done.stderr.decode(errors="replace").strip()[-500:],
-            )
-
-    @staticmethod
-    def _post(settings: DlqSettings, job: Job, body: bytes) -> None:
-        request = urllib.request.Request(
-            settings.notify_url or "",
-            data=body,
-            method="POST",
-            headers={"content-type": "application/json", "user-agent": "jobcore-dlq"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=settings.notify_timeout) as response:
-                response.read()
-        except urllib.error.HTTPError as exc:
-            log.error("dlq notify_url answered %d for job %s", exc.code, job.id)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            log.error("dlq notify_url failed for job %s: %s", job.id, exc)
+    @hookimpl
+    def jobcore_worker_stopped(self, worker: str) -> None:
+        self.notifier.flush()
 
 
 plugin = DlqPlugin()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from jobcore import (
     Interrupted,
@@ -21,6 +23,21 @@ from jobcore_shell.runner import run_command
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
+MAX_ARG_STRLEN = 131072  # Linux: the longest single argv or environment string, NUL included
+
+
+def os_string(value: str, what: str, *, limit: int = MAX_ARG_STRLEN) -> str:
+    """`value` as the kernel can take it in argv, envp or a path: no NUL, encodable, bounded."""
+    if "\0" in value:
+        raise ValueError(f"{what} contains a NUL character, which no program can receive")
+    try:
+        size = len(os.fsencode(value))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} holds a lone surrogate, which cannot be encoded") from None
+    if size >= limit:
+        raise ValueError(f"{what} is {size} bytes; the kernel takes at most {limit - 1}")
+    return value
+
 
 class ShellPayload(Payload):
     command: str | None = Field(default=None, min_length=1, description="run through /bin/sh -c")
@@ -32,11 +49,41 @@ class ShellPayload(Payload):
     timeout: Duration | None = None
     output_limit: int = Field(default=65536, ge=0, description="bytes kept per stream (the tail)")
 
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        return None if value is None else os_string(value, "the command")
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, value: list[str] | None) -> list[str] | None:
+        for index, item in enumerate(value or ()):
+            os_string(item, f"element {index}")
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None) -> str | None:
+        return None if value is None else os_string(value, "the path", limit=4096)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, item in (value or {}).items():
+            if not name or "=" in name:
+                raise ValueError(f"variable name {name!r} is empty or holds '='")
+            os_string(name, f"variable name {name!r}")
+            os_string(f"{name}={item}", f"variable {name!r}")
+        return value
+
     @model_validator(mode="after")
     def _one_of(self) -> ShellPayload:
         if (self.command is None) == (self.argv is None):
             raise ValueError("give exactly one of command or argv")
         return self
+
+
+NEVER_STARTS = {errno.E2BIG, errno.ENOEXEC, errno.ENAMETOOLONG, errno.ELOOP, errno.EISDIR}
 
 
 class CommandFailed(JobcoreError):
@@ -67,6 +114,10 @@ def run_shell(payload: ShellPayload, ctx: JobContext) -> dict[str, Any]:
         raise PermanentError(f"cannot run {args!r}: cwd {payload.cwd!r}: {exc.strerror}") from None
     except PermissionError as exc:
         raise PermanentError(f"cannot run {args!r}: {exc.strerror}: {exc.filename}") from None
+    except OSError as exc:
+        if exc.errno in NEVER_STARTS:
+            raise PermanentError(f"cannot run the command: {exc.strerror}") from None
+        raise  # out of processes or memory: may work next time
     result = {
         "exit_code": finished.exit_code,
         "stdout": finished.stdout.text(),

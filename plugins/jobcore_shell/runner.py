@@ -1,10 +1,9 @@
-"""Running a command in its own process group with bounded output capture."""
+"""Running a command under its guard (`jobcore.subprocesses`) with bounded output capture."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -13,7 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL to the group
+from jobcore.subprocesses import STOP_GRACE, GuardedProcess, shell_args, spawn
+
+KILL_GRACE = STOP_GRACE  # seconds between SIGTERM and SIGKILL to the command's tree
 
 
 class TailBuffer:
@@ -43,6 +44,11 @@ class TailBuffer:
         return b"".join(self._chunks).decode("utf-8", errors="replace")
 
 
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(OSError), stream:  # a command that stops reading: its business
+        stream.write(data)
+
+
 def _pump(stream: IO[bytes], buffer: TailBuffer) -> None:
     with stream:
         fd = stream.fileno()
@@ -59,21 +65,9 @@ class Finished:
     stopped: str | None  # "timeout" or the caller's stop reason, when the group was killed
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the whole process group, then SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        if wait is None:
-            break
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        break
-    with contextlib.suppress(ProcessLookupError):  # grandchildren that ignored SIGTERM
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def kill_group(proc: GuardedProcess) -> None:
+    """End the command's whole tree (its group and whatever left it): SIGTERM, then SIGKILL."""
+    proc.stop(KILL_GRACE)
 
 
 def run_command(
@@ -85,19 +79,21 @@ def run_command(
     timeout: float | None,
     output_limit: int,
     should_stop: Callable[[], str | None],
+    input: bytes | None = None,
 ) -> Finished:
-    """Run to completion, or until `timeout` or `should_stop()` returns a reason; then kill the group."""
+    """Run to completion, or until `timeout` or `should_stop()` returns a reason; then kill
+    the command's tree. `input`, when given, is written to its stdin (else /dev/null)."""
     started = time.perf_counter()
     full_env = None if env is None else {**os.environ, **env}
-    proc = subprocess.Popen(
-        args,
-        shell=shell,
+    argv = list(args) if not isinstance(args, str) else shell_args(args) if shell else [args]
+    proc = spawn(
+        argv,
         cwd=cwd,
         env=full_env,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group, so we can kill grandchildren too
+        grace=KILL_GRACE,
     )
     assert proc.stdout is not None and proc.stderr is not None
     out, err = TailBuffer(output_limit), TailBuffer(output_limit)
@@ -105,6 +101,9 @@ def run_command(
         threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
         threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True),
     ]
+    if input is not None:
+        assert proc.stdin is not None
+        pumps.append(threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True))
     for pump in pumps:
         pump.start()
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -126,13 +125,11 @@ def run_command(
     except BaseException:  # should_stop() raised, or an interrupt: the command does not outlive us
         kill_group(proc)
         raise
-    if stopped is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # nothing of the command outlives it
-    for pump in pumps:  # a process that left the group may hold the pipes: do not wait long
+    # the guard killed whatever was left of the tree before it exited: the pipes are closed
+    for pump in pumps:
         pump.join(5 if stopped is None else 0.5)
     return Finished(
-        exit_code=proc.returncode,
+        exit_code=proc.wait(),
         stdout=out,
         stderr=err,
         duration_ms=(time.perf_counter() - started) * 1000,

@@ -337,3 +337,59 @@ def test_throttling_and_server_errors_are_retried(
         assert job["status"] == "failed" and job["attempts"] == 1
     finally:
         proxy.close()
+
+
+def test_an_upsert_leaves_out_tags_and_keeps_them(queue: Queue, endpoint: str) -> None:
+    """Issue 22 item 8: a field left out is left alone; only `tags: {}` clears them."""
+    kept = {"cost-center": "42", "owner": "ops"}
+    s3 = aws("s3", endpoint)
+    s3.create_bucket(Bucket="jc-tagged", CreateBucketConfiguration={"LocationConstraint": REGION})
+    tag_set = [{"Key": k, "Value": v} for k, v in kept.items()]
+    s3.put_bucket_tagging(Bucket="jc-tagged", Tagging={"TagSet": tag_set})
+    assert changes(sync(queue, "s3_bucket", "jc-tagged", versioning=True)) == ["versioning enabled"]
+    bucket_tags = s3.get_bucket_tagging(Bucket="jc-tagged")["TagSet"]
+    assert {t["Key"]: t["Value"] for t in bucket_tags} == kept
+
+    sqs = aws("sqs", endpoint)
+    url = sqs.create_queue(QueueName="jc-tagged", tags=kept)["QueueUrl"]
+    assert changes(sync(queue, "sqs_queue", "jc-tagged", attributes={"DelaySeconds": "5"})) == [
+        "set attributes ['DelaySeconds']"
+    ]
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == kept
+
+    sns = aws("sns", endpoint)
+    arn = sns.create_topic(Name="jc-tagged", Tags=tag_set)["TopicArn"]
+    assert changes(sync(queue, "sns_topic", "jc-tagged", attributes={"DisplayName": "A"})) == [
+        "set attribute DisplayName"
+    ]
+    topic_tags = sns.list_tags_for_resource(ResourceArn=arn)["Tags"]
+    assert {t["Key"]: t["Value"] for t in topic_tags} == kept
+
+    assert changes(sync(queue, "sqs_queue", "jc-tagged", tags={})) == ["set tags"]
+    assert sqs.list_queue_tags(QueueUrl=url).get("Tags", {}) == {}
+    assert changes(sync(queue, "s3_bucket", "jc-tagged", tags={})) == ["set tags"]
+
+
+def test_the_stored_config_holds_only_what_was_given(queue: Queue) -> None:
+    job = queue.enqueue(
+        "sync_aws", {"resource_type": "sqs_queue", "resource_id": "q", "config": {"tags": {}}}
+    ).job
+    assert job.payload["config"] == {"tags": {}}
+
+
+def test_a_bucket_name_boto_refuses_is_refused_at_enqueue(queue: Queue) -> None:
+    with pytest.raises(InvalidPayload, match=r"resource_id.*not a valid S3 bucket name"):
+        queue.enqueue("sync_aws", {"resource_type": "s3_bucket", "resource_id": "a b/c"})
+
+
+def test_a_parameter_boto_refuses_fails_permanently_at_once(queue: Queue) -> None:
+    """Issue 22 item 16: botocore's ParamValidationError is no transient error."""
+    job = sync(
+        queue,
+        "dynamodb_table",
+        "jc-param",
+        key_schema=[{"AttributeName": "", "KeyType": "HASH"}],
+        attribute_definitions=[{"AttributeName": "", "AttributeType": "S"}],
+    )
+    assert job["status"] == "failed" and job["attempts"] == 1, job["errors"]
+    assert "Parameter validation failed" in job["last_error"]

@@ -107,11 +107,32 @@ def test_missing_program_and_cwd_fail_permanently(queue: Queue, tmp_path: Path) 
         ({"command": "ls", "timeout": "soon"}, "timeout"),
         ({"command": "ls", "shell": "/bin/bash"}, "shell: unknown field"),
         ({"command": "ls", "env": {"A": 1}}, "env.A"),
+        # issue 22 item 16: payloads no program can ever receive are refused, naming the field
+        ({"command": "echo a\0b"}, "command.*NUL"),
+        ({"argv": ["echo", "a\0b"]}, "argv.*element 1 contains a NUL"),
+        ({"argv": ["echo", "x" * 200 * 1024]}, "argv.*element 1 is 204800 bytes"),
+        ({"command": "x" * 200 * 1024}, "command.*204800 bytes"),
+        ({"argv": ["true"], "cwd": "/tmp\0x"}, "cwd.*NUL"),
+        ({"argv": ["true"], "env": {"A=B": "1"}}, "env.*'A=B'"),
+        ({"argv": ["true"], "env": {"": "1"}}, "env.*empty"),
+        ({"argv": ["true"], "env": {"A\0": "1"}}, "env.*NUL"),
+        ({"argv": ["true"], "env": {"A": "1\0"}}, "env.*NUL"),
+        ({"argv": ["\ud800"]}, "argv.*lone surrogate"),
     ],
 )
 def test_bad_payloads(queue: Queue, payload: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidPayload, match=message):
         queue.enqueue("shell", payload)
+
+
+def test_a_program_the_kernel_cannot_execute_fails_at_once(queue: Queue, tmp_path: Path) -> None:
+    """ENOEXEC (no interpreter line, not a binary) will never start: permanent, no traceback."""
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x7fELF\x00\x00garbage")
+    junk.chmod(0o755)
+    job = run_one(queue, {"argv": [str(junk)]}, max_attempts=3)
+    assert job["status"] == "failed" and job["attempts"] == 1, job["errors"]
+    assert job["last_error"].startswith("PermanentError: cannot run the command: Exec format")
 
 
 def test_timeout_kills_the_whole_process_group(queue: Queue, tmp_path: Path) -> None:

@@ -1,0 +1,175 @@
+"""A job's commands, and everything they start, live no longer than the job or the worker.
+
+Real `jobcore run` processes killed with SIGKILL, real `setsid` descendants that
+leave the command's process group (issue 22 item 6, issue 17 item 25).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import jobcore_shell
+import pytest
+from testenv import subprocess_env, wait_for
+
+from jobcore import JobStatus, Queue, Worker
+from jobcore.testing import drain
+
+MakeQueue = Callable[..., Queue]
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def read_pids(path: Path, count: int) -> list[int]:
+    def ready() -> list[int] | None:
+        pids = [int(p) for p in path.read_text().split()] if path.exists() else []
+        return pids if len(pids) >= count else None
+
+    pids: list[int] = wait_for(ready, 20)
+    return pids
+
+
+@pytest.fixture
+def leftovers() -> Iterator[list[int]]:
+    """Pids a test started; whatever survived (on broken code) is killed afterwards."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# a plain background child, and one that left the process group and session
+TWO_SLEEPERS = (
+    "sleep 300 & echo $! >> {pids}; setsid sh -c 'echo $$ >> {pids}; exec sleep 301' & wait"
+)
+
+
+def test_sigkill_of_the_worker_ends_its_commands(tmp_path: Path, leftovers: list[int]) -> None:
+    env = subprocess_env(JOBCORE_DB=str(tmp_path / "jobs.db"))
+    pids = tmp_path / "pids"
+    jobcore = [sys.executable, "-m", "jobcore"]
+    payload = json.dumps({"command": TWO_SLEEPERS.format(pids=pids)})
+    enqueued = subprocess.run(
+        [*jobcore, "enqueue", "shell", payload], env=env, capture_output=True, timeout=60
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
+    worker = subprocess.Popen(
+        [*jobcore, "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        leftovers.extend(read_pids(pids, 2))
+        assert all(alive(pid) for pid in leftovers)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+@pytest.fixture
+def queue(jobcore_make_queue: MakeQueue) -> Queue:
+    return jobcore_make_queue(jobcore_shell)
+
+
+def test_a_setsid_descendant_dies_with_a_timed_out_job(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    pids = tmp_path / "pids"
+    command = TWO_SLEEPERS.format(pids=pids)
+    job = queue.enqueue("shell", {"command": command, "timeout": "1s"}, max_attempts=1).job
+    drain(queue)
+    leftovers.extend(read_pids(pids, 2))
+    assert queue.get(job.id).status is JobStatus.FAILED
+    wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
+
+
+def test_a_double_forked_setsid_descendant_dies_with_a_cancelled_job(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    """The daemon's parent exits at once: it is orphaned while the job still runs."""
+    pids = tmp_path / "pids"
+    command = f"(setsid sh -c 'echo $$ >> {pids}; exec sleep 302' &); sleep 300"
+    job = queue.enqueue("shell", {"command": command}).job
+    worker = Worker(queue, until_empty=True)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    leftovers.extend(read_pids(pids, 1))
+    queue.cancel([job.id])
+    thread.join(15)
+    assert not thread.is_alive() and queue.get(job.id).status is JobStatus.CANCELLED
+    wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
+
+
+def test_a_daemon_left_by_a_finished_command_is_killed(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    pids = tmp_path / "pids"
+    command = f"setsid sh -c 'echo $$ >> {pids}; exec sleep 303' & sleep 0.2; echo done"
+    job = queue.enqueue("shell", {"command": command}).job
+    drain(queue)
+    leftovers.extend(read_pids(pids, 1))
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.COMPLETED and finished.result["stdout"] == "done\n"
+    wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
+
+
+def test_exit_code_and_signal_of_the_command_are_reported(queue: Queue) -> None:
+    """The guard between worker and command is invisible in the result."""
+    job = queue.enqueue("shell", {"command": "exit 7"}, max_attempts=1).job
+    drain(queue)
+    assert queue.get(job.id).last_error.startswith("CommandFailed: exit code 7")
+    job = queue.enqueue("shell", {"command": "kill -TERM $$"}, max_attempts=1).job
+    drain(queue)
+    assert f"exit code {-signal.SIGTERM}" in (queue.get(job.id).last_error or "")
+
+
+def test_commands_outlive_a_killed_guard_server_and_a_new_one_starts(tmp_path: Path) -> None:
+    """The per-process guard server only forks guards: its death stops no running command."""
+    from jobcore import subprocesses
+
+    running = subprocesses.spawn(
+        ["sh", "-c", f"echo started > {tmp_path / 'a'}; sleep 0.5; exit 4"]
+    )
+    wait_for((tmp_path / "a").exists)
+    server = subprocesses._server._popen
+    assert server is not None
+    server.kill()
+    server.wait()
+    assert running.wait(10) == 4  # ran to its end, its exit code reported
+    again = subprocesses.spawn(["sh", "-c", "exit 5"])
+    assert again.wait(10) == 5
+    assert subprocesses._server._popen is not server
+
+
+def test_a_command_sees_the_workers_environment_and_folder_of_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard server started earlier; the command still gets today's env and cwd."""
+    from jobcore import subprocesses
+
+    subprocesses.spawn(["true"]).wait(10)
+    monkeypatch.setenv("JOBCORE_TEST_LATE", "yes")
+    monkeypatch.chdir(tmp_path)
+    proc = subprocesses.spawn(
+        ["sh", "-c", 'echo "$JOBCORE_TEST_LATE $(pwd)"'], stdout=subprocesses.PIPE
+    )
+    assert proc.wait(10) == 0 and proc.stdout is not None
+    assert proc.stdout.read().decode() == f"yes {tmp_path}\n"
+    proc.stdout.close()
