@@ -7,7 +7,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobcore.errors import (
@@ -20,6 +19,7 @@ from jobcore.errors import (
     StorageError,
     UnknownJobType,
 )
+from jobcore_http.responses import JSONResponse
 
 log = logging.getLogger("jobcore.http")
 
@@ -78,7 +78,10 @@ def describe(errors: Any) -> tuple[int, str]:
             parts.append(f"{where}: unknown field")
             status = 400
             continue
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if kind == "value_error" and ("NUL character" in message or "lone surrogate" in message):
+            status = 400  # text no store can hold: bad input, like bad JSON
+        parts.append(f"{where}: {message}")
     return status, "; ".join(parts) or "invalid request"
 
 

@@ -21,8 +21,15 @@ def _no_surrogates(text: str) -> str:
     return text
 
 
-Text = Annotated[str, AfterValidator(_no_surrogates)]
-Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_surrogates)]
+def _plain(text: str) -> str:
+    """Names, ids, filters: valid UTF-8 without NUL (no store takes NUL in a text column)."""
+    if "\x00" in text:
+        raise ValueError("text contains a NUL character (\\u0000); names and ids cannot hold one")
+    return _no_surrogates(text)
+
+
+Text = Annotated[str, AfterValidator(_plain)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_plain)]
 LongText = Annotated[str, Field(max_length=65536), AfterValidator(_no_surrogates)]
 
 

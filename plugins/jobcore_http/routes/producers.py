@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
 
 from jobcore.storage.base import Inserted
 from jobcore_http.auth import hub_of, require
@@ -27,6 +26,7 @@ from jobcore_http.models import (
     JobOut,
     StatsOut,
 )
+from jobcore_http.responses import JSONResponse
 from jobcore_http.store import JobFilter
 from jobcore_http.views import attempts_detail, job_json, normalize_statuses, split_values
 
