@@ -64,7 +64,9 @@ def create_app(hub: Hub) -> FastAPI:
     app.include_router(tokens.router)
     _mount_artifacts(app, hub)
     _mount_dashboard(app, hub)
-    app.add_middleware(BodyLimit, max_body=hub.settings.max_body)
+    app.add_middleware(
+        BodyLimit, max_body=hub.settings.max_body, body_timeout=hub.settings.body_timeout
+    )
     return app
 
 

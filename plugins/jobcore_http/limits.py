@@ -14,6 +14,7 @@ Uploads to `/api/artifacts` stream under their own limit (`artifact_max_bytes`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import parse_qsl
@@ -24,9 +25,10 @@ from jobcore_http.responses import readable
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, body_timeout: float = 30.0) -> None:
         self.app = app
         self.max_body = max_body
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,21 +58,27 @@ class BodyLimit:
         if not chunked and not length:
             await self.app(scope, receive, send)
             return
-        # read the body here, bounded, check it, then replay it
+        # read the body here, bounded in size and time, check it, then replay it
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                await self._reject(send, 413, self._too_large(size, at_least=True))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body:
+                        await self._reject(send, 413, self._too_large(size, at_least=True))
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            seconds = f"{self.body_timeout:g}"
+            await self._reject(send, 408, f"request body not complete within {seconds} s")
+            return
         body = b"".join(chunks)
         # whatever its content type says (a route may parse it as JSON), a body that parses
         # as JSON is checked on its parsed value
