@@ -74,13 +74,19 @@ Filter = Text | list[Text] | None
 
 
 class BulkIn(Strict):
-    """Which jobs a bulk retry/cancel acts on: the filters of `GET /api/jobs`."""
+    """Which jobs a bulk retry/cancel acts on: the filters of `GET /api/jobs` (at least one),
+    or `"all": true`."""
 
     status: Filter = None
     type: Filter = None
     queue: Filter = None
     worker: Text | None = None
     q: Text | None = None
+    all: bool = Field(
+        default=False,
+        description="act on every job (of the action's default statuses) when no filter is given;"
+        " without a filter and without this the request is a 400",
+    )
 
 
 class RegisterIn(Strict):
@@ -256,7 +262,6 @@ class StatsOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
-    error: str | None = None
 
 
 class RegisterOut(BaseModel):

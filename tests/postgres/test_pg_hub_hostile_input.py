@@ -1,4 +1,5 @@
-"""NUL in names, ids and filters through a real hub on PostgreSQL: 400, nothing written.
+"""Hostile input to a real hub on PostgreSQL: NUL in names, ids and filters is a 400 with
+nothing written; an unhealthy store's health answer names no URL.
 
 Before the fix each of these was a 503 ("text fields cannot contain NUL") on
 PostgreSQL and accepted on SQLite; one rule now refuses them on both stores
@@ -11,7 +12,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from testenv import wait_for
 
 pytest.importorskip("jobcore_http", reason="the hub plugin (jobcore_http) is not here")
 sys.path.insert(0, str(Path(__file__).parents[1] / "http"))
@@ -52,3 +55,19 @@ def test_nul_in_names_ids_and_filters_is_400_on_postgresql(pg_hub: Hub) -> None:
         )
         assert done.status_code == 200, done.text
         assert done.json()["result"] == {"out": "x\x00y"}
+
+
+def test_health_says_unavailable_without_the_store_url(
+    pg_hub: Hub, pg_url: str, pg_schema: str
+) -> None:
+    """Before: 503 `{"status": "unavailable", "error": "PostgreSQL at postgresql://…"}`
+    to anyone (no token needed); the detail belongs in the hub's log."""
+    import psycopg
+
+    assert httpx.get(pg_hub.url + "/api/health", timeout=10).status_code == 200
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {pg_schema} CASCADE")
+    answer = httpx.get(pg_hub.url + "/api/health", timeout=30)
+    assert answer.status_code == 503, answer.text
+    assert answer.json() == {"status": "unavailable"}
+    assert wait_for(lambda: "health check: the store does not answer" in pg_hub.output())
