@@ -57,6 +57,30 @@ NUL_BODIES = [
 NUL_URLS = ["/api/jobs?queue=a%00b", "/api/jobs?q=a%00b", "/api/jobs?worker=%00", "/api/jobs/a%00b"]
 
 
+BIG = "a" * 400_000  # a search for NEEDLE compares ~200 characters at each of its positions
+NEEDLE = "a" * 199 + "b"  # not in BIG: each such row is examined in full
+
+
+def search_pages(client: httpx.Client, **params: Any) -> tuple[list[str], int, str | None]:
+    """(ids found, pages, the first page's next_cursor), following every cursor."""
+    found: list[str] = []
+    pages, first, cursor = 0, None, None
+    while True:
+        answer = client.get(
+            "/api/jobs", params={**params, **({"cursor": cursor} if cursor else {})}
+        )
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        found.extend(job["id"] for job in page["jobs"])
+        pages += 1
+        cursor = page["next_cursor"]
+        if pages == 1:
+            first = cursor
+        if cursor is None:
+            return found, pages, first
+        assert pages < 1000
+
+
 class Hub:
     """`jobcore serve` running on a database; `client(token)` talks to it."""
 

@@ -1,5 +1,6 @@
 """Hostile input to a real hub on PostgreSQL: NUL in names, ids and filters is a 400 with
-nothing written; an unhealthy store's health answer names no URL.
+nothing written; an unhealthy store's health answer names no URL; a slow search keeps its
+time budget.
 
 Before the fix each of these was a 503 ("text fields cannot contain NUL") on
 PostgreSQL and accepted on SQLite; one rule now refuses them on both stores
@@ -19,7 +20,9 @@ from testenv import wait_for
 pytest.importorskip("jobcore_http", reason="the hub plugin (jobcore_http) is not here")
 sys.path.insert(0, str(Path(__file__).parents[1] / "http"))
 
-from hubproc import NUL_BODIES, NUL_URLS, Hub
+from hubproc import BIG, NEEDLE, NUL_BODIES, NUL_URLS, Hub, search_pages
+
+from jobcore import Queue
 
 
 @pytest.fixture
@@ -71,3 +74,14 @@ def test_health_says_unavailable_without_the_store_url(
     assert answer.status_code == 503, answer.text
     assert answer.json() == {"status": "unavailable"}
     assert wait_for(lambda: "health check: the store does not answer" in pg_hub.output())
+
+
+def test_a_slow_search_stops_at_its_budget_on_postgresql(pg_hub: Hub, idle_queue: Queue) -> None:
+    """Before: PostgreSQL's search ignored its budget (one statement over every row)."""
+    made = idle_queue.enqueue_many("record", [{"log": BIG} for _ in range(16)], queue="budget")
+    match = idle_queue.enqueue("record", {"log": BIG + NEEDLE}, queue="budget").job.id
+    assert len(made) == 16
+    with pg_hub.client() as reader:
+        found, pages, first = search_pages(reader, q=NEEDLE, queue="budget", limit=50)
+    assert found == [match]
+    assert first is not None and pages >= 2, (pages, first)

@@ -30,7 +30,7 @@ from jobcore_http.models import (
     StatsOut,
 )
 from jobcore_http.responses import JSONResponse
-from jobcore_http.store import JobFilter
+from jobcore_http.store import MAX_QUERY_CHARS, JobFilter
 from jobcore_http.views import attempts_detail, job_json, normalize_statuses, split_values
 
 router = APIRouter(prefix="/api")
@@ -101,6 +101,10 @@ def _filter(
         statuses = normalize_statuses(status)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
+    if q is not None and len(q) > MAX_QUERY_CHARS:
+        raise ApiError(
+            400, f"q is {len(q)} characters, over the limit of {MAX_QUERY_CHARS} for a search"
+        )
     return JobFilter(
         statuses=statuses,
         types=split_values(type),
@@ -122,7 +126,8 @@ def list_jobs(
     queue: Annotated[list[str], Query()] = [],  # noqa: B006
     worker: Annotated[str | None, Query(max_length=200)] = None,
     q: Annotated[
-        str | None, Query(max_length=1000, description="search payloads and errors")
+        str | None,
+        Query(description=f"search payloads and errors (up to {MAX_QUERY_CHARS} characters)"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[
