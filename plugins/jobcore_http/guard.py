@@ -11,9 +11,10 @@ length. So, per connection:
 - a head larger than `max_header_bytes` is answered 431 and the connection closed;
 - at most `max_connections` connections are open. When a new one would pass that, the
   oldest connection that has not yet sent a complete request head, else the oldest
-  idle keep-alive connection, is closed to make room; only when every connection is
-  busy with a request (a long-poll claim, an event stream, a report) is the new
-  connection refused with 503. A client that authenticated and holds a long request
+  idle keep-alive connection, else the oldest still sending a body, is closed to make
+  room; only when every connection has sent its whole request and waits for the
+  answer (a long-poll claim, an event stream, a report) is the new connection refused
+  with 503. A client that authenticated and holds a long request
   is never evicted by clients that have not even sent a request.
 """
 
@@ -81,9 +82,11 @@ class _Guarded(HttpToolsProtocol):
 
     def _make_room(self) -> bool:
         """Close the oldest connection without a complete request head, else the oldest
-        idle one (never this one, never one busy with a request); False if none."""
+        idle one, else the oldest still sending its body (never this one, never one whose
+        request is complete and being answered); False if none."""
         waiting: list[_Guarded] = []
         idle: list[_Guarded] = []
+        receiving: list[_Guarded] = []
         for other in self.connections:
             if other is self or not isinstance(other, _Guarded) or other.transport.is_closing():
                 continue
@@ -91,7 +94,9 @@ class _Guarded(HttpToolsProtocol):
                 waiting.append(other)
             elif other.cycle is None or other.cycle.response_complete:
                 idle.append(other)
-        victims = waiting or idle
+            elif other.cycle.more_body:
+                receiving.append(other)  # its body is still coming (read before any token)
+        victims = waiting or idle or receiving
         if not victims:
             return False
         oldest = min(victims, key=lambda other: other._since)

@@ -66,7 +66,7 @@ class BodyLimit:
                 while True:
                     message = await receive()
                     if message["type"] != "http.request":
-                        break
+                        return  # the client went away mid-body: nothing to answer or run
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > self.max_body:

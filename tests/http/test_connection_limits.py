@@ -28,10 +28,14 @@ def _hub(tmp_path: Path, **settings: str) -> Hub:
     return Hub(tmp_path / "jobs.db", env=env)
 
 
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[Hub]:
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     server = _hub(
-        tmp_path, head_timeout="1", body_timeout="1", max_header_bytes="8KiB", max_connections="40"
+        tmp_path_factory.mktemp("limits"),
+        head_timeout="1",
+        body_timeout="1",
+        max_header_bytes="8KiB",
+        max_connections="40",
     )
     yield server
     assert server.terminate() == 0, server.output()
@@ -129,13 +133,19 @@ def test_anonymous_connections_cannot_take_the_slots_of_long_requests(tmp_path: 
         poller.start()
         time.sleep(0.5)  # the claim is waiting
         flood = []
-        for _ in range(80):  # twice the bound, none of them completes a request
+        for index in range(80):  # twice the bound, none of them completes a request
             sock = _connect(hub)
-            sock.sendall(b"POST /api/jobs HT")
+            if index % 2:
+                sock.sendall(b"POST /api/jobs HT")  # half a request line
+            else:  # a whole head, then a body that never ends (read before any token)
+                sock.sendall(
+                    b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 1000\r\n\r\n{"
+                )
             flood.append(sock)
         time.sleep(0.5)
         still_open = [sock for sock in flood if _closed_answer(sock, within=0.05) is None]
-        assert len(still_open) <= 40, f"{len(still_open)} of 80 half-open connections kept"
+        assert len(still_open) <= 40, f"{len(still_open)} of 80 unfinished requests kept"
         # a new client still gets in, and the long-poll still gets its job
         with hub.client(tokens.produce, timeout=10) as producer:
             made = producer.post("/api/jobs", json={"type": "noop", "queue": "slots"})
