@@ -28,6 +28,7 @@ def check_enqueue_options(
     """Raise `InvalidPayload` naming the first enqueue option out of its range (None = unset)."""
     if queue is not None and (not isinstance(queue, str) or not queue.strip()):
         raise InvalidPayload(f"queue must be a non-empty string, not {queue!r}")
+    check_text("queue", queue)
     _check_int("priority", priority, INT32_MIN, INT32_MAX)
     _check_int("max_attempts", max_attempts, 1, INT32_MAX)
     _check_int("run_at", run_at, 0, MAX_TIME_MS, "a time in ms since 1970 up to year 9999")
@@ -36,8 +37,25 @@ def check_enqueue_options(
     for name, value in (("idempotency_key", idempotency_key), ("parent_id", parent_id)):
         if value is not None and not isinstance(value, str):
             raise InvalidPayload(f"{name} must be a string, not {type(value).__name__}")
+        check_text(name, value)
     if delay is not None and run_at is not None:
         raise InvalidPayload("give either delay or run_at, not both")
+
+
+def check_text(name: str, value: str | None) -> None:
+    """Raise `InvalidPayload` if the text field `name` holds a NUL character (PostgreSQL text
+    cannot, so no store takes one) or a lone surrogate (not encodable as UTF-8)."""
+    if value is None:
+        return
+    if "\x00" in value:
+        raise InvalidPayload(f"{name} must not contain a NUL character (\\u0000)")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidPayload(
+                f"{name} holds a lone surrogate (\\uD800-\\uDFFF); use valid Unicode text"
+            ) from None
 
 
 def _check_int(name: str, value: Any, low: int, high: int, what: str = "") -> None:

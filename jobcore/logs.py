@@ -22,6 +22,22 @@ EVENT_ATTR = "jobcore_event"
 EVENT_LOGGER = "jobcore.events"
 
 
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters escaped (`\\n`, `\\x1b`, …): a reason, error or job
+    type from an agent or a producer cannot start a forged line of the text log (or
+    recolour a terminal). The JSON log escapes them already."""
+    return text if text.isprintable() else text.translate(_CONTROLS)
+
+
 def event_text(fields: dict[str, Any]) -> str:
     """An event's text message: `completed noop <id> attempt=1 duration_ms=0.1`."""
     text = f"{fields['event']} {fields['type']} {fields['job_id']} attempt={fields['attempt']}"
@@ -29,7 +45,7 @@ def event_text(fields: dict[str, Any]) -> str:
         text += f" duration_ms={fields['duration_ms']}"
     if "error" in fields:
         text += f" error={fields['error']}"
-    return text
+    return one_line(text)
 
 
 class _SecondCache:
@@ -80,7 +96,10 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`2026-01-31 12:00:00,123 INFO    jobcore.events: completed noop <id> attempt=1 …`."""
+    """`2026-01-31 12:00:00,123 INFO    jobcore.events: completed noop <id> attempt=1 …`.
+
+    A message is one line: its control characters are escaped (`one_line`); only a
+    traceback or stack that follows it spans lines."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
@@ -96,7 +115,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = (
             f"{self._seconds.text(record.created)},{int(record.msecs):03d}"
-            f" {record.levelname:<7} {record.name}: {record.getMessage()}"
+            f" {record.levelname:<7} {record.name}: {one_line(record.getMessage())}"
         )
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)

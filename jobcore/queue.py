@@ -25,7 +25,7 @@ from jobcore.errors import (
 )
 from jobcore.ids import new_id, new_ids
 from jobcore.json_values import check_finite, check_meta, encode_finite, probe_finite
-from jobcore.limits import check_enqueue_options
+from jobcore.limits import check_enqueue_options, check_text
 from jobcore.models import FINISHED, Job, JobStatus, NewJob, new_job_from_values
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
@@ -132,6 +132,7 @@ class Queue:
         if job_type is not None:
             return job_type
         if self.config.core.allow_unregistered_types:
+            check_text("type", name)
             return JobType(name=name, payload_model=_AnyPayload, handler=_unregistered)
         raise UnknownJobType(self.pm.unknown_job_type(name, (t.name for t in self.registry)))
 

@@ -23,6 +23,7 @@ from jobcore_http import errors
 from jobcore_http.auth import require, require_any
 from jobcore_http.hub import Hub
 from jobcore_http.limits import BodyLimit
+from jobcore_http.responses import JSONResponse
 from jobcore_http.routes import agents, events, producers, simple_queue, tokens
 from jobcore_http.tokens import SCOPES, Principal
 
@@ -48,7 +49,11 @@ def create_app(hub: Hub) -> FastAPI:
     from jobcore import __version__
 
     app = FastAPI(
-        title="jobcore hub", version=__version__, description=DESCRIPTION, lifespan=lifespan
+        title="jobcore hub",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        default_response_class=JSONResponse,  # renders any stored value (lone surrogates too)
     )
     app.state.hub = hub
     errors.install(app)
@@ -59,7 +64,9 @@ def create_app(hub: Hub) -> FastAPI:
     app.include_router(tokens.router)
     _mount_artifacts(app, hub)
     _mount_dashboard(app, hub)
-    app.add_middleware(BodyLimit, max_body=hub.settings.max_body)
+    app.add_middleware(
+        BodyLimit, max_body=hub.settings.max_body, body_timeout=hub.settings.body_timeout
+    )
     return app
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobcore.errors import (
@@ -20,6 +19,7 @@ from jobcore.errors import (
     StorageError,
     UnknownJobType,
 )
+from jobcore_http.responses import JSONResponse
 
 log = logging.getLogger("jobcore.http")
 
@@ -78,8 +78,27 @@ def describe(errors: Any) -> tuple[int, str]:
             parts.append(f"{where}: unknown field")
             status = 400
             continue
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if kind == "value_error" and ("NUL character" in message or "lone surrogate" in message):
+            status = 400  # text no store can hold: bad input, like bad JSON
+        parts.append(f"{where}: {message}")
     return status, "; ".join(parts) or "invalid request"
+
+
+def not_json_body(request: Request, errors: Any) -> str | None:
+    """The message for a body the route never parsed because its content type is not JSON
+    (curl's `-d` sends a form type), or None."""
+    content_type = request.headers.get("content-type", "")
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind == "application/json" or kind.endswith("+json"):
+        return None
+    if not any(tuple(error.get("loc", ())) == ("body",) for error in errors):
+        return None
+    said = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+    return (
+        "the request body must be JSON sent with the header `Content-Type: application/json` "
+        f"(this request had {said}; with curl add -H 'Content-Type: application/json')"
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -88,8 +107,11 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         status, message = describe(exc.errors())
+        wrong_type = not_json_body(request, exc.errors())
+        if wrong_type is not None:
+            message = wrong_type
         return error_response(status, message)
 
     @app.exception_handler(StarletteHTTPException)

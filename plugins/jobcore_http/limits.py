@@ -5,35 +5,44 @@ Python's `json.loads` turns `NaN`, `Infinity` and numbers too large for a float 
 floats that are stored as `null` (the job silently loses data), and `"\\ud800"` escapes
 into lone surrogates that cannot be encoded in any answer: a job holding one was
 written and then its enqueue answered 400, and every claim or listing that met it
-failed afterwards (its jobs claimed for nobody until their lease expired).
+failed afterwards (its jobs claimed for nobody until their lease expired). The raw
+bytes `ED A0 80` (an encoded surrogate) parse the same way, so the check is made on the
+parsed value, whatever the body's encoding or content type. A URL holding a NUL character
+(`%00`: no id, filter or name may hold one, and PostgreSQL text cannot) is a 400 too.
 Uploads to `/api/artifacts` stream under their own limit (`artifact_max_bytes`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import math
-import re
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobcore_http.responses import readable
+
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, body_timeout: float = 30.0) -> None:
         self.app = app
         self.max_body = max_body
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        problem = _bad_url(scope)
+        if problem is not None:
+            await self._reject(send, 400, problem)
             return
         if scope["path"].startswith(_OWN_LIMIT):
             await self.app(scope, receive, send)
             return
         length = None
         chunked = False
-        json_body = scope["method"] in ("POST", "PUT", "PATCH")
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -43,31 +52,37 @@ class BodyLimit:
                     return
             elif name == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
-            elif name == b"content-type":
-                json_body = json_body and _is_json(value)
         if length is not None and length > self.max_body:
             await self._reject(send, 413, self._too_large(length))
             return
-        if not chunked and not json_body:
+        if not chunked and not length:
             await self.app(scope, receive, send)
             return
-        # read the body here, bounded, check it, then replay it
+        # read the body here, bounded in size and time, check it, then replay it
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                await self._reject(send, 413, self._too_large(size, at_least=True))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away mid-body: nothing to answer or run
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body:
+                        await self._reject(send, 413, self._too_large(size, at_least=True))
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            seconds = f"{self.body_timeout:g}"
+            await self._reject(send, 408, f"request body not complete within {seconds} s")
+            return
         body = b"".join(chunks)
-        problem = _not_json(body) if json_body else None
+        # whatever its content type says (a route may parse it as JSON), a body that parses
+        # as JSON is checked on its parsed value
+        problem = _not_json(body)
         if problem is not None:
             await self._reject(send, 400, problem, close=False)
             return
@@ -103,47 +118,80 @@ class BodyLimit:
 
 
 _OWN_LIMIT = "/api/artifacts"
-# only bodies holding one of these can parse into what JSON cannot carry
-_SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|[0-9][eE]|[0-9.]{300}")
 
 
-def _is_json(content_type: bytes) -> bool:
-    kind = content_type.split(b";", 1)[0].strip().lower()
-    return kind == b"application/json" or kind.endswith(b"+json")
+def _bad_url(scope: Scope) -> str | None:
+    """Why the request's path or query holds a NUL character (no text field may), or None."""
+    if "\x00" in scope["path"]:
+        return "the URL path holds a NUL character (%00); ids and names cannot contain NUL"
+    query = scope.get("query_string", b"")
+    if query:
+        # as Starlette parses it for the routes
+        for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if "\x00" in key or "\x00" in value:
+                return (
+                    f"query parameter {readable(key)[:40]!r} holds a NUL character (%00); "
+                    "text fields cannot contain NUL"
+                )
+    return None
 
 
 def _no_constant(name: str) -> Any:
     raise _Refused(f"{name} is not JSON; send a number or null")
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _Refused(f"the number {text[:40]} is too large for a float")
-    return value
-
-
 class _Refused(ValueError):
     pass
 
 
+def surrogate_path(value: Any, path: str = "") -> str | None:
+    """Where the first string (or object key) holding a lone surrogate sits in a parsed JSON
+    value (`a.b[2]`, `(the value itself)`), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(the value itself)"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{readable(key)}" if path else readable(key)
+            if surrogate_path(key) is not None:
+                return f"{where} (a key)"
+            found = surrogate_path(item, where)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = surrogate_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
 def _not_json(body: bytes) -> str | None:
-    """Why `body` holds what JSON cannot carry (NaN, Infinity, overflowing numbers, lone
-    surrogates), or None. Bodies that do not parse at all are left to the route (400)."""
-    if not body or _SUSPECT.search(body) is None:
+    """Why `body`, parsed as the routes parse it (`json.loads` of the bytes: UTF-8, -16 or
+    -32, encoded surrogates passed through), holds what JSON cannot carry (NaN, Infinity,
+    overflowing numbers, lone surrogates in any string or key), or None. Bodies that do not
+    parse at all are left to the route (400 for a JSON route)."""
+    if not body:
         return None
     try:
-        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(body, parse_constant=_no_constant)
     except _Refused as exc:
         return f"body is not valid JSON ({exc})"
     except (ValueError, RecursionError):
         return None
     try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:
+        where = surrogate_path(value)
         return (
-            "body is not valid JSON (it holds a lone surrogate \\uD800-\\uDFFF); send valid UTF-8"
+            f"body is not valid JSON: {where or 'a string'} holds a lone surrogate "
+            "(U+D800-U+DFFF, as an escape or as encoded bytes); send valid UTF-8"
         )
-    except (ValueError, RecursionError):
-        return None
+    except ValueError:  # a float overflowed to infinity
+        return "body is not valid JSON (a number is too large for a float)"
+    except RecursionError:
+        return "body is not valid JSON (nested too deeply to check)"
     return None

@@ -21,8 +21,15 @@ def _no_surrogates(text: str) -> str:
     return text
 
 
-Text = Annotated[str, AfterValidator(_no_surrogates)]
-Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_surrogates)]
+def _plain(text: str) -> str:
+    """Names, ids, filters: valid UTF-8 without NUL (no store takes NUL in a text column)."""
+    if "\x00" in text:
+        raise ValueError("text contains a NUL character (\\u0000); names and ids cannot hold one")
+    return _no_surrogates(text)
+
+
+Text = Annotated[str, AfterValidator(_plain)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_plain)]
 LongText = Annotated[str, Field(max_length=65536), AfterValidator(_no_surrogates)]
 
 
@@ -67,13 +74,19 @@ Filter = Text | list[Text] | None
 
 
 class BulkIn(Strict):
-    """Which jobs a bulk retry/cancel acts on: the filters of `GET /api/jobs`."""
+    """Which jobs a bulk retry/cancel acts on: the filters of `GET /api/jobs` (at least one),
+    or `"all": true`."""
 
     status: Filter = None
     type: Filter = None
     queue: Filter = None
     worker: Text | None = None
     q: Text | None = None
+    all: bool = Field(
+        default=False,
+        description="act on every job (of the action's default statuses) when no filter is given;"
+        " without a filter and without this the request is a 400",
+    )
 
 
 class RegisterIn(Strict):
@@ -255,7 +268,6 @@ class StatsOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
-    error: str | None = None
 
 
 class RegisterOut(BaseModel):

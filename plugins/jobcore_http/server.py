@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -19,6 +20,7 @@ import uvicorn
 
 from jobcore.errors import JobcoreError
 from jobcore_http.app import create_app
+from jobcore_http.guard import Limits, guarded_protocol
 from jobcore_http.hub import Hub
 
 log = logging.getLogger("jobcore.http")
@@ -55,12 +57,47 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+FD_RESERVE = 128  # files the hub needs besides connections: database, log, pool, pipes
+
+
+def room_for(connections: int) -> int:
+    """Raise the open-files limit so `connections` sockets leave room for the hub's own
+    files (the sweep must always be able to open the database); the connections that fit."""
+    want = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return connections
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    except (ValueError, OSError):
+        pass
+    if soft >= want:
+        return connections
+    fitting = max(soft - FD_RESERVE, 8)
+    log.warning(
+        "the open-files limit (%d) leaves room for %d connections, not max_connections=%d",
+        soft,
+        fitting,
+        connections,
+    )
+    return fitting
+
+
 def run(hub: Hub, host: str, port: int) -> None:
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2`: every thread's stack
     sock = listen(host, port)
     bound = sock.getsockname()[1]
+    settings = hub.settings
+    limits = Limits(
+        max_connections=room_for(settings.max_connections),
+        head_timeout=settings.head_timeout,
+        max_header_bytes=settings.max_header_bytes,
+    )
     config = uvicorn.Config(
         create_app(hub),
+        http=guarded_protocol(limits),
         log_level="warning",
         access_log=False,  # tokens never reach logs; paths are not needed there either
         timeout_graceful_shutdown=int(hub.settings.shutdown_timeout),

@@ -55,4 +55,10 @@ class HttpSettings(BaseModel):
     sse_retry: PositiveSeconds = 2.0  # the `retry:` hint of event streams
     sse_keepalive: PositiveSeconds = 15.0  # comment lines on idle streams
     shutdown_timeout: PositiveSeconds = 30.0  # wait for in-flight requests at SIGTERM
+    # bounds on what any client can hold (README, "Limits"): open connections, time to send
+    # a request head (request line and headers) and to send a body, size of a head
+    max_connections: Annotated[int, Field(ge=8, le=1_000_000)] = 1000
+    head_timeout: PositiveSeconds = 10.0
+    body_timeout: PositiveSeconds = 30.0
+    max_header_bytes: Size = 32 * 1024
     artifacts_dir: str | None = None  # default: beside the database (`<db>.artifacts`)

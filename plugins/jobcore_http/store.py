@@ -110,7 +110,12 @@ class Page:
     next_cursor: str | None
 
 
-_WINDOW = 5000  # ids examined per step of a filtered search
+MAX_QUERY_CHARS = 200
+"""Longest search text `q`: a LIKE compares it at every position of each payload (up to
+`max_payload_bytes`), one row at a time, so its length bounds the cost of a row."""
+
+_WINDOW = 5000  # most ids examined per step of a filtered search
+_FIRST_WINDOW = 1  # ids examined by the first step (it always completes: progress)
 
 
 class HubStore(Protocol):
@@ -493,11 +498,15 @@ class SQLiteHubStore:
             jobs = [row_to_job(row) for row in rows]
             more = len(jobs) > limit
             return Page(jobs[:limit], jobs[limit - 1].id if more else None)
-        # other filters: walk down the ids in windows, within a time budget
+        # other filters: walk down the ids in windows, within a time budget. Windows start
+        # small and grow while they are quick; a window still running at the deadline is
+        # stopped inside the scan (a progress handler) and the page ends above it
         deadline = time.monotonic() + budget_ms / 1000
         found: list[Job] = []
+        window = _FIRST_WINDOW
+        first = True
         while True:
-            params["window"] = _WINDOW
+            params["window"] = window
             low_rows = self._rows(
                 f"SELECT min(id), count(*) FROM ({_newest('id', statuses, below, 'window')})",
                 params,
@@ -507,20 +516,46 @@ class SQLiteHubStore:
                 return Page(found[:limit], None)
             params["low"] = low
             params["limit"] = limit + 1 - len(found)
-            rows = self._rows(
+            started = time.monotonic()
+            sql = (
                 f"SELECT * FROM jobs WHERE id >= :low{below}{status}{rest}"
-                " ORDER BY id DESC LIMIT :limit",
-                params,
+                " ORDER BY id DESC LIMIT :limit"
             )
-            found.extend(row_to_job(row) for row in rows)
+            # the first window (one id) always completes: every page makes progress
+            window_rows = (
+                self._rows(sql, params) if first else self._rows_until(sql, params, deadline)
+            )
+            if window_rows is None:  # stopped at the deadline: go on from this window's top
+                return Page(found, params["before"])
+            first = False
+            found.extend(row_to_job(row) for row in window_rows)
             if len(found) > limit:
                 return Page(found[:limit], found[limit - 1].id)
-            if count < _WINDOW:
+            if count < window:
                 return Page(found, None)
             params["before"] = low
             below = " AND id < :before"
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 return Page(found, low)  # go on from here on the next page
+            if (now - started) * 4 < deadline - now:
+                window = min(window * 2, _WINDOW)
+
+    def _rows_until(self, sql: str, params: Any, deadline: float) -> list[Any] | None:
+        """`_rows`, or None when the statement was still running at `deadline` (stopped
+        inside its scan by a progress handler, not only between statements)."""
+        conn = self._conn()
+
+        def late() -> bool:
+            return time.monotonic() >= deadline
+
+        conn.set_progress_handler(late, 1000)
+        try:
+            return self._rows(sql, params)
+        except apsw.InterruptError:
+            return None
+        finally:
+            conn.set_progress_handler(None)
 
     @boundary
     def jobs_by_id(self, ids: Sequence[str]) -> dict[str, Job]:

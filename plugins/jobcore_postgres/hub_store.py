@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,22 @@ _TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types, qu
 _WORKER_COLUMNS = (
     "worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, lost_at, drain"
 )
+
+
+def _rows_until(conn: Any, sql: str, params: Any, deadline: float | None) -> list[Any] | None:
+    """The statement's rows, or None when it was still running at `deadline` (cancelled by
+    the server through `statement_timeout`, inside its scan)."""
+    if deadline is None:
+        rows: list[Any] = conn.execute(sql, params).fetchall()
+        return rows
+    left_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+    try:
+        with conn.transaction():
+            conn.execute(f"SET LOCAL statement_timeout = {left_ms}")
+            rows = conn.execute(sql, params).fetchall()
+            return rows
+    except psycopg.errors.QueryCanceled:
+        return None
 
 
 def _like(text: str) -> str:
@@ -191,43 +208,82 @@ class PostgresHubStore:
     def search_jobs(
         self, where: Any, *, before: str | None, limit: int, budget_ms: int = 200
     ) -> Any:
-        """One page (`jobcore_http.store.Page`); `budget_ms` is not applied here."""
+        """One page (`jobcore_http.store.Page`). Filters no index serves (type, queue,
+        worker, q) walk down the ids in windows within `budget_ms`, a window still running
+        at the deadline stopped by `statement_timeout` (the page then ends above it)."""
         from jobcore_postgres.rows import row_to_job
 
-        params: dict[str, Any] = {"limit": limit + 1}
-        conds = ["true"]
-        for column, values in (
-            ("status", where.statuses),
-            ("type", where.types),
-            ("queue", where.queues),
-        ):
+        params: dict[str, Any] = {}
+        status = ""
+        if where.statuses:
+            params["status"] = list(where.statuses)
+            status = " AND status = ANY(%(status)s::text[])"
+        rest = []
+        for column, values in (("type", where.types), ("queue", where.queues)):
             if values:
                 params[column] = list(values)
-                conds.append(f"{column} = ANY(%({column})s::text[])")
+                rest.append(f"{column} = ANY(%({column})s::text[])")
         if where.worker is not None:
             params["worker"] = where.worker
-            conds.append("locked_by = %(worker)s")
+            rest.append("locked_by = %(worker)s")
         if where.q:
             params["like"] = _like(where.q)
             # search JSON columns for the query as JSON text: payload (json) keeps the
             # core's ASCII-escaped text (`caf\\u00e9`), errors (jsonb) escapes only `"` and `\\`
             params["like_payload"] = _like(json.dumps(where.q)[1:-1])
             params["like_errors"] = _like(json.dumps(where.q, ensure_ascii=False)[1:-1])
-            conds.append(
+            rest.append(
                 "(payload::text ILIKE %(like_payload)s OR errors::text ILIKE %(like_errors)s "
                 "OR coalesce(last_error, '') ILIKE %(like)s)"
             )
-        if before is not None:
-            params["before"] = before
-            conds.append("id < %(before)s")
-        sql = select_jobs(
-            self.storage._d, "WHERE " + " AND ".join(conds), "ORDER BY id DESC LIMIT %(limit)s"
-        )
-        with self.storage._connection() as conn:
-            rows = conn.execute(sql, params).fetchall()
-        jobs = [row_to_job(row) for row in rows]
-        more = len(jobs) > limit
-        return self._types.Page(jobs[:limit], jobs[limit - 1].id if more else None)
+        d = self.storage._d
+        params["before"] = before
+        below = " AND id < %(before)s" if before is not None else ""
+        if not rest:  # ids (and statuses) only: one indexed read
+            params["limit"] = limit + 1
+            sql = select_jobs(d, f"WHERE true{status}{below}", "ORDER BY id DESC LIMIT %(limit)s")
+            with self.storage._connection() as conn:
+                jobs = [row_to_job(row) for row in conn.execute(sql, params).fetchall()]
+            more = len(jobs) > limit
+            return self._types.Page(jobs[:limit], jobs[limit - 1].id if more else None)
+        conds = "".join(f" AND {cond}" for cond in rest)
+        deadline = time.monotonic() + budget_ms / 1000
+        found: list[Job] = []
+        window, first = 1, True  # the first window (one id) always completes: progress
+        while True:
+            params["window"] = window
+            started = time.monotonic()
+            with self.storage._connection() as conn:
+                low, count = conn.execute(
+                    f"SELECT min(id), count(*) FROM (SELECT id FROM {d.table('jobs')}"
+                    f" WHERE true{status}{below} ORDER BY id DESC LIMIT %(window)s) AS w",
+                    params,
+                ).fetchall()[0]
+                if not count:
+                    return self._types.Page(found[:limit], None)
+                params["low"] = low
+                params["limit"] = limit + 1 - len(found)
+                sql = select_jobs(
+                    d,
+                    f"WHERE id >= %(low)s{below}{status}{conds}",
+                    "ORDER BY id DESC LIMIT %(limit)s",
+                )
+                rows = _rows_until(conn, sql, params, None if first else deadline)
+            if rows is None:  # stopped at the deadline: go on from this window's top
+                return self._types.Page(found, params["before"])
+            first = False
+            found.extend(row_to_job(row) for row in rows)
+            if len(found) > limit:
+                return self._types.Page(found[:limit], found[limit - 1].id)
+            if count < window:
+                return self._types.Page(found, None)
+            params["before"] = low
+            below = " AND id < %(before)s"
+            now = time.monotonic()
+            if now >= deadline:
+                return self._types.Page(found, low)
+            if (now - started) * 4 < deadline - now:
+                window = min(window * 2, 5000)
 
     def claims_by_worker(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -27,7 +27,7 @@ def free_port() -> int:
 
 
 def jobcore(
-    db: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
+    db: Path | str, *args: str, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run one `jobcore --db DB …` command to completion."""
     done = subprocess.run(
@@ -42,17 +42,65 @@ def jobcore(
     return done
 
 
+# requests naming a NUL character where no text field may hold one (SQLite and PostgreSQL)
+NUL_BODIES = [
+    ("/api/jobs", {"type": "noop", "queue": "a\x00b"}),
+    ("/api/jobs", {"type": "noop", "idempotency_key": "a\x00b"}),
+    ("/api/jobs", {"type": "no\x00op"}),
+    ("/api/jobs/batch", {"jobs": [{"type": "noop"}, {"type": "noop", "queue": "\x00"}]}),
+    ("/api/queue", {"type": "a\x00b", "data": {}}),
+    ("/api/workers/register", {"worker_id": "agent-1", "name": "a\x00b"}),
+    ("/api/workers/register", {"worker_id": "agent-1", "tags": ["\x00"]}),
+    ("/api/jobs/claim", {"worker_id": "agent-1", "queues": ["a\x00b"]}),
+    ("/api/jobs/cancel", {"queue": "a\x00b"}),
+]
+NUL_URLS = ["/api/jobs?queue=a%00b", "/api/jobs?q=a%00b", "/api/jobs?worker=%00", "/api/jobs/a%00b"]
+
+
+BIG = "a" * 400_000  # a search for NEEDLE compares ~200 characters at each of its positions
+NEEDLE = "a" * 199 + "b"  # not in BIG: each such row is examined in full
+
+
+def search_pages(client: httpx.Client, **params: Any) -> tuple[list[str], int, str | None]:
+    """(ids found, pages, the first page's next_cursor), following every cursor."""
+    found: list[str] = []
+    pages, first, cursor = 0, None, None
+    while True:
+        answer = client.get(
+            "/api/jobs", params={**params, **({"cursor": cursor} if cursor else {})}
+        )
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        found.extend(job["id"] for job in page["jobs"])
+        pages += 1
+        cursor = page["next_cursor"]
+        if pages == 1:
+            first = cursor
+        if cursor is None:
+            return found, pages, first
+        assert pages < 1000
+
+
 class Hub:
     """`jobcore serve` running on a database; `client(token)` talks to it."""
 
     def __init__(
-        self, db: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
+        self,
+        db: Path | str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        log: Path | None = None,
     ) -> None:
+        """`db`: a SQLite file, or a store URL (then `log` names the hub's log file)."""
         self.db = db
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = env or subprocess_env()
-        self.log = db.with_name(db.name + f".hub-{self.port}.log")
+        if log is None:
+            assert isinstance(db, Path), "a store URL needs log="
+            log = db.with_name(db.name + f".hub-{self.port}.log")
+        self.log = log
         self._log_file = open(self.log, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [*JOBCORE, "--db", str(db), "serve", "--port", str(self.port), *args],

@@ -224,7 +224,11 @@ def bulk_confirm(request: Request, session: Viewer, action: str = "") -> HTMLRes
             "count": count,
             "description": target.describe(),
             "post_url": "/ui/bulk",
-            "hidden": [("action", action), *target.pairs()],
+            # no filter: every job the action applies to, said explicitly
+            "hidden": [
+                ("action", action),
+                *(target.pairs() if not flt.empty else [("all", "true")]),
+            ],
             "danger": action == "cancel",
             "back_url": f"/ui/jobs?{flt.query()}",
         },
@@ -251,9 +255,19 @@ def bulk(
             "/ui/jobs",
         )
     try:
-        flt = _bulk_filter(action, JobFilter.from_params(data))
+        given = JobFilter.from_params(data)
     except BadFilter as exc:
         return error_page(request, session, 400, "Bad filter", str(exc), "/ui/jobs")
+    if given.empty and data.get("all") != "true":
+        return error_page(
+            request,
+            session,
+            400,
+            "No filter",
+            "A bulk action needs a filter, or all=true to act on every job.",
+            "/ui/jobs",
+        )
+    flt = _bulk_filter(action, given)
     beyond = _beyond(session, flt)
     if beyond:
         return error_page(request, session, 403, "Not allowed", beyond, "/ui/jobs")

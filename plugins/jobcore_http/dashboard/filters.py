@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from starlette.datastructures import ImmutableMultiDict
 
 from jobcore.models import JobStatus
+from jobcore_http.store import MAX_QUERY_CHARS
 from jobcore_http.store import JobFilter as HubFilter
 
 STATUSES = tuple(status.value for status in JobStatus)
@@ -43,12 +44,15 @@ class JobFilter:
                 if part not in statuses:
                     statuses.append(part)
         get = params.get
+        q = str(get("q") or "").strip()
+        if len(q) > MAX_QUERY_CHARS:
+            raise BadFilter(f"the search is {len(q)} characters; the limit is {MAX_QUERY_CHARS}")
         return cls(
             statuses=tuple(statuses),
             type=str(get("type") or "").strip(),
             queue=str(get("queue") or "").strip(),
             worker=str(get("worker") or "").strip(),
-            q=str(get("q") or "").strip(),
+            q=q,
         )
 
     def for_hub(self) -> HubFilter:

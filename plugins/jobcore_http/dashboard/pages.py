@@ -37,7 +37,7 @@ NOTICES = {
 def notice_of(request: Request) -> str | None:
     """The message of a finished action, from the redirect's `done`/`n` parameters."""
     done, count = request.query_params.get("done"), request.query_params.get("n", "0")
-    if done not in NOTICES or not count.isdigit():
+    if done not in NOTICES or not (count.isascii() and count.isdecimal()):
         return None
     return NOTICES[done].format(n=count)
 
@@ -130,7 +130,8 @@ def _age(taken_at: int, now: int) -> str:
 
 def _limit(request: Request) -> int:
     raw = request.query_params.get("limit", "50")
-    return int(raw) if raw.isdigit() and int(raw) in PAGE_SIZES else 50
+    # isdecimal() and isascii(): "²" is a digit that int() refuses
+    return int(raw) if raw.isascii() and raw.isdecimal() and int(raw) in PAGE_SIZES else 50
 
 
 @router.get("/ui/jobs", response_class=HTMLResponse)

@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from jobcore.timeutil import iso
 from jobcore_http.dashboard.static import ASSET_VERSION
+from jobcore_http.responses import readable
 
 HERE = Path(__file__).parent
 
@@ -40,13 +42,24 @@ def duration(ms: float | None) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    return readable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def _shown(value: Any) -> Any:
+    """Every `{{ … }}` value: text holding a lone surrogate (a stored value the page must
+    still render) shows it as U+FFFD."""
+    if isinstance(value, Markup):
+        return Markup(readable(str(value)))
+    if isinstance(value, str):
+        return readable(value)
+    return value
 
 
 templates.env.filters["iso"] = iso
 templates.env.filters["utc"] = _utc
 templates.env.filters["duration"] = duration
 templates.env.filters["pretty"] = _pretty
+templates.env.finalize = _shown
 
 
 def page(

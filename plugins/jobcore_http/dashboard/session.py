@@ -124,7 +124,8 @@ def make_cookie(key: bytes, hashed_token: str, *, now: float | None = None) -> s
 
 def _decode(key: bytes, value: str, now: float) -> dict[str, Any] | None:
     body, _, signature = value.partition(".")
-    if not body or not hmac.compare_digest(signature, _sign(key, body)):
+    # compare_digest refuses non-ASCII text (a TypeError): such a cookie is simply not ours
+    if not body or not value.isascii() or not hmac.compare_digest(signature, _sign(key, body)):
         return None
     try:
         data = json.loads(_unb64(body))
@@ -199,4 +200,6 @@ def scope_from_cookie(request: Request) -> str | None:
 
 
 def csrf_ok(session: Session, supplied: str | None) -> bool:
-    return bool(supplied) and hmac.compare_digest(session.csrf, supplied or "")
+    if not supplied or not supplied.isascii():  # compare_digest refuses non-ASCII text
+        return False
+    return hmac.compare_digest(session.csrf, supplied)

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from jobcore.errors import JobcoreError
 from jobcore.models import (
@@ -42,6 +41,7 @@ from jobcore_http.models import (
     ResultIn,
     WorkersOut,
 )
+from jobcore_http.responses import JSONResponse
 from jobcore_http.store import WorkerRecord
 from jobcore_http.tokens import Principal
 from jobcore_http.views import job_json, last_attempt

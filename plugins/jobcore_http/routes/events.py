@@ -24,6 +24,9 @@ DESCRIPTION = (
 )
 
 
+MAX_EVENT_ID = 2**63 - 1  # event ids are 64-bit integers in every store
+
+
 def _cursor(header: str | None, query: int | None) -> int | None:
     if header is not None:
         try:
@@ -32,9 +35,11 @@ def _cursor(header: str | None, query: int | None) -> int | None:
             raise ApiError(
                 400, f"Last-Event-ID must be an event id (an integer), not {header!r}"
             ) from None
-        if value < 0:
-            raise ApiError(400, "Last-Event-ID must be >= 0")
+        if not 0 <= value <= MAX_EVENT_ID:
+            raise ApiError(400, f"Last-Event-ID must be an event id from 0 to {MAX_EVENT_ID}")
         return value
+    if query is not None and query > MAX_EVENT_ID:
+        raise ApiError(400, f"since must be an event id from 0 to {MAX_EVENT_ID}")
     return query
 
 

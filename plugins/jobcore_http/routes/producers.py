@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
 
 from jobcore.storage.base import Inserted
 from jobcore_http.auth import hub_of, require
@@ -28,10 +30,12 @@ from jobcore_http.models import (
     JobOut,
     StatsOut,
 )
-from jobcore_http.store import JobFilter
+from jobcore_http.responses import JSONResponse
+from jobcore_http.store import MAX_QUERY_CHARS, JobFilter
 from jobcore_http.views import attempts_detail, job_json, normalize_statuses, split_values
 
 router = APIRouter(prefix="/api")
+log = logging.getLogger("jobcore.http")
 
 JobId = Annotated[str, Path(min_length=1, max_length=200)]
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -100,6 +104,10 @@ def _filter(
         statuses = normalize_statuses(status)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
+    if q is not None and len(q) > MAX_QUERY_CHARS:
+        raise ApiError(
+            400, f"q is {len(q)} characters, over the limit of {MAX_QUERY_CHARS} for a search"
+        )
     return JobFilter(
         statuses=statuses,
         types=split_values(type),
@@ -121,7 +129,8 @@ def list_jobs(
     queue: Annotated[list[str], Query()] = [],  # noqa: B006
     worker: Annotated[str | None, Query(max_length=200)] = None,
     q: Annotated[
-        str | None, Query(max_length=1000, description="search payloads and errors")
+        str | None,
+        Query(description=f"search payloads and errors (up to {MAX_QUERY_CHARS} characters)"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[
@@ -187,6 +196,12 @@ def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
     where = _filter(
         _as_list(body.status), _as_list(body.type), _as_list(body.queue), body.worker, body.q
     )
+    if where == JobFilter() and not body.all:  # `{}` must not mean every job by accident
+        raise ApiError(
+            400,
+            "give at least one filter (status, type, queue, worker, q), "
+            'or "all": true to act on every job',
+        )
     may_filter(request, where)
     return bulk_change(hub_of(request), where, action)
 
@@ -198,7 +213,8 @@ def _bulk(request: Request, body: BulkIn, action: str) -> dict[str, int]:
     dependencies=[Depends(require("produce"))],
 )
 def bulk_retry(request: Request, body: BulkIn) -> dict[str, int]:
-    """Retry every job the filters match (default: failed and cancelled ones)."""
+    """Retry every job the filters match (default statuses: failed and cancelled); at least
+    one filter, or `"all": true`."""
     return _bulk(request, body, "retry")
 
 
@@ -209,7 +225,8 @@ def bulk_retry(request: Request, body: BulkIn) -> dict[str, int]:
     dependencies=[Depends(require("produce"))],
 )
 def bulk_cancel(request: Request, body: BulkIn) -> dict[str, int]:
-    """Cancel every job the filters match (default: scheduled, pending and claimed ones)."""
+    """Cancel every job the filters match (default statuses: scheduled, pending and claimed);
+    at least one filter, or `"all": true`."""
     return _bulk(request, body, "cancel")
 
 
@@ -231,5 +248,20 @@ def health(request: Request) -> JSONResponse:
         hub.store.ping()
         hub.storage.next_due()
     except Exception as exc:
-        return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
+        # anyone may ask: the detail (paths, hosts) goes to the log, not the answer
+        _log_unhealthy(str(exc))
+        return JSONResponse({"status": "unavailable"}, status_code=503)
     return JSONResponse({"status": "ok"})
+
+
+_unhealthy: dict[str, float] = {}  # detail -> when last logged
+
+
+def _log_unhealthy(detail: str) -> None:
+    """Log why the store does not answer: each distinct detail once a minute at most."""
+    now = time.monotonic()
+    if now - _unhealthy.get(detail, -math.inf) >= 60:
+        if len(_unhealthy) > 100:
+            _unhealthy.clear()
+        _unhealthy[detail] = now
+        log.warning("health check: the store does not answer: %s", detail)

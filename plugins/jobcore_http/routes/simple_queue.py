@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from jobcore.models import Completed, Failed, Job, JobStatus, Lease, Outcome
 from jobcore_http.auth import agent_id_of, hub_of, require
@@ -21,6 +20,7 @@ from jobcore_http.models import (
     QueueUpdateIn,
     SuccessOut,
 )
+from jobcore_http.responses import JSONResponse
 from jobcore_http.tokens import Principal
 
 router = APIRouter(prefix="/api/queue")

@@ -1,0 +1,181 @@
+"""The hub's HTTP protocol: uvicorn's httptools protocol with bounds on what any client,
+with or without a token, can hold.
+
+uvicorn times out only idle keep-alive connections: a connection that sends half a
+request line (or nothing) is never closed, and httptools buffers a header of any
+length. So, per connection:
+
+- the request head (request line and headers) must be complete within `head_timeout`
+  seconds of the connection being made, and of the first byte of each later request;
+  otherwise the hub answers 408 and closes it;
+- a head larger than `max_header_bytes` is answered 431 and the connection closed;
+- at most `max_connections` connections are open. When a new one would pass that, the
+  oldest connection that has not yet sent a complete request head, else the oldest
+  idle keep-alive connection, else the oldest still sending a body, is closed to make
+  room; only when every connection has sent its whole request and waits for the
+  answer (a long-poll claim, an event stream, a report) is the new connection refused
+  with 503. A client that authenticated and holds a long request
+  is never evicted by clients that have not even sent a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class Limits:
+    """The bounds of one server (numbers from `HttpSettings`)."""
+
+    def __init__(self, max_connections: int, head_timeout: float, max_header_bytes: int) -> None:
+        self.max_connections = max_connections
+        self.head_timeout = head_timeout
+        self.max_header_bytes = max_header_bytes
+
+
+def _answer(status: str, message: str) -> bytes:
+    body = ('{"error": "' + message + '"}').encode()
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
+    """An `HttpToolsProtocol` class enforcing `limits` (pass as uvicorn's `http=`)."""
+
+    class GuardedProtocol(_Guarded):
+        LIMITS = limits
+
+    return GuardedProtocol
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+class _Guarded(HttpToolsProtocol):
+    LIMITS: Limits
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._in_head = True  # no complete request head yet on this request
+        self._head_bytes = 0  # bytes of chunks that were all head (an unfinished head)
+        self._head_parsed = 0  # request line and headers the parser handed over
+        self._too_large = False
+        self._head_count = 0  # messages begun: a chunk that starts one is not all head
+        self._since = time.monotonic()  # when the current head (or idle wait) began
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._since = time.monotonic()
+        self._arm()
+        if len(self.connections) > self.LIMITS.max_connections and not self._make_room():
+            transport.write(
+                _answer("503 Service Unavailable", "the hub is at its connection limit")
+            )
+            transport.close()
+
+    def _make_room(self) -> bool:
+        """Close the oldest connection without a complete request head, else the oldest
+        idle one, else the oldest still sending its body (never this one, never one whose
+        request is complete and being answered); False if none."""
+        waiting: list[_Guarded] = []
+        idle: list[_Guarded] = []
+        receiving: list[_Guarded] = []
+        for other in self.connections:
+            if other is self or not isinstance(other, _Guarded) or other.transport.is_closing():
+                continue
+            if other._in_head:
+                waiting.append(other)
+            elif other.cycle is None or other.cycle.response_complete:
+                idle.append(other)
+            elif other.cycle.more_body:
+                receiving.append(other)  # its body is still coming (read before any token)
+        victims = waiting or idle or receiving
+        if not victims:
+            return False
+        oldest = min(victims, key=lambda other: other._since)
+        oldest.transport.close()
+        return True
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_timer = self.loop.call_later(self.LIMITS.head_timeout, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self.transport.is_closing():
+            seconds = f"{self.LIMITS.head_timeout:g}"
+            self.transport.write(
+                _answer("408 Request Timeout", f"request head not complete within {seconds} s")
+            )
+            self.transport.close()
+
+    def _refuse_head(self) -> None:
+        limit = self.LIMITS.max_header_bytes
+        self.transport.write(
+            _answer(
+                "431 Request Header Fields Too Large",
+                f"request head over the hub's limit of {limit} bytes",
+            )
+        )
+        self.transport.close()
+        self._disarm()
+
+    def data_received(self, data: bytes) -> None:
+        in_head, begun = self._in_head, self._head_count
+        super().data_received(data)
+        if self._in_head and in_head and begun == self._head_count:
+            self._head_bytes += len(data)  # the whole chunk was part of one unfinished head
+            if self._head_bytes > self.LIMITS.max_header_bytes and not self.transport.is_closing():
+                self._refuse_head()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:  # on_headers_complete refused the head (the parser says 400)
+            if not self.transport.is_closing():
+                self._refuse_head()
+            return
+        super().send_400_response(msg)
+
+    def on_url(self, url: bytes) -> None:
+        self._head_parsed += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_parsed += len(name) + len(value) + 4
+        super().on_header(name, value)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._in_head:  # a later request on this connection: its first byte
+            self._in_head = True
+            self._since = time.monotonic()
+            self._arm()
+        self._head_bytes = self._head_parsed = 0
+        self._head_count += 1
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm()
+        if self._head_parsed > self.LIMITS.max_header_bytes:
+            self._too_large = True
+            raise _HeadTooLarge  # stops the parser; uvicorn answers through send_400_response
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._since = time.monotonic()  # idle from now (uvicorn's keep-alive timeout runs)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
