@@ -53,15 +53,20 @@ def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]
     settings = ctx.config.plugin_settings("claude", ClaudeSettings)
     root = files_root(ctx.config)
     target = resolved_target(root, payload.target_path)  # a bad path fails before spending a call
+
+    def should_stop() -> str | None:
+        return ctx.stop_reason
+
     if settings.backend == "api":
         from jobcore_claude.backends import ask_api  # imports the SDK on first use
 
-        text = ask_api(payload.prompt, settings)
+        text = ask_api(payload.prompt, settings, should_stop=should_stop)
     else:
-        from jobcore_claude.backends import ask_cli
+        from jobcore_claude.cli import ask_cli
 
-        text = ask_cli(payload.prompt, settings, should_stop=lambda: ctx.stop_reason)
+        text = ask_cli(payload.prompt, settings, should_stop=should_stop)
     data = text.encode("utf-8")
+    ctx.check_stop()  # nothing is written once a stop was asked; the write is the last step
     write_atomic(root, target, data, overwrite=True)
     return {
         "target_path": payload.target_path,

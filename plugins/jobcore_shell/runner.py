@@ -85,8 +85,14 @@ def run_command(
     timeout: float | None,
     output_limit: int,
     should_stop: Callable[[], str | None],
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | None = None,
 ) -> Finished:
-    """Run to completion, or until `timeout` or `should_stop()` returns a reason; then kill the group."""
+    """Run to completion, or until `timeout` or `should_stop()` returns a reason; then kill the group.
+
+    `stdin` is a readable file the command gets as its standard input (default: none);
+    `stdout` a file its standard output goes to instead of the captured tail.
+    """
     started = time.perf_counter()
     full_env = None if env is None else {**os.environ, **env}
     proc = subprocess.Popen(
@@ -94,17 +100,16 @@ def run_command(
         shell=shell,
         cwd=cwd,
         env=full_env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
+        stdout=subprocess.PIPE if stdout is None else stdout,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, so we can kill grandchildren too
     )
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stderr is not None
     out, err = TailBuffer(output_limit), TailBuffer(output_limit)
-    pumps = [
-        threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
-        threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True),
-    ]
+    pumps = [threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True)]
+    if proc.stdout is not None:
+        pumps.append(threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True))
     for pump in pumps:
         pump.start()
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -2,7 +2,9 @@
 
 Answers `POST /v1/messages` with plain JSON or, when the request asks for
 `"stream": true`, the server-sent-event format. Tests script failures with
-`fail_next(status, retry_after=...)`; every request is recorded.
+`fail_next(status, retry_after=...)`; every request is recorded. `hold()`
+makes message answers wait (a slow API) until `release()` or the stub stops;
+`answered` counts the message answers sent (or refused by a client that hung up).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class StubState:
     requests: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     reply: str = "EXTRACTED: {prompt}"
+    held: bool = False
+    released: threading.Event = field(default_factory=threading.Event)
+    answered: int = 0
 
 
 def prompt_of(body: dict[str, Any]) -> str:
@@ -116,6 +121,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self.path.startswith("/v1/messages"):
             self.do_GET()
             return
+        if state.held:
+            state.released.wait()
         if scripted is not None and scripted.status != 200:
             error = {
                 "type": "error",
@@ -143,10 +150,14 @@ class Handler(BaseHTTPRequestHandler):
             "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": max(1, len(text) // 4)},
         }
-        if body.get("stream"):
-            self._send(200, self._sse(message, text), "text/event-stream")
-        else:
-            self._send(200, json.dumps(message).encode(), "application/json")
+        try:
+            if body.get("stream"):
+                self._send(200, self._sse(message, text), "text/event-stream")
+            else:
+                self._send(200, json.dumps(message).encode(), "application/json")
+        finally:  # sent, or the client had hung up
+            with state.lock:
+                state.answered += 1
 
     @staticmethod
     def _sse(message: dict[str, Any], text: str) -> bytes:
@@ -216,6 +227,7 @@ class StubServer(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
+        self.release()
         self.shutdown()
         self.server_close()
 
@@ -226,6 +238,20 @@ class StubServer(ThreadingHTTPServer):
     def reply_next(self, text: str) -> None:
         with self.state.lock:
             self.state.script.append(Scripted(200, text=text))
+
+    def hold(self) -> None:
+        """From now on, message requests wait for `release()` before they are answered."""
+        self.state.released.clear()
+        self.state.held = True
+
+    def release(self) -> None:
+        self.state.held = False
+        self.state.released.set()
+
+    @property
+    def answered(self) -> int:
+        with self.state.lock:
+            return self.state.answered
 
     @property
     def requests(self) -> list[Recorded]:
