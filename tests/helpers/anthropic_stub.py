@@ -3,7 +3,8 @@
 Answers `POST /v1/messages` with plain JSON or, when the request asks for
 `"stream": true`, the server-sent-event format. Tests script failures with
 `fail_next(status, retry_after=...)`; every request is recorded. `hold()`
-makes message answers wait (a slow API) until `release()` or the stub stops;
+makes message answers wait (a slow API; a stream sends `ping` events meanwhile)
+until `release()` or the stub stops;
 `answered` counts the message answers sent (or refused by a client that hung up).
 """
 
@@ -121,6 +122,9 @@ class Handler(BaseHTTPRequestHandler):
         if not self.path.startswith("/v1/messages"):
             self.do_GET()
             return
+        if state.held and body.get("stream"):
+            self._trickle(state)
+            return
         if state.held:
             state.released.wait()
         if scripted is not None and scripted.status != 200:
@@ -155,7 +159,37 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, self._sse(message, text), "text/event-stream")
             else:
                 self._send(200, json.dumps(message).encode(), "application/json")
-        finally:  # sent, or the client had hung up
+        except OSError:
+            pass  # the client hung up (a caller that gave up on a held answer)
+        finally:
+            with state.lock:
+                state.answered += 1
+
+    def _trickle(self, state: StubState) -> None:
+        """A held stream: `ping` events every 0.2s until released, then the answer."""
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            while not state.released.wait(0.2):
+                self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
+                self.wfile.flush()
+            message = {
+                "id": "msg_stub",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-stub",
+                "content": [{"type": "text", "text": "late"}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            }
+            self.wfile.write(self._sse(message, "late"))
+        except OSError:
+            pass  # the client hung up
+        finally:
             with state.lock:
                 state.answered += 1
 

@@ -11,6 +11,9 @@ from typing import Any
 from anthropic_stub import StubServer
 from testenv import subprocess_env
 
+from jobcore import Queue
+from jobcore.testing import make_queue
+
 JOBCORE = [sys.executable, "-m", "jobcore"]
 
 
@@ -36,6 +39,7 @@ class ClaudeWorker:
             **env,
         )
         self.workers: list[subprocess.Popen[bytes]] = []
+        self._reader: Queue | None = None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -75,12 +79,14 @@ class ClaudeWorker:
         return "".join(p.read_text() for p in sorted(self.tmp.glob("worker*.log")))
 
     def job(self, job_id: str) -> dict[str, Any]:
-        shown = self.cli("show", job_id, "--json")
-        assert shown.returncode == 0, shown.stderr
-        result: dict[str, Any] = json.loads(shown.stdout)
-        return result
+        """The job as `show --json` has it, read in this process (polling stays cheap)."""
+        if self._reader is None:
+            self._reader = make_queue(self.tmp / "jobs.db")
+        return self._reader.get(job_id).to_json()
 
     def stop_all(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         for proc in self.workers:
             if proc.poll() is None:
                 proc.kill()
