@@ -9,7 +9,7 @@ from typing import Any
 from jobcore_files import files_root, resolved_target, write_atomic
 from jobcore_files.paths import check_path
 from jobcore_files.writer import sha256
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from jobcore import JobContext, JobType, Payload, hookimpl
 from jobcore.plugins import require
@@ -35,6 +35,13 @@ class ClaudeExtraction(Payload):
     prompt_hash: str | None = Field(
         default=None, validation_alias=AliasChoices("prompt_hash", "promptHash")
     )
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_blank(cls, prompt: str) -> str:
+        if not prompt.strip():  # neither backend can send it: the API answers 400, the CLI fails
+            raise ValueError("the prompt is only whitespace; give it some text")
+        return prompt
 
     @model_validator(mode="after")
     def _hash_matches(self) -> ClaudeExtraction:
