@@ -9,7 +9,7 @@ from typing import Any
 from jobcore_files import files_root, resolved_target, write_atomic
 from jobcore_files.paths import check_path
 from jobcore_files.writer import sha256
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from jobcore import JobContext, JobType, Payload, hookimpl
 from jobcore.plugins import require
@@ -36,6 +36,13 @@ class ClaudeExtraction(Payload):
         default=None, validation_alias=AliasChoices("prompt_hash", "promptHash")
     )
 
+    @field_validator("prompt")
+    @classmethod
+    def _not_blank(cls, prompt: str) -> str:
+        if not prompt.strip():  # neither backend can send it: the API answers 400, the CLI fails
+            raise ValueError("the prompt is only whitespace; give it some text")
+        return prompt
+
     @model_validator(mode="after")
     def _hash_matches(self) -> ClaudeExtraction:
         actual = prompt_sha256(self.prompt)
@@ -53,15 +60,20 @@ def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]
     settings = ctx.config.plugin_settings("claude", ClaudeSettings)
     root = files_root(ctx.config)
     target = resolved_target(root, payload.target_path)  # a bad path fails before spending a call
+
+    def should_stop() -> str | None:
+        return ctx.stop_reason
+
     if settings.backend == "api":
         from jobcore_claude.backends import ask_api  # imports the SDK on first use
 
-        text = ask_api(payload.prompt, settings)
+        text = ask_api(payload.prompt, settings, should_stop=should_stop)
     else:
-        from jobcore_claude.backends import ask_cli
+        from jobcore_claude.cli import ask_cli
 
-        text = ask_cli(payload.prompt, settings, should_stop=lambda: ctx.stop_reason)
+        text = ask_cli(payload.prompt, settings, should_stop=should_stop)
     data = text.encode("utf-8")
+    ctx.check_stop()  # nothing is written once a stop was asked; the write is the last step
     write_atomic(root, target, data, overwrite=True)
     return {
         "target_path": payload.target_path,

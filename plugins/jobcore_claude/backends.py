@@ -1,16 +1,16 @@
-"""Two ways to ask Claude: the Anthropic SDK (`api`) and Claude Code headless (`cli`)."""
+"""The `api` backend (the Anthropic SDK) and the errors both backends share."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import anthropic
-from jobcore_shell.runner import run_command
 
-from jobcore import PermanentError, RetryAfter
+from jobcore import Interrupted, PermanentError, RetryAfter
 from jobcore_claude.settings import ClaudeSettings
 
 RETRYABLE_STATUS = {408, 409, 429, 529}
@@ -32,8 +32,18 @@ def _retry_after(headers: object) -> float | None:
         return None
 
 
-def ask_api(prompt: str, settings: ClaudeSettings) -> str:
-    """Messages API through the official SDK; the queue, not the SDK, does the retrying."""
+CONNECT_TIMEOUT = 10.0  # seconds; the settings' `timeout` bounds the whole call
+POLL = 0.05  # seconds between looks at should_stop while the call runs
+
+
+def ask_api(prompt: str, settings: ClaudeSettings, should_stop: Callable[[], str | None]) -> str:
+    """Messages API through the official SDK; the queue, not the SDK, does the retrying.
+
+    The call runs on a helper thread so that a stop (cancel, timeout, shutdown, a
+    lost lease) or the total deadline `settings.timeout` ends the attempt at once:
+    the connection is closed and the call abandoned; its answer, should one still
+    arrive, is dropped, never returned.
+    """
     api_key = os.environ.get("ANTHROPIC_API_KEY")
     if not api_key:
         raise PermanentError("ANTHROPIC_API_KEY is not set; the api backend needs it")
@@ -42,14 +52,57 @@ def ask_api(prompt: str, settings: ClaudeSettings) -> str:
         "max_tokens": settings.max_tokens,
         "messages": [{"role": "user", "content": prompt}],
     }
+    client = anthropic.Anthropic(
+        api_key=api_key,
+        base_url=settings.base_url,
+        max_retries=0,
+        timeout=anthropic.Timeout(settings.timeout, connect=min(CONNECT_TIMEOUT, settings.timeout)),
+    )
+    abandoned = threading.Event()
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["text"] = _call(client, request, settings.stream, abandoned)
+        except BaseException as exc:  # handed to the handler's thread below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="jobcore-claude-api", daemon=True).start()
+    deadline = time.monotonic() + settings.timeout
     try:
-        with anthropic.Anthropic(
-            api_key=api_key, base_url=settings.base_url, max_retries=0, timeout=settings.timeout
-        ) as client:
-            if settings.stream:
-                with client.messages.stream(**request) as stream:  # type: ignore[arg-type]
-                    return stream.get_final_text()
-            message = client.messages.create(**request)  # type: ignore[call-overload]
+        while not done.wait(POLL):
+            reason = should_stop()
+            if reason is not None:
+                raise Interrupted(f"stopped: {reason}")
+            if time.monotonic() >= deadline:
+                raise TransientClaudeError(
+                    f"Claude API did not answer within {settings.timeout:g}s (setting timeout)"
+                )
+    finally:
+        if not done.is_set():
+            abandoned.set()
+        client.close()  # also drops a connection the abandoned call still reads from
+    if "error" in outcome:
+        raise outcome["error"]
+    return str(outcome["text"])
+
+
+def _call(
+    client: anthropic.Anthropic, request: dict[str, Any], stream: bool, abandoned: threading.Event
+) -> str:
+    try:
+        if stream:
+            parts: list[str] = []
+            with client.messages.stream(**request) as events:
+                for text in events.text_stream:
+                    if abandoned.is_set():
+                        return ""
+                    parts.append(text)
+            return "".join(parts)
+        message = client.messages.create(**request)
     except anthropic.APIStatusError as exc:
         status = exc.status_code
         if retryable_status(status):
@@ -62,43 +115,3 @@ def ask_api(prompt: str, settings: ClaudeSettings) -> str:
     except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
         raise TransientClaudeError(f"Claude API unreachable: {exc}") from None
     return "".join(block.text for block in message.content if block.type == "text")
-
-
-def ask_cli(prompt: str, settings: ClaudeSettings, should_stop: Callable[[], str | None]) -> str:
-    """`claude -p PROMPT --output-format json`; its JSON `result` is the text."""
-    program = shutil.which(settings.bin)
-    if program is None:
-        raise PermanentError(
-            f"Claude Code binary {settings.bin!r} not found on PATH; install "
-            "@anthropic-ai/claude-code or set [plugins.claude] bin / JOBCORE_CLAUDE_BIN"
-        )
-    env = {"CLAUDE_CODE_MAX_RETRIES": os.environ.get("CLAUDE_CODE_MAX_RETRIES", "0")}
-    if settings.base_url:
-        env["ANTHROPIC_BASE_URL"] = settings.base_url
-    finished = run_command(
-        [program, "-p", prompt, "--output-format", "json", "--model", settings.model],
-        shell=False,
-        cwd=None,
-        env=env,
-        timeout=settings.timeout,
-        output_limit=32 * 1024 * 1024,
-        should_stop=should_stop,
-    )
-    if finished.stopped is not None:
-        raise TransientClaudeError(
-            f"claude stopped ({finished.stopped}) after {finished.duration_ms:.0f}ms"
-        )
-    stdout = finished.stdout.text()
-    try:
-        answer = json.loads(stdout)
-    except json.JSONDecodeError:
-        raise TransientClaudeError(
-            f"claude exited {finished.exit_code} without JSON output; stderr: {finished.stderr.text()[-500:]}"
-        ) from None
-    if answer.get("is_error") or finished.exit_code != 0:
-        status = answer.get("api_error_status")
-        text = f"claude failed (status {status}): {str(answer.get('result'))[:500]}"
-        if isinstance(status, int) and not retryable_status(status):
-            raise PermanentError(text)
-        raise TransientClaudeError(text)
-    return str(answer.get("result", ""))

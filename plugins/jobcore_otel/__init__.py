@@ -20,6 +20,7 @@ otherwise it is one `OtelPlugin` per distinct configuration, shared.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 from collections.abc import Generator, Iterable, Mapping
@@ -48,6 +49,37 @@ __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 SYSTEM = "jobcore"
 COUNTERS = ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
 PROPAGATOR = TraceContextTextMapPropagator()
+log = logging.getLogger("jobcore.otel")
+
+
+def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
+    """The trace context stored in `meta["otel"]`, and whether one was there.
+
+    `meta` comes from whoever enqueued the job: anything but an object of
+    strings, or a context the propagator cannot read, is ignored (logged at
+    `level` with the job id) and the job's spans start a fresh trace (a new root). Tracing
+    never decides a job's outcome.
+    """
+    carrier = job.meta.get("otel") if isinstance(job.meta, dict) else None
+    if carrier is None:
+        return otel_context.get_current(), False
+    if isinstance(carrier, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
+    ):
+        try:
+            return PROPAGATOR.extract(carrier), True
+        except Exception as exc:  # a propagator that trips on odd input: same as bad input
+            problem = f"{type(exc).__name__}: {exc}"
+    else:
+        problem = "not an object of strings"
+    log.log(
+        level,
+        "job %s: ignoring its meta.otel trace context (%s): %.200r; tracing it as a new trace",
+        job.id,
+        problem,
+        carrier,
+    )
+    return Context(), False
 
 
 def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
@@ -169,15 +201,16 @@ class OtelPlugin:
 
     @hookimpl(wrapper=True)
     def jobcore_execute_job(self, job: Job, ctx: JobContext) -> Generator[None, Any, Any]:
-        carrier = job.meta.get("otel")
-        parent = PROPAGATOR.extract(carrier or {})
+        # Warned about on the first attempt only; later attempts and outcomes log it at debug.
+        level = logging.WARNING if job.attempts <= 1 else logging.DEBUG
+        parent, carried = _parent_context(job, level)
         attributes = {
             **_job_attributes(job, "process"),
             "messaging.operation.name": "process",
             "messaging.client.id": ctx.worker,
             "jobcore.job.attempt": job.attempts,
         }
-        if carrier and not self._would_record(parent, f"process {job.queue}", attributes):
+        if carried and not self._would_record(parent, f"process {job.queue}", attributes):
             # Sampled out (e.g. at enqueue): skip building a span nobody records, but keep
             # the trace context current so child jobs carry it on.
             token = otel_context.attach(parent)
@@ -196,8 +229,11 @@ class OtelPlugin:
             try:
                 result = yield
             except BaseException as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                try:
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                except Exception:  # e.g. an exception whose str() raises: the job's own error wins
+                    log.debug("job %s: its exception could not be put on the span", job.id)
                 raise
             return result
 
@@ -213,7 +249,7 @@ class OtelPlugin:
         return bool(result.decision.is_recording())
 
     def _settle(self, job: Job, outcome: str, **details: Any) -> None:
-        parent = PROPAGATOR.extract(job.meta.get("otel") or {})
+        parent, _ = _parent_context(job, logging.DEBUG)
         attributes = {
             **_job_attributes(job, "settle"),
             "jobcore.job.outcome": outcome,

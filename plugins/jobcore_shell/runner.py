@@ -80,9 +80,17 @@ def run_command(
     output_limit: int,
     should_stop: Callable[[], str | None],
     input: bytes | None = None,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | None = None,
 ) -> Finished:
     """Run to completion, or until `timeout` or `should_stop()` returns a reason; then kill
-    the command's tree. `input`, when given, is written to its stdin (else /dev/null)."""
+    the command's tree.
+
+    Standard input is `input` (written through a pipe) or the readable file `stdin`, else
+    /dev/null; `stdout` is a file its standard output goes to instead of the captured tail.
+    """
+    if input is not None and stdin is not None:
+        raise ValueError("give input or stdin, not both")
     started = time.perf_counter()
     full_env = None if env is None else {**os.environ, **env}
     argv = list(args) if not isinstance(args, str) else shell_args(args) if shell else [args]
@@ -90,17 +98,20 @@ def run_command(
         argv,
         cwd=cwd,
         env=full_env,
-        stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE
+        if input is not None
+        else subprocess.DEVNULL
+        if stdin is None
+        else stdin,
+        stdout=subprocess.PIPE if stdout is None else stdout,
         stderr=subprocess.PIPE,
         grace=KILL_GRACE,
     )
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stderr is not None
     out, err = TailBuffer(output_limit), TailBuffer(output_limit)
-    pumps = [
-        threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
-        threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True),
-    ]
+    pumps = [threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True)]
+    if proc.stdout is not None:
+        pumps.append(threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True))
     if input is not None:
         assert proc.stdin is not None
         pumps.append(threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True))

@@ -2,7 +2,10 @@
 
 Answers `POST /v1/messages` with plain JSON or, when the request asks for
 `"stream": true`, the server-sent-event format. Tests script failures with
-`fail_next(status, retry_after=...)`; every request is recorded.
+`fail_next(status, retry_after=...)`; every request is recorded. `hold()`
+makes message answers wait (a slow API; a stream sends `ping` events meanwhile)
+until `release()` or the stub stops;
+`answered` counts the message answers sent (or refused by a client that hung up).
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class StubState:
     requests: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     reply: str = "EXTRACTED: {prompt}"
+    held: bool = False
+    released: threading.Event = field(default_factory=threading.Event)
+    answered: int = 0
 
 
 def prompt_of(body: dict[str, Any]) -> str:
@@ -116,6 +122,11 @@ class Handler(BaseHTTPRequestHandler):
         if not self.path.startswith("/v1/messages"):
             self.do_GET()
             return
+        if state.held and body.get("stream"):
+            self._trickle(state)
+            return
+        if state.held:
+            state.released.wait()
         if scripted is not None and scripted.status != 200:
             error = {
                 "type": "error",
@@ -143,10 +154,44 @@ class Handler(BaseHTTPRequestHandler):
             "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": max(1, len(text) // 4)},
         }
-        if body.get("stream"):
-            self._send(200, self._sse(message, text), "text/event-stream")
-        else:
-            self._send(200, json.dumps(message).encode(), "application/json")
+        try:
+            if body.get("stream"):
+                self._send(200, self._sse(message, text), "text/event-stream")
+            else:
+                self._send(200, json.dumps(message).encode(), "application/json")
+        except OSError:
+            pass  # the client hung up (a caller that gave up on a held answer)
+        finally:
+            with state.lock:
+                state.answered += 1
+
+    def _trickle(self, state: StubState) -> None:
+        """A held stream: `ping` events every 0.2s until released, then the answer."""
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            while not state.released.wait(0.2):
+                self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
+                self.wfile.flush()
+            message = {
+                "id": "msg_stub",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-stub",
+                "content": [{"type": "text", "text": "late"}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            }
+            self.wfile.write(self._sse(message, "late"))
+        except OSError:
+            pass  # the client hung up
+        finally:
+            with state.lock:
+                state.answered += 1
 
     @staticmethod
     def _sse(message: dict[str, Any], text: str) -> bytes:
@@ -216,6 +261,7 @@ class StubServer(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
+        self.release()
         self.shutdown()
         self.server_close()
 
@@ -226,6 +272,20 @@ class StubServer(ThreadingHTTPServer):
     def reply_next(self, text: str) -> None:
         with self.state.lock:
             self.state.script.append(Scripted(200, text=text))
+
+    def hold(self) -> None:
+        """From now on, message requests wait for `release()` before they are answered."""
+        self.state.released.clear()
+        self.state.held = True
+
+    def release(self) -> None:
+        self.state.held = False
+        self.state.released.set()
+
+    @property
+    def answered(self) -> int:
+        with self.state.lock:
+            return self.state.answered
 
     @property
     def requests(self) -> list[Recorded]:

@@ -306,6 +306,7 @@ class OtlpReceiver:
                                         "name": span.name,
                                         "kind": span.kind,
                                         "trace": span.trace_id.hex(),
+                                        "parent": span.parent_span_id.hex(),
                                         "service": service,
                                         "attributes": {
                                             a.key: a.value.string_value or a.value.int_value
@@ -435,3 +436,34 @@ def test_a_sampled_out_job_makes_no_process_span_but_passes_its_trace_on(
         for point in metric.data.data_points
     ]
     assert sum(counted) == 2  # metrics still count every job
+
+
+def test_a_malformed_trace_context_never_fails_a_job_on_a_traced_worker(
+    receiver: OtlpReceiver, tmp_path: Path, jobcore_make_queue: MakeQueue
+) -> None:
+    """Issue 22 item 15: `meta.otel` comes from the producer; a bad one is ignored and logged."""
+    db = tmp_path / "otel.db"
+    untraced = jobcore_make_queue(tp, db=str(db))  # a producer without the otel plugin
+    job_id = untraced.enqueue("flaky", {"fail_times": 0}, meta={"otel": "not-a-context"}).job.id
+    env = subprocess_env(
+        JOBCORE_DB=str(db),
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_METRICS_EXPORTER="none",
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "jobcore", "run", "--until-empty"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    job = untraced.get(job_id)
+    assert (job.status, job.attempts, job.errors) == ("completed", 1, [])
+    assert f"job {job_id}: ignoring its meta.otel trace context" in ran.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not receiver.spans:
+        time.sleep(0.05)
+    [span] = receiver.spans
+    assert span["name"] == "process default" and span["parent"] == ""  # a fresh root
