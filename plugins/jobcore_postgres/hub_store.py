@@ -22,7 +22,9 @@ from jobcore_postgres.reads import select_jobs
 if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
 
-_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types, queues"
+# limits read as JSON text: psycopg decodes a jsonb `null` to None, which reads as "any";
+# as text it is damage, which reads as "none" (`grants.Limits.from_stored`)
+_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types::text, queues::text"
 _WORKER_COLUMNS = (
     "worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, lost_at, drain"
 )

@@ -117,5 +117,12 @@ def test_an_old_store_upgrades_and_its_tokens_keep_full_rights(
             conn.execute(f"UPDATE {s}.hub_tokens SET types = '\"noop\"'::jsonb")
         damaged = store.token_by_hash("h-old")
         assert damaged is not None and damaged.types == () and damaged.limits.limited
+        # a JSON null (not SQL NULL) is damage too: psycopg decodes both to None
+        with storage._write() as conn:
+            conn.execute(f"UPDATE {s}.hub_tokens SET types = NULL, queues = 'null'::jsonb")
+        damaged = store.token_by_hash("h-old")
+        assert damaged is not None and damaged.types is None and damaged.queues == ()
+        assert damaged.limits.limited
+        assert [t.queues for t in store.list_tokens()] == [()]
     finally:
         storage.close()
