@@ -86,8 +86,8 @@ class PostgresHubStore:
         with self.storage._connection() as conn:
             row = conn.execute(
                 f"SELECT {_TOKEN_COLUMNS} FROM {self._tokens} "
-                "WHERE hash = %s AND revoked_at IS NULL",
-                (digest,),
+                "WHERE hash IN (%s, %s) AND revoked_at IS NULL",
+                (digest, self._types.LIMITED_HASH + digest),
             ).fetchone()
         return None if row is None else self._token(row)
 
