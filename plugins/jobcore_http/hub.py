@@ -27,7 +27,7 @@ from jobcore_http.grants import Limits
 from jobcore_http.settings import HttpSettings
 from jobcore_http.signal import AsyncSignal
 from jobcore_http.store import hub_store_for
-from jobcore_http.tokens import Principal, same_hash, token_hash
+from jobcore_http.tokens import Principal, token_hash
 from jobcore_http.waiter import ChangeWaiter
 from jobcore_http.workers import Registry
 
@@ -117,7 +117,7 @@ class Hub:
         """The principal of a bearer token, or None (unknown or revoked)."""
         digest = token_hash(token)
         record = self.store.token_by_hash(digest)
-        if record is None or not same_hash(record.hash, digest):
+        if record is None or not record.matches(digest):
             return None
         agent = record.agent_id or (record.name if record.scope == "agent" else None)
         return Principal(
@@ -131,7 +131,7 @@ class Hub:
         """(name, scope, limits) of the active token with this SHA-256 hex digest (the
         dashboard's)."""
         record = self.store.token_by_hash(digest)
-        if record is None or not same_hash(record.hash, digest):
+        if record is None or not record.matches(digest):
             return None
         return record.name, record.scope, record.limits
 

@@ -11,6 +11,7 @@ backend provides its own by giving its storage object a method
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import threading
@@ -32,9 +33,20 @@ from jobcore_http.grants import Limits
 log = logging.getLogger("jobcore.http.store")
 
 
+LIMITED_HASH = "limited:"
+"""Prefix of a limited token's stored hash. A hub older than limits looks a token up by its
+bare SHA-256, so it finds no limited token (401) instead of granting it every type and
+queue: the case of an old hub still running, or started again, on an upgraded store."""
+
+
+def stored_hash(digest: str, limits: Limits) -> str:
+    """The hash column of a new token whose SHA-256 is `digest`."""
+    return LIMITED_HASH + digest if limits.limited else digest
+
+
 @dataclass(frozen=True, slots=True)
 class TokenRecord:
-    """A stored token: never the token itself, only its SHA-256."""
+    """A stored token: never the token itself, only its SHA-256 (`stored_hash`)."""
 
     name: str
     hash: str
@@ -54,9 +66,15 @@ class TokenRecord:
         """From `TOKEN_COLUMNS` as stored (limits as JSON text or decoded lists)."""
         limits = Limits.from_stored(row[6], row[7])
         name, digest, scope, agent_id, created_at, revoked_at = row[:6]
+        if str(digest).startswith(LIMITED_HASH) and not limits.limited:
+            limits = Limits((), ())  # marked limited, its limits lost: nothing, never any
         return cls(
             name, digest, scope, agent_id, created_at, revoked_at, limits.types, limits.queues
         )
+
+    def matches(self, digest: str) -> bool:
+        """Whether this is the token whose SHA-256 hex is `digest` (constant time)."""
+        return hmac.compare_digest(self.hash.removeprefix(LIMITED_HASH).encode(), digest.encode())
 
     def to_json(self) -> dict[str, Any]:
         from jobcore.timeutil import iso
@@ -134,7 +152,7 @@ class HubStore(Protocol):
         """Store a new token; `IllegalTransition` if an active token has that name."""
 
     def token_by_hash(self, digest: str) -> TokenRecord | None:
-        """The active (not revoked) token with this SHA-256, or None."""
+        """The active (not revoked) token with this SHA-256 (bare or `LIMITED_HASH`), or None."""
 
     def list_tokens(self) -> list[TokenRecord]: ...
 
@@ -350,8 +368,8 @@ class SQLiteHubStore:
     @boundary
     def token_by_hash(self, digest: str) -> TokenRecord | None:
         rows = self._rows(
-            f"SELECT {TOKEN_COLUMNS} FROM hub_tokens WHERE hash = ? AND revoked_at IS NULL",
-            (digest,),
+            f"SELECT {TOKEN_COLUMNS} FROM hub_tokens WHERE hash IN (?, ?) AND revoked_at IS NULL",
+            (digest, LIMITED_HASH + digest),
         )
         return TokenRecord.from_row(rows[0]) if rows else None
 

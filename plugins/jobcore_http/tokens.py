@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from jobcore.errors import InvalidPayload, UnknownJobType
 from jobcore_http.grants import UNLIMITED, Limits, parse_names
-from jobcore_http.store import HubStore, TokenRecord
+from jobcore_http.store import HubStore, TokenRecord, stored_hash
 
 Scope = Literal["read", "produce", "agent", "admin"]
 SCOPES: tuple[Scope, ...] = ("read", "produce", "agent", "admin")
@@ -116,7 +116,7 @@ def create_token(
     token = new_token()
     record = TokenRecord(
         name=name,
-        hash=token_hash(token),
+        hash=stored_hash(token_hash(token), limits),
         scope=scope,
         agent_id=agent_id,
         created_at=now,

@@ -23,7 +23,9 @@ from jobcore_postgres.reads import select_jobs
 if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
 
-_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types, queues"
+# limits read as JSON text: psycopg decodes a jsonb `null` to None, which reads as "any";
+# as text it is damage, which reads as "none" (`grants.Limits.from_stored`)
+_TOKEN_COLUMNS = "name, hash, scope, agent_id, created_at, revoked_at, types::text, queues::text"
 _WORKER_COLUMNS = (
     "worker_id, name, cores, ram_gb, tags, types, registered_at, last_seen, lost_at, drain"
 )
@@ -101,8 +103,8 @@ class PostgresHubStore:
         with self.storage._connection() as conn:
             row = conn.execute(
                 f"SELECT {_TOKEN_COLUMNS} FROM {self._tokens} "
-                "WHERE hash = %s AND revoked_at IS NULL",
-                (digest,),
+                "WHERE hash IN (%s, %s) AND revoked_at IS NULL",
+                (digest, self._types.LIMITED_HASH + digest),
             ).fetchone()
         return None if row is None else self._token(row)
 

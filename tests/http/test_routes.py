@@ -288,6 +288,24 @@ def test_bulk_cancel_and_retry_by_filter(admin: httpx.Client) -> None:
     assert "colour" in unknown.json()["error"]
 
 
+def test_a_filter_naming_too_many_types_or_queues_is_400(admin: httpx.Client) -> None:
+    """Tens of thousands of names (a comma list in one body) were handed to the store,
+    whose query then failed: 503 `too many SQL variables`, as if the store were down."""
+    queue = unique()
+    job = enqueue(admin, queue=queue, delay=3600)
+    names = ",".join(f"t{i}" for i in range(40_000))
+    for body, named in (
+        ({"type": names, "queue": queue}, "type: at most 1000 names"),
+        ({"type": "noop", "queue": [queue, names]}, "queue: at most 1000 names"),
+    ):
+        for action in ("cancel", "retry"):
+            answer = admin.post(f"/api/jobs/{action}", json=body)
+            assert answer.status_code == 400, answer.text
+            assert named in answer.json()["error"], answer.text
+    assert admin.get(f"/api/jobs/{job['id']}").json()["status"] == "scheduled"
+    assert admin.delete(f"/api/jobs/{job['id']}").status_code == 204
+
+
 # -- agents -------------------------------------------------------------------------------
 
 

@@ -341,3 +341,45 @@ def test_the_dashboard_acts_only_within_the_token(hub: Hub, tokens: Tokens, part
         assert answer.status_code == 303
         assert admin.get(f"/api/jobs/{mine['id']}").json()["status"] == "pending"
         assert admin.delete(f"/api/jobs/{shell['id']}").status_code == 204
+
+
+PRE_LIMITS_LOOKUP = (  # how a hub older than limits finds the token of a request
+    "SELECT name, hash, scope, agent_id, created_at, revoked_at FROM hub_tokens "
+    "WHERE hash = ? AND revoked_at IS NULL"
+)
+
+
+def test_a_hub_older_than_limits_finds_no_limited_token(
+    hub: Hub, hub_db: Path, tokens: Tokens
+) -> None:
+    """An old hub still running on (or started again on) an upgraded store ignores the
+    limits columns: it must not find a limited token at all, rather than grant it any job."""
+    import hashlib
+
+    import apsw
+
+    limited = make(hub_db, "old-hub-limited", "produce", "--types", "noop")
+    unlimited = make(hub_db, "old-hub-open", "produce")
+    conn = apsw.Connection(str(hub_db))
+    try:
+        for token, found in ((limited, []), (unlimited, ["old-hub-open"])):
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            assert [row[0] for row in conn.execute(PRE_LIMITS_LOOKUP, (digest,))] == found
+        with hub.client(limited) as client:  # this hub knows the token and its limits
+            made = client.post("/api/jobs", json={"type": "noop", "delay": 3600})
+            assert made.status_code == 201, made.text
+            assert client.post("/api/jobs", json=SHELL).status_code == 403
+            # a row marked limited whose limits were lost allows nothing, never anything
+            with conn:
+                conn.execute(
+                    "UPDATE hub_tokens SET types = NULL, queues = NULL WHERE name = ?",
+                    ("old-hub-limited",),
+                )
+            answer = client.post("/api/jobs", json={"type": "noop", "delay": 3600})
+            assert answer.status_code == 403, answer.text
+            assert client.post("/api/jobs", json=SHELL).status_code == 403
+            assert client.delete(f"/api/jobs/{made.json()['id']}").status_code == 403
+    finally:
+        conn.close()
+    with hub.client(tokens.admin) as admin:
+        assert admin.delete(f"/api/jobs/{made.json()['id']}").status_code == 204

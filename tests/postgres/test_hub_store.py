@@ -117,5 +117,43 @@ def test_an_old_store_upgrades_and_its_tokens_keep_full_rights(
             conn.execute(f"UPDATE {s}.hub_tokens SET types = '\"noop\"'::jsonb")
         damaged = store.token_by_hash("h-old")
         assert damaged is not None and damaged.types == () and damaged.limits.limited
+        # a JSON null (not SQL NULL) is damage too: psycopg decodes both to None
+        with storage._write() as conn:
+            conn.execute(f"UPDATE {s}.hub_tokens SET types = NULL, queues = 'null'::jsonb")
+        damaged = store.token_by_hash("h-old")
+        assert damaged is not None and damaged.types is None and damaged.queues == ()
+        assert damaged.limits.limited
+        assert [t.queues for t in store.list_tokens()] == [()]
     finally:
         storage.close()
+
+
+def test_a_hub_older_than_limits_finds_no_limited_token(
+    pg_storage_factory: Callable[..., PostgresStorage],
+) -> None:
+    """An old hub still running on an upgraded schema looks tokens up by the bare SHA-256
+    and ignores the limits columns: it must find no limited token, never grant it any job."""
+    from jobcore_http.grants import Limits
+    from jobcore_http.tokens import create_token, token_hash
+
+    storage = pg_storage_factory()
+    store = hub.hub_store_for(storage)
+    store.migrate()
+    limited, _ = create_token(store, "lim", "produce", None, 1, Limits(("noop",), None))
+    unlimited, _ = create_token(store, "open", "produce", None, 1)
+    tokens = storage._d.table("hub_tokens")
+    pre_limits = (
+        f"SELECT name, hash, scope, agent_id, created_at, revoked_at FROM {tokens} "
+        "WHERE hash = %s AND revoked_at IS NULL"
+    )
+    with storage._connection() as conn:
+        for token, found in ((limited, []), (unlimited, ["open"])):
+            rows = conn.execute(pre_limits, (token_hash(token),)).fetchall()
+            assert [row[0] for row in rows] == found
+    record = store.token_by_hash(token_hash(limited))
+    assert record is not None and record.matches(token_hash(limited))
+    assert record.types == ("noop",) and record.queues is None
+    with storage._write() as conn:  # marked limited, limits lost: nothing, never any
+        conn.execute(f"UPDATE {tokens} SET types = NULL WHERE name = 'lim'")
+    record = store.token_by_hash(token_hash(limited))
+    assert record is not None and record.types == () and record.limits.limited

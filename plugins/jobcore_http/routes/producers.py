@@ -37,6 +37,9 @@ from jobcore_http.views import attempts_detail, job_json, normalize_statuses, sp
 router = APIRouter(prefix="/api")
 log = logging.getLogger("jobcore.http")
 
+MAX_FILTER_NAMES = 1000
+"""Job types (or queues) one filter may name."""
+
 JobId = Annotated[str, Path(min_length=1, max_length=200)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)
@@ -108,10 +111,16 @@ def _filter(
         raise ApiError(
             400, f"q is {len(q)} characters, over the limit of {MAX_QUERY_CHARS} for a search"
         )
+    types, queues = split_values(type), split_values(queue)
+    for what, names in (("type", types), ("queue", queues)):
+        if len(names) > MAX_FILTER_NAMES:  # else the store's query fails (503)
+            raise ApiError(
+                400, f"{what}: at most {MAX_FILTER_NAMES} names in one filter, not {len(names)}"
+            )
     return JobFilter(
         statuses=statuses,
-        types=split_values(type),
-        queues=split_values(queue),
+        types=types,
+        queues=queues,
         worker=worker or None,
         q=q or None,
     )
