@@ -4,7 +4,7 @@ Compared by what is on disk, not by the path a job gave: a folder entered or
 an entry touched is refused when its device and inode are those of an owned
 file or folder, or when it is an owned name in the owned file's folder (the
 database's `-wal`, `-shm`, `-journal` and other `NAME-…` files SQLite makes,
-which may not exist yet).
+which may not exist yet, and `NAME.…` such as the hub's `NAME.artifacts`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from jobcore.owned import Kind, owned
 from jobcore.storage.sqlite import sqlite_path
 
 DEFAULT_DB = "jobcore.db"
+# the hub's artifact store (executables agents run) when its database is not a SQLite file;
+# beside a SQLite database it is `<db>.artifacts`, refused as a name made from the database's
+DEFAULT_ARTIFACTS = "jobcore.artifacts"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 
 Inode = tuple[int, int]
@@ -41,6 +44,7 @@ class Guard:
         sources: list[tuple[str, Kind]] = [
             (DEFAULT_DB, "database"),
             (DEFAULT_CONFIG_FILE, "config"),
+            (DEFAULT_ARTIFACTS, "folder"),
         ]
         if config is not None:
             db = sqlite_path(config.core.db)
@@ -74,7 +78,12 @@ class Guard:
         self.names[(*key, name)] = f"{what} {path}"
         with_sidecars = [name]
         if kind == "database":
-            self.prefixes.setdefault(key, []).append((f"{name}-", f"a sidecar of {what} {path}"))
+            self.prefixes.setdefault(key, []).extend(
+                [
+                    (f"{name}-", f"a sidecar of {what} {path}"),
+                    (f"{name}.", f"named after {what} {path} (the hub's artifacts, backups)"),
+                ]
+            )
             with_sidecars += [name + suffix for suffix in SQLITE_SIDECARS]
         for each in with_sidecars:
             try:

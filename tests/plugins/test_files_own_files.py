@@ -147,3 +147,31 @@ def test_a_database_named_through_a_symlink_keeps_its_real_sidecars(tmp_path: Pa
     shown = cli.jobs()[job]
     assert shown["status"] == "failed" and "a sidecar of jobcore's database" in shown["last_error"]
     assert not (real / "real.db-journal").exists() and (real / "real.db").exists()
+
+
+def test_the_hubs_artifact_store_beside_the_database_is_never_a_target(tmp_path: Path) -> None:
+    """Executables agents run: a planted `<sha>` would stay "already stored" for every upload."""
+    from jobcore_http.artifacts import default_artifacts_dir
+
+    cli = Cli(tmp_path, JOBCORE_FILES_ROOT=".")
+    cli.enqueue("noop", {})  # makes the database
+    sha = "ab" * 32
+    stores = [default_artifacts_dir("jobcore.db"), default_artifacts_dir("postgresql://h/db")]
+    for store in stores:
+        (tmp_path / store).mkdir()
+        (tmp_path / store / sha).write_text("the real executable")
+    paths = [f"{store}/{name}" for store in stores for name in (sha, "new")]
+    cli.enqueue_many(
+        "create_file", [{"path": path, "content": "planted", "overwrite": True} for path in paths]
+    )
+    cli.enqueue_many("delete_file", [{"path": path} for path in paths])
+    cli.drain()
+    jobs = cli.jobs()
+    assert len(jobs) == 1 + 2 * len(paths)
+    for job in jobs.values():
+        if job["type"] != "noop":
+            assert job["status"] == "failed" and job["attempts"] == 1, job
+            assert "files jobs never touch jobcore's own files" in job["last_error"]
+    for store in stores:
+        assert os.listdir(tmp_path / store) == [sha]
+        assert (tmp_path / store / sha).read_text() == "the real executable"
