@@ -233,4 +233,4 @@ def test_a_file_system_without_o_tmpfile_gets_named_temp_files_and_keeps_none(
     assert replaced["status"] == "completed" and (root / "a/new.txt").read_text() == "2"
     refused = run_one(queue, "create_file", {"path": "a/new.txt", "content": "3"})
     assert refused["status"] == "failed" and "already exists" in str(refused["last_error"])
-    assert sorted(os.listdir(root / "a")) == ["new.txt"] and len(named) == 3
+    assert sorted(os.listdir(root / "a")) == ["new.txt"] and len(named) == 2
