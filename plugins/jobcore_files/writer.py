@@ -260,8 +260,9 @@ def delete_place(place: Place) -> bool:
         return False  # a file where a folder would be: nothing to delete below it
 
 
-def digest_place(place: Place) -> str | None:
-    """sha256 of the regular file at `place`, None if absent; anything else is a PermanentError."""
+def digest_place(place: Place, size: int) -> tuple[int, str | None] | None:
+    """(size, sha256) of the regular file at `place`, None if absent; the sha256 is None,
+    and nothing read, when the size is not `size`. Anything else is a PermanentError."""
     try:
         with place.parent(create=False) as held:
             if held is None:
@@ -269,14 +270,16 @@ def digest_place(place: Place) -> str | None:
             opened = open_regular(held[0], place.name, place.shown)
             if opened is None:
                 return None
-            fd, _ = opened
+            fd, info = opened
             digest = hashlib.sha256()
             try:
+                if info.st_size != size:
+                    return info.st_size, None  # a huge (or sparse) file is never read through
                 while chunk := os.read(fd, _CHUNK):
                     digest.update(chunk)
             finally:
                 os.close(fd)
-            return digest.hexdigest()
+            return info.st_size, digest.hexdigest()
     except NotADirectoryError:
         return None
 

@@ -135,3 +135,13 @@ def test_a_path_longer_than_path_max_is_refused_at_enqueue_and_at_run_time(
     assert "a path may have at most 4095 bytes" in job["last_error"]
     assert not longer.exists() or os.listdir(longer) == []  # no folder made on the way
     assert len(cli.jobs()) == 1 and os.listdir(root) == []
+
+
+def test_reconcile_never_reads_through_a_huge_file_put_in_place_of_a_target(
+    cli: Cli, root: Path
+) -> None:
+    cli.enqueue("create_file", {"path": "small.txt", "content": "mine"})
+    cli.drain()
+    os.truncate(root / "small.txt", 1 << 40)  # 1 TiB, sparse: reading it through takes minutes
+    code, lines = cli.reconcile()  # 30 s at most
+    assert code == 1 and f"small.txt content differs ({1 << 40} bytes, expected 4)" in lines[0]
