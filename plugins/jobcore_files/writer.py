@@ -163,6 +163,13 @@ def _write_unnamed(dir_fd: int, data: bytes, mode: int | None) -> int | None:
             return None  # this file system (or kernel) has no O_TMPFILE
         raise
     try:
+        nameable = os.stat(f"{_PROC_FD}/{fd}").st_ino == os.fstat(fd).st_ino
+    except OSError:
+        nameable = False
+    if not nameable:  # /proc is another process namespace's: `_link_fd` could not name it
+        os.close(fd)
+        return None
+    try:
         _fill(fd, data, mode)
     except BaseException:
         os.close(fd)

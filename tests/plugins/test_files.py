@@ -210,12 +210,16 @@ def test_cli_rejects_escape_and_writes_nothing(
     assert (root / "in.txt").read_text() == "x"
 
 
+@pytest.mark.parametrize("missing", ["O_TMPFILE", "this process in /proc"])
 def test_a_file_system_without_o_tmpfile_gets_named_temp_files_and_keeps_none(
-    queue: Queue, root: Path, monkeypatch: pytest.MonkeyPatch
+    queue: Queue, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
 ) -> None:
     from jobcore_files import writer
 
-    monkeypatch.setattr(writer, "_O_TMPFILE", 0)
+    if missing == "O_TMPFILE":
+        monkeypatch.setattr(writer, "_O_TMPFILE", 0)
+    else:  # a /proc mounted for another process namespace: no entry for this one's fds
+        monkeypatch.setattr(writer, "_PROC_FD", str(tmp_path))
     named: list[str] = []
     write_temp = writer._write_temp
 
