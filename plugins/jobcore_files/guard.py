@@ -26,6 +26,15 @@ SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 Inode = tuple[int, int]
 
 
+def per_user_folders() -> list[str]:
+    """jobcore's folders in the user's home: the agents' cache (executables they run by hash,
+    trusted once cached) and the hub's state (the dashboard's session signing key)."""
+    home = os.path.expanduser("~")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")
+    return [os.path.join(cache, "jobcore"), os.path.join(state, "jobcore")]
+
+
 @dataclass
 class Guard:
     """What no files job may touch, as inodes and as names in folders (by the folder's inode)."""
@@ -34,6 +43,7 @@ class Guard:
     names: dict[tuple[int, int, str], str] = field(default_factory=dict)
     prefixes: dict[Inode, list[tuple[str, str]]] = field(default_factory=dict)
     folders: list[str] = field(default_factory=list)  # real paths of owned folders
+    pending: list[tuple[str, Kind]] = field(default_factory=list)  # their folder is missing
 
     @classmethod
     def current(cls, config: Config | None = None) -> Guard:
@@ -52,6 +62,7 @@ class Guard:
                 sources.append((db, "database"))
             if config.file_name:
                 sources.append((config.file_name, "config"))
+        sources.extend((folder, "folder") for folder in per_user_folders())
         sources.extend(owned())
         for path, kind in sources:
             guard.add(os.path.abspath(path), kind)
@@ -68,12 +79,13 @@ class Guard:
             "folder": "jobcore's own folder",
         }[kind]
         folder, name = os.path.split(path)
-        if kind == "folder":
+        if kind == "folder" and os.path.realpath(path) not in self.folders:
             self.folders.append(os.path.realpath(path))
         try:
             where = os.stat(folder)
         except OSError:
-            return  # no folder, so nothing in it to protect yet
+            self.pending.append((path, kind))  # looked at again once a job made the folder
+            return
         key = (where.st_dev, where.st_ino)
         self.names[(*key, name)] = f"{what} {path}"
         with_sidecars = [name]
@@ -96,6 +108,10 @@ class Guard:
         self, shown: str, parent: os.stat_result, name: str, entry: os.stat_result | None
     ) -> None:
         """Raise `PermanentError` if `name` in folder `parent` (now `entry`) is jobcore's own."""
+        if self.pending:  # a folder this walk just made may hold one of them
+            waiting, self.pending = self.pending, []
+            for path, kind in waiting:
+                self.add(path, kind)
         why = self.names.get((parent.st_dev, parent.st_ino, name))
         if why is None:
             for prefix, what in self.prefixes.get((parent.st_dev, parent.st_ino), ()):

@@ -175,3 +175,39 @@ def test_the_hubs_artifact_store_beside_the_database_is_never_a_target(tmp_path:
     for store in stores:
         assert os.listdir(tmp_path / store) == [sha]
         assert (tmp_path / store / sha).read_text() == "the real executable"
+
+
+def test_jobcores_folders_in_the_users_home_are_never_entered(tmp_path: Path) -> None:
+    """A worker whose root is the home folder: the agent's cached executables (run by hash,
+    trusted once cached; a replace keeps mode 0755) and the hub's session key stay untouched."""
+    home = tmp_path / "home"
+    sha = "cd" * 32
+    artifacts = home / ".cache" / "jobcore" / "agent" / "artifacts"
+    artifacts.mkdir(parents=True)
+    (artifacts / sha).write_text("#!/bin/sh\necho the verified program\n")
+    (artifacts / sha).chmod(0o755)
+    cli = Cli(tmp_path, HOME=str(home), JOBCORE_FILES_ROOT=str(home))
+    cli.env.pop("XDG_CACHE_HOME", None)
+    cli.env.pop("XDG_STATE_HOME", None)
+    planted = "#!/bin/sh\necho the producer's program\n"
+    cli.enqueue_many(
+        "create_file",
+        [
+            {
+                "path": f".cache/jobcore/agent/artifacts/{sha}",
+                "content": planted,
+                "overwrite": True,
+            },
+            {"path": ".local/state/jobcore/session.key", "content": "00" * 32},
+        ],
+    )
+    cli.enqueue("delete_file", {"path": f".cache/jobcore/agent/artifacts/{sha}"})
+    fine = cli.enqueue("create_file", {"path": ".cache/other/x", "content": "x"})
+    cli.drain()
+    jobs = cli.jobs()
+    assert jobs.pop(fine)["status"] == "completed"
+    for job in jobs.values():
+        assert job["status"] == "failed" and job["attempts"] == 1, job
+        assert "files jobs never touch jobcore's own files" in job["last_error"]
+    assert (artifacts / sha).read_text() == "#!/bin/sh\necho the verified program\n"
+    assert not (home / ".local" / "state" / "jobcore").exists()
