@@ -4,7 +4,7 @@ Compared by what is on disk, not by the path a job gave: a folder entered or
 an entry touched is refused when its device and inode are those of an owned
 file or folder, or when it is an owned name in the owned file's folder (the
 database's `-wal`, `-shm`, `-journal` and other `NAME-…` files SQLite makes,
-which may not exist yet, and `NAME.…` such as the hub's `NAME.artifacts`).
+which may not exist yet, and the hub's artifact store `NAME.artifacts`).
 """
 
 from __future__ import annotations
@@ -90,11 +90,9 @@ class Guard:
         self.names[(*key, name)] = f"{what} {path}"
         with_sidecars = [name]
         if kind == "database":
-            self.prefixes.setdefault(key, []).extend(
-                [
-                    (f"{name}-", f"a sidecar of {what} {path}"),
-                    (f"{name}.", f"named after {what} {path} (the hub's artifacts, backups)"),
-                ]
+            self.prefixes.setdefault(key, []).append((f"{name}-", f"a sidecar of {what} {path}"))
+            self.names[(*key, f"{name}.artifacts")] = (
+                f"the hub's artifact store beside {what} {path}"
             )
             with_sidecars += [name + suffix for suffix in SQLITE_SIDECARS]
         for each in with_sidecars:
