@@ -124,12 +124,16 @@ def jobcore_reconcile(job: Job, config: Config) -> list[str] | None:
         place = Place.of(config, path)
         if job.type == "delete_file":
             return [f"{path} exists again"] if exists_place(place) else []
-        actual = digest_place(place)
+        data = CreateFile.model_validate(job.payload).data()
+        found = digest_place(place, len(data))
     except PermanentError as exc:
         return [str(exc)]
-    if actual is None:
+    if found is None:
         return [f"{path} is missing"]
-    expected = sha256(CreateFile.model_validate(job.payload).data())
+    size, actual = found
+    if actual is None:
+        return [f"{path} content differs ({size} bytes, expected {len(data)})"]
+    expected = sha256(data)
     if actual != expected:
         return [f"{path} content differs (sha256 {actual[:12]}…, expected {expected[:12]}…)"]
     return []

@@ -4,7 +4,7 @@ Compared by what is on disk, not by the path a job gave: a folder entered or
 an entry touched is refused when its device and inode are those of an owned
 file or folder, or when it is an owned name in the owned file's folder (the
 database's `-wal`, `-shm`, `-journal` and other `NAME-…` files SQLite makes,
-which may not exist yet).
+which may not exist yet, and the hub's artifact store `NAME.artifacts`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,21 @@ from jobcore.owned import Kind, owned
 from jobcore.storage.sqlite import sqlite_path
 
 DEFAULT_DB = "jobcore.db"
+# the hub's artifact store (executables agents run) when its database is not a SQLite file;
+# beside a SQLite database it is `<db>.artifacts`, refused as a name made from the database's
+DEFAULT_ARTIFACTS = "jobcore.artifacts"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 
 Inode = tuple[int, int]
+
+
+def per_user_folders() -> list[str]:
+    """jobcore's folders in the user's home: the agents' cache (executables they run by hash,
+    trusted once cached) and the hub's state (the dashboard's session signing key)."""
+    home = os.path.expanduser("~")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")
+    return [os.path.join(cache, "jobcore"), os.path.join(state, "jobcore")]
 
 
 @dataclass
@@ -31,6 +43,7 @@ class Guard:
     names: dict[tuple[int, int, str], str] = field(default_factory=dict)
     prefixes: dict[Inode, list[tuple[str, str]]] = field(default_factory=dict)
     folders: list[str] = field(default_factory=list)  # real paths of owned folders
+    pending: list[tuple[str, Kind]] = field(default_factory=list)  # their folder is missing
 
     @classmethod
     def current(cls, config: Config | None = None) -> Guard:
@@ -41,6 +54,7 @@ class Guard:
         sources: list[tuple[str, Kind]] = [
             (DEFAULT_DB, "database"),
             (DEFAULT_CONFIG_FILE, "config"),
+            (DEFAULT_ARTIFACTS, "folder"),
         ]
         if config is not None:
             db = sqlite_path(config.core.db)
@@ -48,6 +62,7 @@ class Guard:
                 sources.append((db, "database"))
             if config.file_name:
                 sources.append((config.file_name, "config"))
+        sources.extend((folder, "folder") for folder in per_user_folders())
         sources.extend(owned())
         for path, kind in sources:
             guard.add(os.path.abspath(path), kind)
@@ -64,17 +79,21 @@ class Guard:
             "folder": "jobcore's own folder",
         }[kind]
         folder, name = os.path.split(path)
-        if kind == "folder":
+        if kind == "folder" and os.path.realpath(path) not in self.folders:
             self.folders.append(os.path.realpath(path))
         try:
             where = os.stat(folder)
         except OSError:
-            return  # no folder, so nothing in it to protect yet
+            self.pending.append((path, kind))  # looked at again once a job made the folder
+            return
         key = (where.st_dev, where.st_ino)
         self.names[(*key, name)] = f"{what} {path}"
         with_sidecars = [name]
         if kind == "database":
             self.prefixes.setdefault(key, []).append((f"{name}-", f"a sidecar of {what} {path}"))
+            self.names[(*key, f"{name}.artifacts")] = (
+                f"the hub's artifact store beside {what} {path}"
+            )
             with_sidecars += [name + suffix for suffix in SQLITE_SIDECARS]
         for each in with_sidecars:
             try:
@@ -87,6 +106,10 @@ class Guard:
         self, shown: str, parent: os.stat_result, name: str, entry: os.stat_result | None
     ) -> None:
         """Raise `PermanentError` if `name` in folder `parent` (now `entry`) is jobcore's own."""
+        if self.pending:  # a folder this walk just made may hold one of them
+            waiting, self.pending = self.pending, []
+            for path, kind in waiting:
+                self.add(path, kind)
         why = self.names.get((parent.st_dev, parent.st_ino, name))
         if why is None:
             for prefix, what in self.prefixes.get((parent.st_dev, parent.st_ino), ()):

@@ -12,6 +12,7 @@ from jobcore import Config, InvalidPayload, PermanentError
 
 DEFAULT_ROOT = "jobcore-files"
 NAME_MAX = 255  # bytes in one file name (Linux, macOS and most file systems)
+PATH_MAX = 4096  # bytes in a whole path with its final NUL (Linux); longer ones no tool can name
 
 
 class FilesSettings(BaseModel):
@@ -33,8 +34,9 @@ def files_root(config: Config) -> Path:
 def lexical_target(root: Path, path: str, field: str = "path") -> Path:
     """`path` joined to `root` without touching the disk.
 
-    Rejects `..` escapes, absolute paths outside the root, NUL bytes and file
-    names longer than NAME_MAX bytes, naming `field`.
+    Rejects `..` escapes, absolute paths outside the root, NUL bytes, file
+    names longer than NAME_MAX bytes and whole paths (root included) of
+    PATH_MAX bytes or more, naming `field`.
     """
     if not path or "\x00" in path:
         raise InvalidPayload(f"{field}: must be a non-empty path without NUL bytes")
@@ -53,6 +55,13 @@ def lexical_target(root: Path, path: str, field: str = "path") -> Path:
                 f"{field}: the name {name[:40]!r}… is {size} bytes; file systems allow "
                 f"at most {NAME_MAX} bytes per file or folder name"
             )
+    size = len(str(joined).encode("utf-8", "surrogatepass"))
+    if size >= PATH_MAX:
+        raise InvalidPayload(
+            f"{field}: {path[:40]!r}… makes a path of {size} bytes in the files root {root}; "
+            f"a path may have at most {PATH_MAX - 1} bytes (no program could open a file "
+            "deeper than that by its name): use a shorter path"
+        )
     return joined
 
 

@@ -1,15 +1,17 @@
 """Confined, atomic, durable file writes and deletes under the files root.
 
 Every action is relative to a folder descriptor held from the root down (see
-`confined`): a temp file `.jc-<random>.tmp` in the target folder, fsync, then
-`link` (never clobbers) or `rename` (overwrite) into place and an fsync of the
-folder. Only regular files are read, replaced or deleted; symlinks, FIFOs,
+`confined`): a file without a name (`O_TMPFILE`, else a temp file
+`.jc-<random>.tmp`) in the target folder, fsync, then `link` (never clobbers)
+or `rename` (overwrite, from a temp name it gets once complete) into place and
+an fsync of the folder. Only regular files are read, replaced or deleted; symlinks, FIFOs,
 sockets, devices and jobcore's own files fail permanently.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
@@ -24,6 +26,8 @@ from jobcore_files.guard import Guard
 from jobcore_files.paths import FilesSettings, files_root, relative_parts
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)  # Linux: a file with no name until linked
+_PROC_FD = "/proc/self/fd"
 _CHUNK = 1 << 20
 
 
@@ -110,18 +114,14 @@ def _write_temp(dir_fd: int, data: bytes, mode: int | None) -> str:
     """A fsynced temp file in `dir_fd` holding `data`; `mode` None means 0666 & ~umask."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
-        temp = f".jc-{secrets.token_hex(8)}.tmp"  # short: a 255-byte target name still fits
+        temp = _temp_name()
         try:
             fd = os.open(temp, flags, 0o600 if mode is not None else 0o666, dir_fd=dir_fd)
             break
         except FileExistsError:
             continue
     try:
-        with os.fdopen(fd, "wb", closefd=False) as handle:
-            handle.write(data)
-        if mode is not None:
-            os.fchmod(fd, mode)  # a replaced file keeps its mode
-        os.fsync(fd)
+        _fill(fd, data, mode)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)
@@ -129,6 +129,86 @@ def _write_temp(dir_fd: int, data: bytes, mode: int | None) -> str:
     finally:
         os.close(fd)
     return temp
+
+
+def _temp_name() -> str:
+    return f".jc-{secrets.token_hex(8)}.tmp"  # short: a 255-byte target name still fits
+
+
+def _fill(fd: int, data: bytes, mode: int | None) -> None:
+    with os.fdopen(fd, "wb", closefd=False) as handle:
+        handle.write(data)
+    if mode is not None:
+        os.fchmod(fd, mode)  # a replaced file keeps its mode
+    os.fsync(fd)
+
+
+def _write_unnamed(dir_fd: int, data: bytes, mode: int | None) -> int | None:
+    """An fsynced file without a name (`O_TMPFILE`) in `dir_fd`; None where there is none.
+
+    A worker killed while writing leaves nothing behind: the file gets a name
+    only once it is complete (`_link_fd`).
+    """
+    if not _O_TMPFILE or not os.path.isdir(_PROC_FD):
+        return None
+    try:
+        fd = os.open(
+            ".",
+            _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC,
+            0o600 if mode is not None else 0o666,
+            dir_fd=dir_fd,
+        )
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None  # this file system (or kernel) has no O_TMPFILE
+        raise
+    try:
+        nameable = os.stat(f"{_PROC_FD}/{fd}").st_ino == os.fstat(fd).st_ino
+    except OSError:
+        nameable = False
+    if not nameable:  # /proc is another process namespace's: `_link_fd` could not name it
+        os.close(fd)
+        return None
+    try:
+        _fill(fd, data, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _link_fd(fd: int, dir_fd: int, name: str) -> None:
+    """Give the unnamed file `fd` the name `name` in `dir_fd` (FileExistsError if taken)."""
+    os.link(f"{_PROC_FD}/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+
+
+def _put(dir_fd: int, name: str, data: bytes, mode: int | None, *, overwrite: bool) -> None:
+    """`name` in `dir_fd` holds `data` at once; FileExistsError if it exists and not `overwrite`."""
+    fd = _write_unnamed(dir_fd, data, mode)
+    if fd is None:
+        temp = _write_temp(dir_fd, data, mode)
+    else:
+        try:
+            if not overwrite:
+                _link_fd(fd, dir_fd, name)  # never clobbers
+                return
+            while True:  # rename needs a name: the complete file gets one just before
+                temp = _temp_name()
+                try:
+                    _link_fd(fd, dir_fd, temp)
+                    break
+                except FileExistsError:
+                    continue
+        finally:
+            os.close(fd)
+    try:
+        if overwrite:
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        else:
+            os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
 
 
 def write_place(place: Place, data: bytes, *, overwrite: bool) -> bool:
@@ -147,20 +227,12 @@ def write_place(place: Place, data: bytes, *, overwrite: bool) -> bool:
             return False  # an earlier attempt (or someone else) already wrote exactly this
         if mode is not None and not overwrite:
             raise _exists(shown)
-        temp = _write_temp(dir_fd, data, mode)
         try:
-            if overwrite:
-                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            else:
-                try:
-                    os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-                except FileExistsError:
-                    if _same_content(dir_fd, name, shown, data)[0]:
-                        return False
-                    raise _exists(shown) from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp, dir_fd=dir_fd)
+            _put(dir_fd, name, data, mode, overwrite=overwrite)
+        except FileExistsError:
+            if _same_content(dir_fd, name, shown, data)[0]:
+                return False
+            raise _exists(shown) from None
         os.fsync(dir_fd)
     return True
 
@@ -195,8 +267,9 @@ def delete_place(place: Place) -> bool:
         return False  # a file where a folder would be: nothing to delete below it
 
 
-def digest_place(place: Place) -> str | None:
-    """sha256 of the regular file at `place`, None if absent; anything else is a PermanentError."""
+def digest_place(place: Place, size: int) -> tuple[int, str | None] | None:
+    """(size, sha256) of the regular file at `place`, None if absent; the sha256 is None,
+    and nothing read, when the size is not `size`. Anything else is a PermanentError."""
     try:
         with place.parent(create=False) as held:
             if held is None:
@@ -204,14 +277,16 @@ def digest_place(place: Place) -> str | None:
             opened = open_regular(held[0], place.name, place.shown)
             if opened is None:
                 return None
-            fd, _ = opened
+            fd, info = opened
             digest = hashlib.sha256()
             try:
+                if info.st_size != size:
+                    return info.st_size, None  # a huge (or sparse) file is never read through
                 while chunk := os.read(fd, _CHUNK):
                     digest.update(chunk)
             finally:
                 os.close(fd)
-            return digest.hexdigest()
+            return info.st_size, digest.hexdigest()
     except NotADirectoryError:
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -207,3 +208,33 @@ def test_cli_rejects_escape_and_writes_nothing(
     assert ok.exit_code == 0
     assert CliRunner().invoke(cli, ["run", "--until-empty"], env=env).exit_code == 0
     assert (root / "in.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("missing", ["O_TMPFILE", "this process in /proc"])
+def test_a_file_system_without_o_tmpfile_gets_named_temp_files_and_keeps_none(
+    queue: Queue, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    from jobcore_files import writer
+
+    if missing == "O_TMPFILE":
+        monkeypatch.setattr(writer, "_O_TMPFILE", 0)
+    else:  # a /proc mounted for another process namespace: no entry for this one's fds
+        monkeypatch.setattr(writer, "_PROC_FD", str(tmp_path))
+    named: list[str] = []
+    write_temp = writer._write_temp
+
+    def counted(dir_fd: int, data: bytes, mode: int | None) -> str:
+        named.append(write_temp(dir_fd, data, mode))
+        return named[-1]
+
+    monkeypatch.setattr(writer, "_write_temp", counted)
+    assert run_one(queue, "create_file", {"path": "a/new.txt", "content": "1"})["status"] == (
+        "completed"
+    )
+    replaced = run_one(
+        queue, "create_file", {"path": "a/new.txt", "content": "2", "overwrite": True}
+    )
+    assert replaced["status"] == "completed" and (root / "a/new.txt").read_text() == "2"
+    refused = run_one(queue, "create_file", {"path": "a/new.txt", "content": "3"})
+    assert refused["status"] == "failed" and "already exists" in str(refused["last_error"])
+    assert sorted(os.listdir(root / "a")) == ["new.txt"] and len(named) == 2

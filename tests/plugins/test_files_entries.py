@@ -115,3 +115,33 @@ def test_a_legal_long_name_is_written_and_an_impossible_one_refused_at_enqueue(
         done.returncode == 1 and "Error: path: must be a non-empty path without NUL" in done.stderr
     )
     assert len(cli.jobs()) == 2  # nothing written by the refused ones
+
+
+def test_a_path_longer_than_path_max_is_refused_at_enqueue_and_at_run_time(
+    cli: Cli, root: Path, tmp_path: Path
+) -> None:
+    deep = "/".join(["d" * 200] * 40) + "/f"  # 8 KB: every name legal, the whole path not
+    done = cli("enqueue", "create_file", json.dumps({"path": deep, "content": "x"}))
+    assert done.returncode == 1 and done.stderr.startswith("Error: path: "), done.stderr
+    assert "a path may have at most 4095 bytes" in done.stderr
+    # 3000 bytes fit below this root, but not below a worker's root 1100 bytes longer
+    fits = "/".join(["e" * 200] * 15)
+    job_id = cli.enqueue("create_file", {"path": fits, "content": "x"})
+    longer = root.joinpath(*["r" * 250] * 4, "r" * 95)
+    assert len(str(longer)) - len(str(root)) == 1100
+    Cli(tmp_path, JOBCORE_FILES_ROOT=str(longer)).drain()
+    job = cli.show(job_id)
+    assert job["status"] == "failed" and job["attempts"] == 1, job
+    assert "a path may have at most 4095 bytes" in job["last_error"]
+    assert not longer.exists() or os.listdir(longer) == []  # no folder made on the way
+    assert len(cli.jobs()) == 1 and os.listdir(root) == []
+
+
+def test_reconcile_never_reads_through_a_huge_file_put_in_place_of_a_target(
+    cli: Cli, root: Path
+) -> None:
+    cli.enqueue("create_file", {"path": "small.txt", "content": "mine"})
+    cli.drain()
+    os.truncate(root / "small.txt", 1 << 40)  # 1 TiB, sparse: reading it through takes minutes
+    code, lines = cli.reconcile()  # 30 s at most
+    assert code == 1 and f"small.txt content differs ({1 << 40} bytes, expected 4)" in lines[0]

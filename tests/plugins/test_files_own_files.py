@@ -147,3 +147,67 @@ def test_a_database_named_through_a_symlink_keeps_its_real_sidecars(tmp_path: Pa
     shown = cli.jobs()[job]
     assert shown["status"] == "failed" and "a sidecar of jobcore's database" in shown["last_error"]
     assert not (real / "real.db-journal").exists() and (real / "real.db").exists()
+
+
+def test_the_hubs_artifact_store_beside_the_database_is_never_a_target(tmp_path: Path) -> None:
+    """Executables agents run: a planted `<sha>` would stay "already stored" for every upload."""
+    from jobcore_http.artifacts import default_artifacts_dir
+
+    cli = Cli(tmp_path, JOBCORE_FILES_ROOT=".")
+    cli.enqueue("noop", {})  # makes the database
+    sha = "ab" * 32
+    stores = [default_artifacts_dir("jobcore.db"), default_artifacts_dir("postgresql://h/db")]
+    for store in stores:
+        (tmp_path / store).mkdir()
+        (tmp_path / store / sha).write_text("the real executable")
+    paths = [f"{store}/{name}" for store in stores for name in (sha, "new")]
+    cli.enqueue_many(
+        "create_file", [{"path": path, "content": "planted", "overwrite": True} for path in paths]
+    )
+    cli.enqueue_many("delete_file", [{"path": path} for path in paths])
+    cli.drain()
+    jobs = cli.jobs()
+    assert len(jobs) == 1 + 2 * len(paths)
+    for job in jobs.values():
+        if job["type"] != "noop":
+            assert job["status"] == "failed" and job["attempts"] == 1, job
+            assert "files jobs never touch jobcore's own files" in job["last_error"]
+    for store in stores:
+        assert os.listdir(tmp_path / store) == [sha]
+        assert (tmp_path / store / sha).read_text() == "the real executable"
+
+
+def test_jobcores_folders_in_the_users_home_are_never_entered(tmp_path: Path) -> None:
+    """A worker whose root is the home folder: the agent's cached executables (run by hash,
+    trusted once cached; a replace keeps mode 0755) and the hub's session key stay untouched."""
+    home = tmp_path / "home"
+    sha = "cd" * 32
+    artifacts = home / ".cache" / "jobcore" / "agent" / "artifacts"
+    artifacts.mkdir(parents=True)
+    (artifacts / sha).write_text("#!/bin/sh\necho the verified program\n")
+    (artifacts / sha).chmod(0o755)
+    cli = Cli(tmp_path, HOME=str(home), JOBCORE_FILES_ROOT=str(home))
+    cli.env.pop("XDG_CACHE_HOME", None)
+    cli.env.pop("XDG_STATE_HOME", None)
+    planted = "#!/bin/sh\necho the producer's program\n"
+    cli.enqueue_many(
+        "create_file",
+        [
+            {
+                "path": f".cache/jobcore/agent/artifacts/{sha}",
+                "content": planted,
+                "overwrite": True,
+            },
+            {"path": ".local/state/jobcore/session.key", "content": "00" * 32},
+        ],
+    )
+    cli.enqueue("delete_file", {"path": f".cache/jobcore/agent/artifacts/{sha}"})
+    fine = cli.enqueue("create_file", {"path": ".cache/other/x", "content": "x"})
+    cli.drain()
+    jobs = cli.jobs()
+    assert jobs.pop(fine)["status"] == "completed"
+    for job in jobs.values():
+        assert job["status"] == "failed" and job["attempts"] == 1, job
+        assert "files jobs never touch jobcore's own files" in job["last_error"]
+    assert (artifacts / sha).read_text() == "#!/bin/sh\necho the verified program\n"
+    assert not (home / ".local" / "state" / "jobcore").exists()
