@@ -85,7 +85,8 @@ class Supervisor:
 
     def check_waiting(self, mono: float, stopping: bool) -> None:
         """Give back prefetched jobs that waited too long, or all of them when stopping."""
-        for attempt in self.inflight.in_phase(Phase.CLAIMED):
+        phases = (Phase.CLAIMED, Phase.STARTING) if stopping else (Phase.CLAIMED,)
+        for attempt in self.inflight.in_phase(*phases):
             if not stopping and mono - attempt.claimed_at < self.prefetch_wait:
                 continue
             if self.inflight.try_move(attempt, Phase.REPORTED, Released(lease=attempt.lease)):
@@ -106,7 +107,7 @@ class Supervisor:
 
     def cancel(self, attempt: Attempt) -> None:
         """A cancel was requested: a job not yet started never starts; a running one is asked to stop."""
-        if attempt.phase is Phase.CLAIMED:
+        if attempt.phase in (Phase.CLAIMED, Phase.STARTING):
             cancelled = Cancelled(lease=attempt.lease, error="cancelled before it started")
             if self.inflight.try_move(attempt, Phase.REPORTED, cancelled):
                 log.info(
@@ -126,7 +127,9 @@ class Supervisor:
             attempt.job.id,
             attempt.lease.lease_id,
         )
-        if attempt.phase is Phase.CLAIMED and self.inflight.try_move(attempt, Phase.DONE):
+        if attempt.phase in (Phase.CLAIMED, Phase.STARTING) and self.inflight.try_move(
+            attempt, Phase.DONE
+        ):
             self._finish(attempt)
         elif attempt.phase is Phase.STARTED:
             self.inflight.stop(attempt, "lease lost", None, mono + self.stop_grace)

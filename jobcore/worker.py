@@ -24,7 +24,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
@@ -55,16 +54,11 @@ from jobcore.supervisor import Supervisor
 
 log = logging.getLogger("jobcore.worker")
 
-MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
+GATHER = 0.002  # seconds: the longest wait for short handlers to report before a commit
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
-
-
-def _ended_unreported(job: Job) -> bool:
-    """Its last claim ended by a sweep or a release, not by an outcome its handler gave."""
-    return bool(job.history) and job.history[-1].get("outcome") in ("released", "reclaimed")
 
 
 def _unstartable(payload: Any, ctx: Any) -> None:  # pragma: no cover - never called
@@ -141,7 +135,8 @@ class Worker:
         self._cond = threading.Condition(lock)
         self.inflight = InFlight(self._cond, lock)
         self._unrecorded: list[Attempt] = []  # loop-owned: reported, awaiting commit
-        self._to_mark: list[Attempt] = []  # loop-owned: began since the last commit, unmarked
+        self._to_mark: list[Attempt] = []  # loop-owned: taken by executors, start unmarked
+        self._committed_at = 0.0  # monotonic: when the loop's last commit ended
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
         self.executors = Executors(queue, self.inflight, self.attempts)
@@ -319,7 +314,7 @@ class Worker:
                     promote, ahead = promotion.choose(
                         mono, full_poll=full_poll, want_claim=want_claim
                     )
-                    if self._unrecorded or want_claim or self._marks_due(mono):
+                    if self._unrecorded or want_claim or self._to_mark:
                         claimed = self._commit(
                             free if want_claim else 0, promote=promote, look_ahead=ahead
                         )
@@ -333,7 +328,7 @@ class Worker:
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
                     self._db_failed(exc)
                     if past_deadline and not self.inflight.in_phase(
-                        Phase.CLAIMED, Phase.STARTED, Phase.STOPPING
+                        Phase.CLAIMED, Phase.STARTING, Phase.STARTED, Phase.STOPPING
                     ):
                         log.error(
                             "stopping with %d outcome(s) unrecorded; their leases will expire "
@@ -347,10 +342,6 @@ class Worker:
             if self._done(stopping):
                 return
             self._wait(promotion.next_poll, promotion.next_due)
-
-    def _marks_due(self, mono: float) -> bool:
-        """Starts of prefetched jobs ride along with commits, but wait no longer than this."""
-        return bool(self._to_mark) and mono - self._to_mark[0].began_at >= MARK_WITHIN
 
     def _db_failed(self, exc: BaseException) -> None:
         first = self._db_backoff == 0.0
@@ -408,6 +399,7 @@ class Worker:
         in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
+        self._gather()
         mono = time.monotonic()
         free = self._free_slots(self._stopping)
         # Database steps (a poll, a due retry, start markers): only when the loop can act
@@ -415,8 +407,8 @@ class Worker:
         # to claim into, a database backing off, a shutdown deadline already handled)
         # would make every wait return at once: a loop spinning on a core.
         steps = [d for d in deadlines if d is not None] if free > 0 else []
-        if self._to_mark:
-            steps.append(self._to_mark[0].began_at + MARK_WITHIN)
+        if self._to_mark:  # executors wait for these markers: commit now
+            steps.append(mono)
         if self._db_backoff:
             steps = [max(step, self._db_retry_at) for step in steps]
             steps.append(self._db_retry_at)
@@ -435,9 +427,10 @@ class Worker:
             with cond:
                 if self.inflight.has_news() or self.keeper.news or self._woken:
                     return
-                first = self.inflight.first_unmarked_start()
-                if first is not None:
-                    until = min(until, self._mark_due_at(first))
+                if self.inflight.has_began():  # an executor waits for its start marker
+                    if not self._db_backoff:
+                        return
+                    until = min(until, self._db_retry_at)
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
@@ -453,11 +446,33 @@ class Worker:
                     self._db_failed(exc)
                     return
 
-    def _mark_due_at(self, began_at: float) -> float:
-        """When a start begun at `began_at` must be committed; not before a database retry
-        (a deadline already past would make every wait return at once: a spinning loop)."""
-        due = began_at + MARK_WITHIN
-        return max(due, self._db_retry_at) if self._db_backoff else due
+    def _gather(self) -> None:
+        """Let short handlers that the last commit released report first (up to `GATHER`).
+
+        A handler begins only once its start marker committed, so each executor runs one
+        job per commit; its report and its next job's marker ride in the next commit. If
+        that commit began while they were still running, it would carry one executor's
+        work and the next one the rest: twice the commits for the same jobs.
+        """
+        recent = self._recent_ms
+        if recent is None or recent >= GATHER * 1000 or self._db_backoff:
+            return
+        since = self._committed_at
+        until = since + GATHER
+        cond = self._cond
+        with cond:
+            while any(
+                attempt.start_marked
+                if attempt.phase is Phase.STARTING
+                else attempt.began_at >= since
+                for attempt in self.inflight.in_phase(Phase.STARTING, Phase.STARTED)
+            ):
+                if self._woken or self.keeper.news:
+                    return
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return
+                cond.wait(remaining)
 
     def _attempt_deadlines(self) -> list[float]:
         times: list[float] = []
@@ -479,31 +494,39 @@ class Worker:
     def _commit(self, claim_limit: int, *, promote: bool, look_ahead: bool = False) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
-        # Starts are marked only once a handler began (never by the claim itself, so a
-        # worker dying before its executors take the jobs charges them nothing); an
-        # attempt whose outcome rides in this batch needs no marker.
-        marks = [
-            attempt for attempt in self._to_mark if attempt.phase in (Phase.STARTED, Phase.STOPPING)
-        ]
+        # Starts are marked once an executor took the job (never by the claim itself, so
+        # a worker dying before its executors take the jobs charges them nothing), and
+        # the handler begins only once its marker committed (`InFlight.start`).
+        marks = [attempt for attempt in self._to_mark if attempt.phase is Phase.STARTING]
+        # Jobs claimed for executors that have nothing else to take begin at once: their
+        # claim is their start marker. The rest wait (prefetched) and are marked when taken.
+        idle = self.concurrency - len(
+            self.inflight.in_phase(Phase.CLAIMED, Phase.STARTING, Phase.STARTED, Phase.STOPPING)
+        )
+        start = max(0, min(idle, claim_limit, self.claim_batch))
         committed = self.group_commit.commit(
             batch,
             claim_limit=min(claim_limit, self.claim_batch),
             promote=promote,
             started=[attempt.lease for attempt in marks],
-            start=0,
+            start=start,
             recorded_apart=self._recorded_apart,
             look_ahead=look_ahead,
         )
         if committed is None:  # refused: recorded apart, nothing claimed
             return 0
         recorded, claimed = committed
+        self._committed_at = time.monotonic()
         self._unrecorded = []
         self._to_mark = []
-        for attempt in marks:
-            attempt.start_marked = True
+        if marks:
+            seen = getattr(self.queue.storage, "marked_seen", None)
+            lost = self.inflight.marked(marks, seen() if seen is not None else None)
+            for attempt in lost:  # its lease ended before its start could be marked
+                self.supervisor.lease_lost(attempt, time.monotonic())
         for attempt, answer in zip(batch, recorded, strict=True):
             self._after_record(attempt, answer)
-        self._start_claimed(claimed)
+        self._start_claimed(claimed, start)
         return len(claimed)
 
     def _replace_executor(self) -> None:
@@ -564,10 +587,12 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start_claimed(self, claimed: Iterable[Job]) -> None:
-        """Hand claimed jobs to the executors (none is marked started yet)."""
+    def _start_claimed(self, claimed: list[Job], start: int) -> None:
+        """Hand claimed jobs to the executors: the first `start` were marked started by
+        their claim (idle executors take them at once), the others when an executor takes
+        them (`InFlight.begin`)."""
         mono = time.monotonic()
-        for job in claimed:
+        for number, job in enumerate(claimed):
             self._claimed_total += 1
             lease = Lease.of(job)
             attempt = Attempt(
@@ -575,10 +600,7 @@ class Worker:
                 lease=lease,
                 ctx=self._context(job),
                 claimed_at=mono,
-                # A job whose last claim ended without an outcome may be one that kills
-                # its worker: its start is made durable before it runs, so that death
-                # costs an attempt and max_attempts still ends it.
-                durable_start=_ended_unreported(job),
+                start_marked=number < start,
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)

@@ -415,8 +415,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     ) -> tuple[list[Recorded], list[Job]]:
         with self._write() as conn:
             now = self.now()
-            if started:
-                self._mark_started(conn, started, now)
+            self._local.marked = self._mark_started(conn, started, now) if started else set()
             recorded = self._record(conn, outcomes, now)
             claimed = self._claim(
                 conn, worker, claim_limit, now, lease_ms, queues, types, start, promote=promote
@@ -442,6 +441,12 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                 if rows:
                     owned[lease.job_id] = bool(rows[0][0])
         return owned
+
+    def marked_seen(self) -> set[str]:
+        """Ids whose start marker this thread's last `commit_batch` recorded (its `started`
+        leases that still held): the worker runs a handler only once its start is durable."""
+        marked: set[str] = getattr(self._local, "marked", set())
+        return marked
 
     def _mark_started(self, conn: apsw.Connection, leases: Sequence[Lease], now: int) -> set[str]:
         marked: set[str] = set()
