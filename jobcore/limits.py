@@ -59,3 +59,16 @@ def _check_seconds(name: str, value: Any, low: float) -> None:
         raise InvalidPayload(
             f"{name} must be between {low:g} and {LONGEST_SECONDS:g} seconds, not {value}"
         )
+
+
+def check_duration(seconds: float, *, positive: bool = False) -> float:
+    """`seconds` within the bounds every duration has, whatever its source (the CLI's:
+    at least 1ms when it must be positive, at most 100 years, never infinite); else
+    ValueError saying which bounds."""
+    low = SHORTEST_TIMEOUT_SECONDS if positive else 0.0
+    if not (math.isfinite(seconds) and low <= seconds <= LONGEST_SECONDS):
+        least = "1ms" if positive else "0"
+        raise ValueError(
+            f"{seconds:g} seconds is out of range; give a duration from {least} to 100 years"
+        )
+    return seconds
