@@ -98,12 +98,16 @@ class Supervisor:
                     )
                 self._record(attempt)
 
-    def stop_started(self, mono: float) -> None:
-        """The shutdown deadline passed: ask running handlers to stop, release them once they did."""
+    def stop_started(self, mono: float, *, now: bool = False) -> None:
+        """The shutdown deadline passed: ask running handlers to stop, release them once they
+        did. `now` (a second stop request): without waiting for them (no `stop_grace`)."""
+        grace = 0.0 if now else self.stop_grace
         for attempt in self.inflight.in_phase(Phase.STARTED):
-            self.inflight.stop(
-                attempt, "shutdown", Released(lease=attempt.lease), mono + self.stop_grace
-            )
+            self.inflight.stop(attempt, "shutdown", Released(lease=attempt.lease), mono + grace)
+        if now:
+            for attempt in self.inflight.in_phase(Phase.STOPPING):
+                attempt.stop_until = min(attempt.stop_until or mono, mono)
+            self.check_graces(mono)
 
     def cancel(self, attempt: Attempt) -> None:
         """A cancel was requested: a job not yet started never starts; a running one is asked to stop."""

@@ -20,14 +20,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 import time
-from types import FrameType
 from typing import Any
 
-from jobcore import wakeup
+from jobcore import signals, wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
 from jobcore.errors import ConfigError, JobcoreError, StorageError
@@ -173,6 +171,7 @@ class Worker:
             queue, worker=self.worker_id, lease=self.lease, queues=self.queues, types=self.types
         )
         self._stopping = False
+        self._stop_now = False  # a second stop request: release unfinished jobs at once
         self._stop_deadline: float | None = None
         self._maybe_more = True
         self.promotion = PromotionClock(queue.storage, self.poll_interval)
@@ -192,26 +191,21 @@ class Worker:
     # -- control -----------------------------------------------------------------
 
     def stop(self, *, graceful: bool = True) -> None:
-        """Stop claiming; wait up to shutdown_timeout for running jobs (0 if not graceful)."""
+        """Stop claiming; wait up to shutdown_timeout for running jobs (0 if not graceful).
+
+        A second request means now: running handlers are not waited for (no `stop_grace`);
+        their jobs are released at once, and the worker exits.
+        """
         with self._cond:
             now = time.monotonic()
             if not self._stopping:
                 self._stopping = True
                 self._stop_deadline = now + (self.shutdown_timeout if graceful else 0.0)
             else:
-                self._stop_deadline = now  # a second request shortens the wait
+                self._stop_deadline = now
+                self._stop_now = True
             self._woken = True
             self._cond.notify_all()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        log.warning(
-            "received %s: %s",
-            signal.Signals(signum).name,
-            "stopping now"
-            if self._stopping
-            else f"finishing running jobs (up to {self.shutdown_timeout:g}s; again to stop now)",
-        )
-        self.stop(graceful=not self._stopping)
 
     def wake(self) -> None:
         with self._cond:
@@ -224,7 +218,15 @@ class Worker:
         """Run until stopped; returns the process exit code (0 on a clean stop)."""
         key = self.queue.wake_key
         wakeup.subscribe(key, self.wake)
-        previous_handlers = self._install_signals()
+        previous_handlers = (
+            signals.install(
+                lambda graceful: self.stop(graceful=graceful),
+                lambda: self._stopping,
+                self.shutdown_timeout,
+            )
+            if self.install_signal_handlers
+            else {}
+        )
         self.notifier.start()
         for _ in range(self.concurrency):
             self.executors.spawn()
@@ -243,7 +245,7 @@ class Worker:
         finally:
             self.keeper.stop(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
             wakeup.unsubscribe(key, self.wake)
-            self._restore_signals(previous_handlers)
+            signals.restore(previous_handlers)
             self.executors.stop()
             self._announce("jobcore_worker_stopped", worker=self.worker_id)
             self.notifier.stop(timeout=10)
@@ -283,6 +285,7 @@ class Worker:
                 news, self.keeper.news = self.keeper.news, []
                 woken, self._woken = self._woken, False
                 stopping, stop_deadline = self._stopping, self._stop_deadline
+                now_please = self._stop_now
             mono = time.monotonic()
             for attempt in inbox:
                 if attempt.phase is Phase.REPORTED:
@@ -299,7 +302,7 @@ class Worker:
             self.supervisor.check_waiting(mono, stopping)
             past_deadline = stopping and stop_deadline is not None and mono >= stop_deadline
             if past_deadline:
-                self.supervisor.stop_started(mono)
+                self.supervisor.stop_started(mono, now=now_please)
             if mono >= self._db_retry_at:
                 try:
                     free = self._free_slots(stopping)
@@ -639,23 +642,6 @@ class Worker:
 
     def _flush_notices(self) -> None:
         self.notifier.flush()
-
-    # -- signals ---------------------------------------------------------------
-
-    def _install_signals(self) -> dict[int, Any]:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return {}
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, self._on_signal)
-        return previous
-
-    def _restore_signals(self, previous: dict[int, Any]) -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 __all__ = ["Worker"]
