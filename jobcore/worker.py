@@ -174,6 +174,7 @@ class Worker:
         self._stop_now = False  # a second stop request: release unfinished jobs at once
         self._stop_deadline: float | None = None
         self._maybe_more = True
+        self._children_added = False  # the last commit enqueued children (`_loop`)
         self.promotion = PromotionClock(queue.storage, self.poll_interval)
         self._db_backoff = 0.0
         self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
@@ -336,6 +337,11 @@ class Worker:
                             self._maybe_more = (
                                 claimed == min(free, self.claim_batch) and claimed > 0
                             )
+                        # Children committed with their parent may be claimable now, though
+                        # this commit's claim did not see them (PostgreSQL inserts them
+                        # after it): look again before calling the queue empty.
+                        self._maybe_more |= self._children_added
+                        self._children_added = False
                         if want_claim and full_poll:
                             promotion.claimed(mono, promote=promote, ahead=ahead)
                     self._db_backoff = 0.0
@@ -577,6 +583,7 @@ class Worker:
             return
         for child in answer.children:
             if child.created:
+                self._children_added = True
                 self._announce("jobcore_job_enqueued", job=child.job)
         if job.status is JobStatus.CANCELLED:  # a cancel request wins over release and retry
             self.stats["cancelled"] += 1
