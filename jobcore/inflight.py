@@ -242,6 +242,17 @@ class InFlight:
         """Reports wait for the loop (caller holds the lock)."""
         return bool(self._inbox)
 
+    def released_since(self, since: float) -> bool:
+        """Handlers allowed to begin by a commit that ended at `since` have not all reported."""
+        with self._lock:
+            return any(
+                attempt.start_marked
+                if attempt.phase is Phase.STARTING
+                else attempt.began_at >= since
+                for attempt in self._attempts.values()
+                if attempt.phase is Phase.STARTING or attempt.phase is Phase.STARTED
+            )
+
     def has_began(self) -> bool:
         """Executors took attempts whose start the loop has not taken yet (caller holds the lock)."""
         return bool(self._began)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobcore.errors import InvalidPayload
+from jobcore.errors import ConfigError, InvalidPayload
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1  # priority and max_attempts: what every backend stores as an integer
@@ -72,3 +72,13 @@ def check_duration(seconds: float, *, positive: bool = False) -> float:
             f"{seconds:g} seconds is out of range; give a duration from {least} to 100 years"
         )
     return seconds
+
+
+def check_arguments(*, positive: bool = True, **durations: Any) -> None:
+    """Raise `ConfigError` naming the first duration argument out of `check_duration`'s bounds."""
+    for name, value in durations.items():
+        try:
+            if value is not None:
+                check_duration(float(value), positive=positive)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"bad argument {name}={value!r}: {exc}") from None

@@ -28,12 +28,12 @@ from typing import Any
 from jobcore import signals, wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
-from jobcore.errors import ConfigError, JobcoreError, StorageError
+from jobcore.errors import JobcoreError, StorageError
 from jobcore.executors import Executors
 from jobcore.group_commit import GroupCommit, is_transient
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.keeper import MAX_DB_BACKOFF, Keeper
-from jobcore.limits import check_duration
+from jobcore.limits import check_arguments
 from jobcore.models import (
     Cancelled,
     Completed,
@@ -91,16 +91,8 @@ class Worker:
         install_signal_handlers: bool = False,
     ) -> None:
         core = queue.config.core
-        for name, value in (
-            ("lease", lease),
-            ("poll_interval", poll_interval),
-            ("shutdown_timeout", shutdown_timeout),
-        ):
-            try:
-                if value is not None:
-                    check_duration(float(value), positive=name != "shutdown_timeout")
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"bad Worker argument {name}={value!r}: {exc}") from None
+        check_arguments(lease=lease, poll_interval=poll_interval)
+        check_arguments(positive=False, shutdown_timeout=shutdown_timeout)
         self.queue = queue
         self.pm = queue.pm
         self.worker_id = worker_id or default_worker_id()
@@ -481,12 +473,7 @@ class Worker:
         until = since + GATHER
         cond = self._cond
         with cond:
-            while any(
-                attempt.start_marked
-                if attempt.phase is Phase.STARTING
-                else attempt.began_at >= since
-                for attempt in self.inflight.in_phase(Phase.STARTING, Phase.STARTED)
-            ):
+            while self.inflight.released_since(since):
                 if self._woken or self.keeper.news:
                     return
                 remaining = until - time.monotonic()
