@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from jobcore import signals, wakeup
+from jobcore import signals, startup, wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
 from jobcore.errors import JobcoreError, StorageError
@@ -220,6 +220,21 @@ class Worker:
             if self.install_signal_handlers
             else {}
         )
+        try:  # no `started` line before the store answers (or the one `Error:` line)
+            ready = startup.ready_store(
+                self.queue.storage,
+                wait=self.max_jobs is None and not self.until_empty,
+                stopping=lambda: self._stopping,
+                sleep=self._sleep,
+            )
+        except BaseException:
+            wakeup.unsubscribe(key, self.wake)
+            signals.restore(previous_handlers)
+            raise
+        if not ready:
+            wakeup.unsubscribe(key, self.wake)
+            signals.restore(previous_handlers)
+            return 1
         self.notifier.start()
         for _ in range(self.concurrency):
             self.executors.spawn()
@@ -232,9 +247,8 @@ class Worker:
             ",".join(self.queues) or "all",
         )
         try:
-            if self._ready_database():
-                self.keeper.start()
-                self._loop()
+            self.keeper.start()
+            self._loop()
         finally:
             self.keeper.stop(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
             wakeup.unsubscribe(key, self.wake)
@@ -248,25 +262,6 @@ class Worker:
                 ", ".join(f"{k} {v}" for k, v in self.stats.items() if v) or "no jobs",
             )
         return self.exit_code
-
-    def _ready_database(self) -> bool:
-        """Create or migrate the schema, backing off while the database is unavailable."""
-        backoff = 0.0
-        while True:
-            try:
-                self.queue.storage.migrate()
-                return True
-            except Exception as exc:
-                if isinstance(exc, StorageError) and not is_transient(exc):
-                    raise  # a newer schema, not a database, no such folder: no use waiting
-                backoff = min(MAX_DB_BACKOFF, max(0.1, backoff * 2))
-                log.error(
-                    "database error at start (%s); retrying in %.1fs", describe_error(exc), backoff
-                )
-                if self._stopping:
-                    self.exit_code = 1
-                    return False
-                self._sleep(backoff)
 
     def _loop(self) -> None:
         storage = self.queue.storage

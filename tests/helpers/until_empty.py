@@ -20,6 +20,9 @@ def run_until_empty_leaves_no_children(tmp: Path, db: str, *, rounds: int = 4) -
     env = subprocess_env(JOBCORE_DB=db)
     with make_queue(db, tp, entrypoints=True) as queue:
         for _ in range(rounds):
+            # first a job that outlasts the worker's first sweep (until then it would not
+            # call the queue empty anyway), then the parent
+            queue.enqueue("sleepy", {"seconds": 0.5}, priority=10)
             parent = queue.enqueue("parent", {"children": 3}).job
             done = subprocess.run(
                 [*JOBCORE, "run", "--until-empty", "--concurrency", "1"],
