@@ -169,6 +169,7 @@ class Worker:
         self._children_added = False  # the last commit enqueued children (`_loop`)
         self.promotion = PromotionClock(queue.storage, self.poll_interval)
         self._db_backoff = 0.0
+        self._file_check_at = 0.0  # monotonic: when to compare the database path with its file
         self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
         self._claimed_total = 0
         self.finished = 0  # attempts that ended (recorded, or lost with their lease)
@@ -291,6 +292,8 @@ class Worker:
             past_deadline = stopping and stop_deadline is not None and mono >= stop_deadline
             if past_deadline:
                 self.supervisor.stop_started(mono, now=now_please)
+            if mono >= self._file_check_at and not stopping:
+                self._check_file(mono)
             if mono >= self._db_retry_at:
                 try:
                     free = self._free_slots(stopping)
@@ -349,6 +352,16 @@ class Worker:
             if self._done(stopping):
                 return
             self._wait(promotion.next_poll, promotion.next_due)
+
+    def _check_file(self, mono: float) -> None:
+        """Stop with an error once the database path names another file, or none (README)."""
+        self._file_check_at = mono + self.poll_interval
+        changed = getattr(self.queue.storage, "file_changed", None)
+        reason = changed() if changed is not None else None
+        if reason is not None:
+            log.error("%s; stopping this worker: start it again to use the file now there", reason)
+            self.exit_code = 1
+            self.stop(graceful=False)
 
     def _db_failed(self, exc: BaseException) -> None:
         first = self._db_backoff == 0.0

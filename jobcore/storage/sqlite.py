@@ -45,6 +45,7 @@ from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
+from jobcore.storage.sqlite_identity import FileIdentity
 from jobcore.storage.sqlite_outbox import AppConnections
 from jobcore.storage.sqlite_reads import Q, SQLiteReads
 from jobcore.storage.sqlite_statements import (
@@ -131,6 +132,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         self._holds_sweep = False
         self._wake_key: str | None = None
         self._app = AppConnections(self.path)  # the application's own (outbox) connections
+        self._identity = FileIdentity(self.path)
         check_location(self.path, create=self._create)
 
     def now(self) -> int:
@@ -162,7 +164,13 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
         with self._all_lock:
             self._all.add(conn)
+        self._identity.remember()
         return conn
+
+    def file_changed(self) -> str | None:
+        """Why `path` no longer names the file this storage opened (replaced, deleted), or
+        None; one `stat`, for a worker's poll timer (`jobcore.storage.sqlite_identity`)."""
+        return self._identity.changed()
 
     def _raw_state(self) -> _ThreadState:
         """This thread's connection, opened on first use (the schema not checked)."""
