@@ -3,9 +3,10 @@ it started.
 
 A worker that runs until stopped waits for an unreachable store (one warning, then one
 line a minute) and starts once it answers. A bounded run (`until_empty`, `max_jobs`)
-and a store that cannot become usable by waiting (no such database, a wrong password,
-a schema newer than this code, not a database) fail at once: the caller (the CLI)
-prints one `Error:` line.
+waits only for a busy store, and for at most `BOUNDED_WAIT`; it fails at once on an
+unreachable one, like every other command. A store that cannot become usable by
+waiting (no such database, a wrong password, a schema newer than this code, not a
+database) fails at once: the caller (the CLI) prints one `Error:` line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from jobcore.attempt import describe_error
-from jobcore.errors import StorageError
+from jobcore.errors import StorageBusy, StorageError
 from jobcore.group_commit import is_transient
 from jobcore.keeper import MAX_DB_BACKOFF
 from jobcore.storage.base import Storage
@@ -23,6 +24,7 @@ from jobcore.storage.base import Storage
 log = logging.getLogger("jobcore.worker")
 
 REPEAT_EVERY = 60.0  # seconds between the lines of a worker waiting for its store
+BOUNDED_WAIT = 30.0  # seconds a bounded run waits for a busy store (SQLite's write lock)
 
 
 def ready_store(
@@ -38,6 +40,7 @@ def ready_store(
     """
     backoff = 0.0
     said_at: float | None = None
+    give_up = time.monotonic() + BOUNDED_WAIT
     while True:
         try:
             storage.migrate()
@@ -45,12 +48,14 @@ def ready_store(
                 log.warning("the database answers again; starting")
             return True
         except Exception as exc:
-            if not wait or (isinstance(exc, StorageError) and not is_transient(exc)):
-                raise  # a bounded run, a newer schema, not a database: no use waiting
             mono = time.monotonic()
+            if isinstance(exc, StorageError) and not is_transient(exc):
+                raise  # a newer schema, not a database, no such database: no use waiting
+            if not wait and (not isinstance(exc, StorageBusy) or mono >= give_up):
+                raise  # a bounded run: only a busy store is waited for, briefly
             if said_at is None or mono - said_at >= REPEAT_EVERY:
                 log.warning(
-                    "cannot reach the database (%s); waiting for it (a line a minute)",
+                    "database error at start (%s); waiting for it (a line a minute)",
                     describe_error(exc),
                 )
                 said_at = mono

@@ -79,7 +79,7 @@ def test_a_long_running_worker_waits_for_its_store_saying_so_once(tmp_path: Path
             worker.kill()
             worker.wait()
     lines = [json.loads(line) for line in log.read_text().splitlines()]  # all JSON
-    waiting = [line for line in lines if "cannot reach the database" in line["message"]]
+    waiting = [line for line in lines if "database error at start" in line["message"]]
     assert len(waiting) == 1 and waiting[0]["level"] == "warning", lines
     assert not any("started" in line["message"] for line in lines), lines
 
