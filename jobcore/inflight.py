@@ -163,8 +163,7 @@ class InFlight:
             return False
         self._move(attempt, Phase.STARTING)
         attempt.waiter = waiter
-        if not attempt.start_marked:  # else its claim marked it: `start` lets it run now
-            self._began.append(attempt)
+        self._began.append(attempt)
         return True
 
     # -- the loop ------------------------------------------------------------------------

@@ -513,18 +513,12 @@ class Worker:
         # a worker dying before its executors take the jobs charges them nothing), and
         # the handler begins only once its marker committed (`InFlight.start`).
         marks = [attempt for attempt in self._to_mark if attempt.phase is Phase.STARTING]
-        # Jobs claimed for executors that have nothing else to take begin at once: their
-        # claim is their start marker. The rest wait (prefetched) and are marked when taken.
-        idle = self.concurrency - len(
-            self.inflight.in_phase(Phase.CLAIMED, Phase.STARTING, Phase.STARTED, Phase.STOPPING)
-        )
-        start = max(0, min(idle, claim_limit, self.claim_batch))
         committed = self.group_commit.commit(
             batch,
             claim_limit=min(claim_limit, self.claim_batch),
             promote=promote,
             started=[attempt.lease for attempt in marks],
-            start=start,
+            start=0,
             recorded_apart=self._recorded_apart,
             look_ahead=look_ahead,
         )
@@ -541,7 +535,7 @@ class Worker:
                 self.supervisor.lease_lost(attempt, time.monotonic())
         for attempt, answer in zip(batch, recorded, strict=True):
             self._after_record(attempt, answer)
-        self._start_claimed(claimed, start)
+        self._start_claimed(claimed)
         return len(claimed)
 
     def _replace_executor(self) -> None:
@@ -603,12 +597,11 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start_claimed(self, claimed: list[Job], start: int) -> None:
-        """Hand claimed jobs to the executors: the first `start` were marked started by
-        their claim (idle executors take them at once), the others when an executor takes
-        them (`InFlight.begin`)."""
+    def _start_claimed(self, claimed: list[Job]) -> None:
+        """Hand claimed jobs to the executors; each is marked started once an executor takes
+        it (never by its claim: a worker dying before that charges it nothing)."""
         mono = time.monotonic()
-        for number, job in enumerate(claimed):
+        for job in claimed:
             self._claimed_total += 1
             lease = Lease.of(job)
             attempt = Attempt(
@@ -616,7 +609,6 @@ class Worker:
                 lease=lease,
                 ctx=self._context(job),
                 claimed_at=mono,
-                start_marked=number < start,
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
