@@ -34,6 +34,7 @@ class Executors:
         self.attempts = attempts
         self._ready: stdqueue.SimpleQueue[Attempt | None] = stdqueue.SimpleQueue()
         self._threads: set[threading.Thread] = set()
+        self._stopped = False
 
     def spawn(self) -> None:
         thread = threading.Thread(target=self._main, name="jobcore-executor", daemon=True)
@@ -45,6 +46,7 @@ class Executors:
 
     def stop(self) -> None:
         """Ask every executor to end once it is idle (running handlers are not waited for)."""
+        self._stopped = True  # one waiting for a start marker gives up: the loop is gone
         for _ in list(self._threads):
             self._ready.put(None)
 
@@ -101,5 +103,7 @@ class Executors:
             state = self.inflight.start(attempt)
             if state is not None:
                 return state
+            if self._stopped:
+                return False
             waiter.wait(RECHECK)
             waiter.clear()
