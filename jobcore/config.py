@@ -8,20 +8,26 @@ a bad one raises `ConfigError` naming the setting and where it came from.
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from jobcore.errors import ConfigError
+from jobcore.limits import check_duration
 from jobcore.owned import own
 from jobcore.timeutil import parse_duration
 
-Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-PositiveSeconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+Seconds = Annotated[float, BeforeValidator(parse_duration), AfterValidator(check_duration)]
+PositiveSeconds = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    AfterValidator(functools.partial(check_duration, positive=True)),
+]
 
 DEFAULT_CONFIG_FILE = "jobcore.toml"
 
@@ -86,6 +92,8 @@ def _validate(model: type[M], values: Mapping[str, tuple[Any, str]], where: str)
         message = first["msg"]
         if first["type"] == "extra_forbidden":
             message = "unknown setting"
+        elif first["type"] == "value_error" and "error" in first.get("ctx", {}):
+            message = str(first["ctx"]["error"])
         raise ConfigError(f"bad setting {name!r} from {source}: {message}") from None
 
 

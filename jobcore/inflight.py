@@ -1,19 +1,28 @@
 """The life of each attempt a worker holds, from its claim until its outcome is committed.
 
-    claimed ──► started ──► reported ──► done        the usual path
-       │           │            ▲
-       │           └► stopping ─┘                   timeout, shutdown or lost lease: the handler
-       │                                            was asked to stop; what it reports replaces
-       │                                            the `fallback`, recorded after `stop_grace`
-       └──────────────► reported                    released or cancelled before it ran
+    claimed ──► starting ──► started ──► reported ──► done     the usual path
+       │           │            │            ▲
+       │           │            └► stopping ─┘        timeout, shutdown or lost lease: the
+       │           │                                  handler was asked to stop; what it reports
+       │           │                                  replaces the `fallback`, recorded after
+       │           │                                  `stop_grace`
+       └───────────┴───────────────► reported          released or cancelled before it ran
+
+An executor that takes an attempt moves it to `starting`; the loop's next group
+commit records its start marker, and only once that committed does the handler
+begin (`started`). So a handler that takes its worker down (SIGKILL, the OOM
+killer) always costs its job an attempt, while a job that waited for an
+executor (prefetched) and never began costs nothing (DESIGN §6, crash
+accounting).
 
 An attempt is `done` once its outcome is committed or there is nothing left to
-record (its lease was lost: claimed, started or stopping go straight to done).
-The loop thread owns every move; an executor only asks to begin an attempt
-(refused unless it is still `claimed`) and reports what its handler did
-(dropped unless the attempt is `started` or `stopping`). Both happen under one
-lock, so no report can be overtaken by a release or a timeout the loop decided
-at the same moment, nor the other way round.
+record (its lease was lost: claimed, starting, started or stopping go straight
+to done). The loop thread owns every move but two: an executor asks to begin an
+attempt (refused unless it is still `claimed`) and to start it once marked, and
+reports what its handler did (dropped unless the attempt is `started` or
+`stopping`). All of it happens under one lock, so no report can be overtaken by
+a release or a timeout the loop decided at the same moment, nor the other way
+round.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from jobcore.models import Job, Lease, Outcome
 
 class Phase(enum.Enum):
     CLAIMED = "claimed"  # waiting for an executor (prefetched)
+    STARTING = "starting"  # an executor took it; waits for its start marker to commit
     STARTED = "started"  # its handler runs
     STOPPING = "stopping"  # its handler was asked to stop; `fallback` is recorded if it does not
     REPORTED = "reported"  # `outcome` decided, waiting to be committed
@@ -43,7 +53,8 @@ class Phase(enum.Enum):
 
 
 MOVES: dict[Phase, frozenset[Phase]] = {
-    Phase.CLAIMED: frozenset({Phase.STARTED, Phase.REPORTED, Phase.DONE}),
+    Phase.CLAIMED: frozenset({Phase.STARTING, Phase.REPORTED, Phase.DONE}),
+    Phase.STARTING: frozenset({Phase.STARTED, Phase.REPORTED, Phase.DONE}),
     Phase.STARTED: frozenset({Phase.STOPPING, Phase.REPORTED, Phase.DONE}),
     Phase.STOPPING: frozenset({Phase.REPORTED, Phase.DONE}),
     Phase.REPORTED: frozenset({Phase.DONE}),
@@ -70,8 +81,8 @@ class Attempt:
     deadline: float | None = None  # monotonic: its timeout, counted from the start
     began_at: float = 0.0  # monotonic, when an executor began it
     duration_ms: float = 0.0
-    start_marked: bool = False  # the store knows the handler started
-    durable_start: bool = False  # its executor commits the start marker before running it
+    start_marked: bool = False  # its start marker committed: the handler may begin
+    waiter: threading.Event | None = None  # set when a `starting` attempt may go on or is gone
     lost: bool = False  # its lease is gone: nothing it reports can be recorded
     replaced: bool = False  # its executor was given up on; a fresh thread took the slot
 
@@ -96,28 +107,46 @@ class InFlight:
         self._lock: AbstractContextManager[Any] = cond if lock is None else lock
         self._attempts: dict[str, Attempt] = {}
         self._inbox: list[Attempt] = []  # reported by executors since the loop last looked
-        self._began: list[Attempt] = []  # begun by executors without a start marker yet
+        self._began: list[Attempt] = []  # taken by executors, start marker not yet asked for
 
     # -- executors -------------------------------------------------------------------
 
-    def begin(self, attempt: Attempt) -> bool:
-        """claimed -> started, unless the loop released or cancelled it meanwhile."""
+    def begin(self, attempt: Attempt, waiter: threading.Event) -> bool:
+        """claimed -> starting (the loop's next commit marks it), unless the loop released or
+        cancelled it meanwhile. `waiter` is set when `start` may answer differently."""
         with self._lock:
-            if attempt.phase is not Phase.CLAIMED:
+            if not self._begin(attempt, waiter):
                 return False
+            self._cond.notify_all()
+        return True
+
+    def start(self, attempt: Attempt) -> bool | None:
+        """starting -> started once its start marker committed: True, run the handler;
+        None, not yet (wait for `waiter`); False, the loop gave it back or it was lost."""
+        with self._lock:
+            if attempt.phase is not Phase.STARTING:
+                return False
+            if not attempt.start_marked:
+                return None
             self._move(attempt, Phase.STARTED)
             attempt.began_at = time.monotonic()
             if attempt.job.timeout_ms is not None:  # the timeout counts from the start
                 attempt.deadline = attempt.began_at + attempt.job.timeout_ms / 1000
-            if not attempt.start_marked and not attempt.durable_start:
-                self._began.append(attempt)  # marked with the loop's next commit
         return True
 
-    def report(self, attempt: Attempt, outcome: Outcome) -> bool:
-        """The handler finished. False when the loop already gave up on it (late report)."""
+    def report(
+        self,
+        attempt: Attempt,
+        outcome: Outcome,
+        then: Attempt | None = None,
+        waiter: threading.Event | None = None,
+    ) -> tuple[bool, bool]:
+        """The handler finished: (reported, `then` begun). Not reported when the loop already
+        gave up on it (late report). `then`, the executor's next attempt, is begun in the same
+        step, so its start marker rides in the commit that records this outcome."""
         with self._lock:
             if attempt.phase not in (Phase.STARTED, Phase.STOPPING):
-                return False
+                return False, False
             attempt.duration_ms = (time.monotonic() - attempt.began_at) * 1000
             if attempt.lost:
                 self._move(attempt, Phase.DONE)
@@ -125,8 +154,17 @@ class InFlight:
                 self._move(attempt, Phase.REPORTED)
                 attempt.outcome = outcome
             self._inbox.append(attempt)
+            begun = then is not None and waiter is not None and self._begin(then, waiter)
             self._cond.notify_all()
-            return True
+            return True, begun
+
+    def _begin(self, attempt: Attempt, waiter: threading.Event) -> bool:
+        if attempt.phase is not Phase.CLAIMED:
+            return False
+        self._move(attempt, Phase.STARTING)
+        attempt.waiter = waiter
+        self._began.append(attempt)
+        return True
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -179,17 +217,44 @@ class InFlight:
         return inbox
 
     def take_began(self) -> list[Attempt]:
-        """Attempts begun without a start marker since the last call (caller holds the lock)."""
+        """Attempts taken by executors since the last call, to mark (caller holds the lock)."""
         began, self._began = self._began, []
         return began
+
+    def marked(self, attempts: list[Attempt], held: set[str] | None) -> list[Attempt]:
+        """Their start markers committed: their handlers may begin. Returns those whose
+        marker did not take (`held`, when the store tells, lacks them): their lease is gone."""
+        lost: list[Attempt] = []
+        with self._lock:
+            for attempt in attempts:
+                if attempt.phase is not Phase.STARTING:
+                    continue
+                if held is not None and attempt.job.id not in held:
+                    lost.append(attempt)
+                    continue
+                attempt.start_marked = True
+                if attempt.waiter is not None:
+                    attempt.waiter.set()
+        return lost
 
     def has_news(self) -> bool:
         """Reports wait for the loop (caller holds the lock)."""
         return bool(self._inbox)
 
-    def first_unmarked_start(self) -> float | None:
-        """When the oldest start not yet taken by the loop began (caller holds the lock)."""
-        return self._began[0].began_at if self._began else None
+    def released_since(self, since: float) -> bool:
+        """Handlers allowed to begin by a commit that ended at `since` have not all reported."""
+        with self._lock:
+            return any(
+                attempt.start_marked
+                if attempt.phase is Phase.STARTING
+                else attempt.began_at >= since
+                for attempt in self._attempts.values()
+                if attempt.phase is Phase.STARTING or attempt.phase is Phase.STARTED
+            )
+
+    def has_began(self) -> bool:
+        """Executors took attempts whose start the loop has not taken yet (caller holds the lock)."""
+        return bool(self._began)
 
     def in_phase(self, *phases: Phase) -> list[Attempt]:
         return [attempt for attempt in self._attempts.values() if attempt.phase in phases]
@@ -205,7 +270,9 @@ class InFlight:
             raise IllegalMove(
                 f"attempt of job {attempt.job.id}: {attempt.phase.value} -> {phase.value}"
             )
-        attempt.phase = phase
+        was, attempt.phase = attempt.phase, phase
+        if was is Phase.STARTING and phase is not Phase.STARTED and attempt.waiter is not None:
+            attempt.waiter.set()  # given back, cancelled or lost before it began: its executor moves on
 
 
 __all__ = ["MOVES", "Attempt", "IllegalMove", "InFlight", "Phase"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobcore.errors import InvalidPayload
+from jobcore.errors import ConfigError, InvalidPayload
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1  # priority and max_attempts: what every backend stores as an integer
@@ -77,3 +77,26 @@ def _check_seconds(name: str, value: Any, low: float) -> None:
         raise InvalidPayload(
             f"{name} must be between {low:g} and {LONGEST_SECONDS:g} seconds, not {value}"
         )
+
+
+def check_duration(seconds: float, *, positive: bool = False) -> float:
+    """`seconds` within the bounds every duration has, whatever its source (the CLI's:
+    at least 1ms when it must be positive, at most 100 years, never infinite); else
+    ValueError saying which bounds."""
+    low = SHORTEST_TIMEOUT_SECONDS if positive else 0.0
+    if not (math.isfinite(seconds) and low <= seconds <= LONGEST_SECONDS):
+        least = "1ms" if positive else "0"
+        raise ValueError(
+            f"{seconds:g} seconds is out of range; give a duration from {least} to 100 years"
+        )
+    return seconds
+
+
+def check_arguments(*, positive: bool = True, **durations: Any) -> None:
+    """Raise `ConfigError` naming the first duration argument out of `check_duration`'s bounds."""
+    for name, value in durations.items():
+        try:
+            if value is not None:
+                check_duration(float(value), positive=positive)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"bad argument {name}={value!r}: {exc}") from None

@@ -238,15 +238,22 @@ def configure_logging(log_format: str = "text", level: int = logging.INFO) -> No
     Inside a click command the queued lines are also written when the command ends.
     """
     root = logging.getLogger("jobcore")
-    for old in list(root.handlers):
-        if getattr(old, "_jobcore", False):
-            root.removeHandler(old)
-            old.close()
+    drivers = logging.getLogger("psycopg")  # psycopg's and its pool's (`psycopg.pool`) lines
+    for logger in (root, drivers):
+        for old in list(logger.handlers):
+            if getattr(old, "_jobcore", False):
+                logger.removeHandler(old)
+                old.close()
     handler = BatchedStreamHandler(sys.stderr)
     handler._jobcore = True  # type: ignore[attr-defined]
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level)
+    # Their lines in the same format (with --log-format json every stderr line is JSON),
+    # not through Python's last-resort handler as plain text.
+    drivers.addHandler(handler)
+    if drivers.level == logging.NOTSET:
+        drivers.setLevel(logging.WARNING)
     click = sys.modules.get("click")
     context = click.get_current_context(silent=True) if click is not None else None
     if context is not None:

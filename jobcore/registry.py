@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from jobcore.errors import JobcoreError
+from jobcore.limits import check_duration
 
 if TYPE_CHECKING:
     from jobcore.config import Config
@@ -65,6 +66,15 @@ class JobTypeRegistry:
         self._owners: dict[str, str] = {}
 
     def register(self, job_type: JobType, *, plugin: str) -> None:
+        for name in ("timeout", "backoff_base", "backoff_cap"):
+            value = getattr(job_type, name)
+            try:
+                if value is not None:
+                    check_duration(float(value), positive=name == "timeout")
+            except (TypeError, ValueError) as exc:
+                raise JobcoreError(
+                    f"job type {job_type.name!r} from plugin {plugin!r}: bad default {name}: {exc}"
+                ) from None
         if job_type.name in self._types:
             raise DuplicateJobType(
                 f"job type {job_type.name!r} is registered by both "

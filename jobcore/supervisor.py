@@ -85,7 +85,8 @@ class Supervisor:
 
     def check_waiting(self, mono: float, stopping: bool) -> None:
         """Give back prefetched jobs that waited too long, or all of them when stopping."""
-        for attempt in self.inflight.in_phase(Phase.CLAIMED):
+        phases = (Phase.CLAIMED, Phase.STARTING) if stopping else (Phase.CLAIMED,)
+        for attempt in self.inflight.in_phase(*phases):
             if not stopping and mono - attempt.claimed_at < self.prefetch_wait:
                 continue
             if self.inflight.try_move(attempt, Phase.REPORTED, Released(lease=attempt.lease)):
@@ -97,16 +98,20 @@ class Supervisor:
                     )
                 self._record(attempt)
 
-    def stop_started(self, mono: float) -> None:
-        """The shutdown deadline passed: ask running handlers to stop, release them once they did."""
+    def stop_started(self, mono: float, *, now: bool = False) -> None:
+        """The shutdown deadline passed: ask running handlers to stop, release them once they
+        did. `now` (a second stop request): without waiting for them (no `stop_grace`)."""
+        grace = 0.0 if now else self.stop_grace
         for attempt in self.inflight.in_phase(Phase.STARTED):
-            self.inflight.stop(
-                attempt, "shutdown", Released(lease=attempt.lease), mono + self.stop_grace
-            )
+            self.inflight.stop(attempt, "shutdown", Released(lease=attempt.lease), mono + grace)
+        if now:
+            for attempt in self.inflight.in_phase(Phase.STOPPING):
+                attempt.stop_until = min(attempt.stop_until or mono, mono)
+            self.check_graces(mono)
 
     def cancel(self, attempt: Attempt) -> None:
         """A cancel was requested: a job not yet started never starts; a running one is asked to stop."""
-        if attempt.phase is Phase.CLAIMED:
+        if attempt.phase in (Phase.CLAIMED, Phase.STARTING):
             cancelled = Cancelled(lease=attempt.lease, error="cancelled before it started")
             if self.inflight.try_move(attempt, Phase.REPORTED, cancelled):
                 log.info(
@@ -126,7 +131,9 @@ class Supervisor:
             attempt.job.id,
             attempt.lease.lease_id,
         )
-        if attempt.phase is Phase.CLAIMED and self.inflight.try_move(attempt, Phase.DONE):
+        if attempt.phase in (Phase.CLAIMED, Phase.STARTING) and self.inflight.try_move(
+            attempt, Phase.DONE
+        ):
             self._finish(attempt)
         elif attempt.phase is Phase.STARTED:
             self.inflight.stop(attempt, "lease lost", None, mono + self.stop_grace)

@@ -20,15 +20,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable
-from types import FrameType
 from typing import Any
 
-from jobcore import wakeup
+from jobcore import signals, startup, wakeup
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
 from jobcore.errors import JobcoreError, StorageError
@@ -36,6 +33,7 @@ from jobcore.executors import Executors
 from jobcore.group_commit import GroupCommit, is_transient
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.keeper import MAX_DB_BACKOFF, Keeper
+from jobcore.limits import check_arguments
 from jobcore.models import (
     Cancelled,
     Completed,
@@ -55,16 +53,11 @@ from jobcore.supervisor import Supervisor
 
 log = logging.getLogger("jobcore.worker")
 
-MARK_WITHIN = 0.05  # seconds: how long a prefetched job's start may go unrecorded
+GATHER = 0.002  # seconds: the longest wait for short handlers to report before a commit
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
-
-
-def _ended_unreported(job: Job) -> bool:
-    """Its last claim ended by a sweep or a release, not by an outcome its handler gave."""
-    return bool(job.history) and job.history[-1].get("outcome") in ("released", "reclaimed")
 
 
 def _unstartable(payload: Any, ctx: Any) -> None:  # pragma: no cover - never called
@@ -98,6 +91,8 @@ class Worker:
         install_signal_handlers: bool = False,
     ) -> None:
         core = queue.config.core
+        check_arguments(lease=lease, poll_interval=poll_interval)
+        check_arguments(positive=False, shutdown_timeout=shutdown_timeout)
         self.queue = queue
         self.pm = queue.pm
         self.worker_id = worker_id or default_worker_id()
@@ -141,7 +136,8 @@ class Worker:
         self._cond = threading.Condition(lock)
         self.inflight = InFlight(self._cond, lock)
         self._unrecorded: list[Attempt] = []  # loop-owned: reported, awaiting commit
-        self._to_mark: list[Attempt] = []  # loop-owned: began since the last commit, unmarked
+        self._to_mark: list[Attempt] = []  # loop-owned: taken by executors, start unmarked
+        self._committed_at = 0.0  # monotonic: when the loop's last commit ended
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
         self.executors = Executors(queue, self.inflight, self.attempts)
@@ -167,10 +163,13 @@ class Worker:
             queue, worker=self.worker_id, lease=self.lease, queues=self.queues, types=self.types
         )
         self._stopping = False
+        self._stop_now = False  # a second stop request: release unfinished jobs at once
         self._stop_deadline: float | None = None
         self._maybe_more = True
+        self._children_added = False  # the last commit enqueued children (`_loop`)
         self.promotion = PromotionClock(queue.storage, self.poll_interval)
         self._db_backoff = 0.0
+        self._file_check_at = 0.0  # monotonic: when to compare the database path with its file
         self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
         self._claimed_total = 0
         self.finished = 0  # attempts that ended (recorded, or lost with their lease)
@@ -186,26 +185,21 @@ class Worker:
     # -- control -----------------------------------------------------------------
 
     def stop(self, *, graceful: bool = True) -> None:
-        """Stop claiming; wait up to shutdown_timeout for running jobs (0 if not graceful)."""
+        """Stop claiming; wait up to shutdown_timeout for running jobs (0 if not graceful).
+
+        A second request means now: running handlers are not waited for (no `stop_grace`);
+        their jobs are released at once, and the worker exits.
+        """
         with self._cond:
             now = time.monotonic()
             if not self._stopping:
                 self._stopping = True
                 self._stop_deadline = now + (self.shutdown_timeout if graceful else 0.0)
             else:
-                self._stop_deadline = now  # a second request shortens the wait
+                self._stop_deadline = now
+                self._stop_now = True
             self._woken = True
             self._cond.notify_all()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        log.warning(
-            "received %s: %s",
-            signal.Signals(signum).name,
-            "stopping now"
-            if self._stopping
-            else f"finishing running jobs (up to {self.shutdown_timeout:g}s; again to stop now)",
-        )
-        self.stop(graceful=not self._stopping)
 
     def wake(self) -> None:
         with self._cond:
@@ -218,7 +212,30 @@ class Worker:
         """Run until stopped; returns the process exit code (0 on a clean stop)."""
         key = self.queue.wake_key
         wakeup.subscribe(key, self.wake)
-        previous_handlers = self._install_signals()
+        previous_handlers = (
+            signals.install(
+                lambda graceful: self.stop(graceful=graceful),
+                lambda: self._stopping,
+                self.shutdown_timeout,
+            )
+            if self.install_signal_handlers
+            else {}
+        )
+        try:  # no `started` line before the store answers (or the one `Error:` line)
+            ready = startup.ready_store(
+                self.queue.storage,
+                wait=self.max_jobs is None and not self.until_empty,
+                stopping=lambda: self._stopping,
+                sleep=self._sleep,
+            )
+        except BaseException:
+            wakeup.unsubscribe(key, self.wake)
+            signals.restore(previous_handlers)
+            raise
+        if not ready:
+            wakeup.unsubscribe(key, self.wake)
+            signals.restore(previous_handlers)
+            return 1
         self.notifier.start()
         for _ in range(self.concurrency):
             self.executors.spawn()
@@ -231,13 +248,12 @@ class Worker:
             ",".join(self.queues) or "all",
         )
         try:
-            if self._ready_database():
-                self.keeper.start()
-                self._loop()
+            self.keeper.start()
+            self._loop()
         finally:
             self.keeper.stop(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
             wakeup.unsubscribe(key, self.wake)
-            self._restore_signals(previous_handlers)
+            signals.restore(previous_handlers)
             self.executors.stop()
             self._announce("jobcore_worker_stopped", worker=self.worker_id)
             self.notifier.stop(timeout=10)
@@ -247,25 +263,6 @@ class Worker:
                 ", ".join(f"{k} {v}" for k, v in self.stats.items() if v) or "no jobs",
             )
         return self.exit_code
-
-    def _ready_database(self) -> bool:
-        """Create or migrate the schema, backing off while the database is unavailable."""
-        backoff = 0.0
-        while True:
-            try:
-                self.queue.storage.migrate()
-                return True
-            except Exception as exc:
-                if isinstance(exc, StorageError) and not is_transient(exc):
-                    raise  # a newer schema, not a database, no such folder: no use waiting
-                backoff = min(MAX_DB_BACKOFF, max(0.1, backoff * 2))
-                log.error(
-                    "database error at start (%s); retrying in %.1fs", describe_error(exc), backoff
-                )
-                if self._stopping:
-                    self.exit_code = 1
-                    return False
-                self._sleep(backoff)
 
     def _loop(self) -> None:
         storage = self.queue.storage
@@ -277,6 +274,7 @@ class Worker:
                 news, self.keeper.news = self.keeper.news, []
                 woken, self._woken = self._woken, False
                 stopping, stop_deadline = self._stopping, self._stop_deadline
+                now_please = self._stop_now
             mono = time.monotonic()
             for attempt in inbox:
                 if attempt.phase is Phase.REPORTED:
@@ -293,7 +291,9 @@ class Worker:
             self.supervisor.check_waiting(mono, stopping)
             past_deadline = stopping and stop_deadline is not None and mono >= stop_deadline
             if past_deadline:
-                self.supervisor.stop_started(mono)
+                self.supervisor.stop_started(mono, now=now_please)
+            if mono >= self._file_check_at and not stopping:
+                self._check_file(mono)
             if mono >= self._db_retry_at:
                 try:
                     free = self._free_slots(stopping)
@@ -319,7 +319,7 @@ class Worker:
                     promote, ahead = promotion.choose(
                         mono, full_poll=full_poll, want_claim=want_claim
                     )
-                    if self._unrecorded or want_claim or self._marks_due(mono):
+                    if self._unrecorded or want_claim or self._to_mark:
                         claimed = self._commit(
                             free if want_claim else 0, promote=promote, look_ahead=ahead
                         )
@@ -327,13 +327,18 @@ class Worker:
                             self._maybe_more = (
                                 claimed == min(free, self.claim_batch) and claimed > 0
                             )
+                        # Children committed with their parent may be claimable now, though
+                        # this commit's claim did not see them (PostgreSQL inserts them
+                        # after it): look again before calling the queue empty.
+                        self._maybe_more |= self._children_added
+                        self._children_added = False
                         if want_claim and full_poll:
                             promotion.claimed(mono, promote=promote, ahead=ahead)
                     self._db_backoff = 0.0
                 except Exception as exc:  # database trouble: back off, keep outcomes, recover
                     self._db_failed(exc)
                     if past_deadline and not self.inflight.in_phase(
-                        Phase.CLAIMED, Phase.STARTED, Phase.STOPPING
+                        Phase.CLAIMED, Phase.STARTING, Phase.STARTED, Phase.STOPPING
                     ):
                         log.error(
                             "stopping with %d outcome(s) unrecorded; their leases will expire "
@@ -348,9 +353,15 @@ class Worker:
                 return
             self._wait(promotion.next_poll, promotion.next_due)
 
-    def _marks_due(self, mono: float) -> bool:
-        """Starts of prefetched jobs ride along with commits, but wait no longer than this."""
-        return bool(self._to_mark) and mono - self._to_mark[0].began_at >= MARK_WITHIN
+    def _check_file(self, mono: float) -> None:
+        """Stop with an error once the database path names another file, or none (README)."""
+        self._file_check_at = mono + self.poll_interval
+        changed = getattr(self.queue.storage, "file_changed", None)
+        reason = changed() if changed is not None else None
+        if reason is not None:
+            log.error("%s; stopping this worker: start it again to use the file now there", reason)
+            self.exit_code = 1
+            self.stop(graceful=False)
 
     def _db_failed(self, exc: BaseException) -> None:
         first = self._db_backoff == 0.0
@@ -408,6 +419,7 @@ class Worker:
         in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
         worker costs little CPU yet notices new work within milliseconds.
         """
+        self._gather()
         mono = time.monotonic()
         free = self._free_slots(self._stopping)
         # Database steps (a poll, a due retry, start markers): only when the loop can act
@@ -415,8 +427,8 @@ class Worker:
         # to claim into, a database backing off, a shutdown deadline already handled)
         # would make every wait return at once: a loop spinning on a core.
         steps = [d for d in deadlines if d is not None] if free > 0 else []
-        if self._to_mark:
-            steps.append(self._to_mark[0].began_at + MARK_WITHIN)
+        if self._to_mark:  # executors wait for these markers: commit now
+            steps.append(mono)
         if self._db_backoff:
             steps = [max(step, self._db_retry_at) for step in steps]
             steps.append(self._db_retry_at)
@@ -435,9 +447,10 @@ class Worker:
             with cond:
                 if self.inflight.has_news() or self.keeper.news or self._woken:
                     return
-                first = self.inflight.first_unmarked_start()
-                if first is not None:
-                    until = min(until, self._mark_due_at(first))
+                if self.inflight.has_began():  # an executor waits for its start marker
+                    if not self._db_backoff:
+                        return
+                    until = min(until, self._db_retry_at)
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
@@ -453,11 +466,28 @@ class Worker:
                     self._db_failed(exc)
                     return
 
-    def _mark_due_at(self, began_at: float) -> float:
-        """When a start begun at `began_at` must be committed; not before a database retry
-        (a deadline already past would make every wait return at once: a spinning loop)."""
-        due = began_at + MARK_WITHIN
-        return max(due, self._db_retry_at) if self._db_backoff else due
+    def _gather(self) -> None:
+        """Let short handlers that the last commit released report first (up to `GATHER`).
+
+        A handler begins only once its start marker committed, so each executor runs one
+        job per commit; its report and its next job's marker ride in the next commit. If
+        that commit began while they were still running, it would carry one executor's
+        work and the next one the rest: twice the commits for the same jobs.
+        """
+        recent = self._recent_ms
+        if recent is None or recent >= GATHER * 1000 or self._db_backoff:
+            return
+        since = self._committed_at
+        until = since + GATHER
+        cond = self._cond
+        with cond:
+            while self.inflight.released_since(since):
+                if self._woken or self.keeper.news:
+                    return
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return
+                cond.wait(remaining)
 
     def _attempt_deadlines(self) -> list[float]:
         times: list[float] = []
@@ -479,12 +509,10 @@ class Worker:
     def _commit(self, claim_limit: int, *, promote: bool, look_ahead: bool = False) -> int:
         """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
         batch = list(self._unrecorded)
-        # Starts are marked only once a handler began (never by the claim itself, so a
-        # worker dying before its executors take the jobs charges them nothing); an
-        # attempt whose outcome rides in this batch needs no marker.
-        marks = [
-            attempt for attempt in self._to_mark if attempt.phase in (Phase.STARTED, Phase.STOPPING)
-        ]
+        # Starts are marked once an executor took the job (never by the claim itself, so
+        # a worker dying before its executors take the jobs charges them nothing), and
+        # the handler begins only once its marker committed (`InFlight.start`).
+        marks = [attempt for attempt in self._to_mark if attempt.phase is Phase.STARTING]
         committed = self.group_commit.commit(
             batch,
             claim_limit=min(claim_limit, self.claim_batch),
@@ -497,10 +525,14 @@ class Worker:
         if committed is None:  # refused: recorded apart, nothing claimed
             return 0
         recorded, claimed = committed
+        self._committed_at = time.monotonic()
         self._unrecorded = []
         self._to_mark = []
-        for attempt in marks:
-            attempt.start_marked = True
+        if marks:
+            seen = getattr(self.queue.storage, "marked_seen", None)
+            lost = self.inflight.marked(marks, seen() if seen is not None else None)
+            for attempt in lost:  # its lease ended before its start could be marked
+                self.supervisor.lease_lost(attempt, time.monotonic())
         for attempt, answer in zip(batch, recorded, strict=True):
             self._after_record(attempt, answer)
         self._start_claimed(claimed)
@@ -540,6 +572,7 @@ class Worker:
             return
         for child in answer.children:
             if child.created:
+                self._children_added = True
                 self._announce("jobcore_job_enqueued", job=child.job)
         if job.status is JobStatus.CANCELLED:  # a cancel request wins over release and retry
             self.stats["cancelled"] += 1
@@ -564,8 +597,9 @@ class Worker:
                 self.stats["released"] += 1
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
-    def _start_claimed(self, claimed: Iterable[Job]) -> None:
-        """Hand claimed jobs to the executors (none is marked started yet)."""
+    def _start_claimed(self, claimed: list[Job]) -> None:
+        """Hand claimed jobs to the executors; each is marked started once an executor takes
+        it (never by its claim: a worker dying before that charges it nothing)."""
         mono = time.monotonic()
         for job in claimed:
             self._claimed_total += 1
@@ -575,10 +609,6 @@ class Worker:
                 lease=lease,
                 ctx=self._context(job),
                 claimed_at=mono,
-                # A job whose last claim ended without an outcome may be one that kills
-                # its worker: its start is made durable before it runs, so that death
-                # costs an attempt and max_attempts still ends it.
-                durable_start=_ended_unreported(job),
             )
             self.inflight.add(attempt)
             self._announce("jobcore_job_claimed", job=job, worker=self.worker_id)
@@ -606,23 +636,6 @@ class Worker:
 
     def _flush_notices(self) -> None:
         self.notifier.flush()
-
-    # -- signals ---------------------------------------------------------------
-
-    def _install_signals(self) -> dict[int, Any]:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return {}
-        previous: dict[int, Any] = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, self._on_signal)
-        return previous
-
-    def _restore_signals(self, previous: dict[int, Any]) -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 __all__ = ["Worker"]

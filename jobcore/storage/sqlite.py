@@ -46,6 +46,7 @@ from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
+from jobcore.storage.sqlite_identity import FileIdentity
 from jobcore.storage.sqlite_outbox import AppConnections
 from jobcore.storage.sqlite_reads import Q, SQLiteReads
 from jobcore.storage.sqlite_statements import (
@@ -132,6 +133,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         self._holds_sweep = False
         self._wake_key: str | None = None
         self._app = AppConnections(self.path)  # the application's own (outbox) connections
+        self._identity = FileIdentity(self.path)
         check_location(self.path, create=self._create)
         own(self.path, "database")  # never a files job's target
 
@@ -164,7 +166,13 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
         with self._all_lock:
             self._all.add(conn)
+        self._identity.remember()
         return conn
+
+    def file_changed(self) -> str | None:
+        """Why `path` no longer names the file this storage opened (replaced, deleted), or
+        None; one `stat`, for a worker's poll timer (`jobcore.storage.sqlite_identity`)."""
+        return self._identity.changed()
 
     def _raw_state(self) -> _ThreadState:
         """This thread's connection, opened on first use (the schema not checked)."""
@@ -417,8 +425,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     ) -> tuple[list[Recorded], list[Job]]:
         with self._write() as conn:
             now = self.now()
-            if started:
-                self._mark_started(conn, started, now)
+            self._local.marked = self._mark_started(conn, started, now) if started else set()
             recorded = self._record(conn, outcomes, now)
             claimed = self._claim(
                 conn, worker, claim_limit, now, lease_ms, queues, types, start, promote=promote
@@ -444,6 +451,12 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                 if rows:
                     owned[lease.job_id] = bool(rows[0][0])
         return owned
+
+    def marked_seen(self) -> set[str]:
+        """Ids whose start marker this thread's last `commit_batch` recorded (its `started`
+        leases that still held): the worker runs a handler only once its start is durable."""
+        marked: set[str] = getattr(self._local, "marked", set())
+        return marked
 
     def _mark_started(self, conn: apsw.Connection, leases: Sequence[Lease], now: int) -> set[str]:
         marked: set[str] = set()

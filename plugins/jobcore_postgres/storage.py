@@ -182,11 +182,13 @@ class _Sent:
 
 @dataclass
 class _Batch:
-    """What a group commit queued: owner statements, the claim, the look-ahead read."""
+    """What a group commit queued: owner statements, the claim, the look-ahead read,
+    the start markers."""
 
     sent: list[_Sent]
     claim: psycopg.Cursor[Any] | None
     ahead: psycopg.Cursor[Any] | None
+    marked: psycopg.Cursor[Any] | None = None
 
 
 @dataclass
@@ -742,17 +744,22 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         checked = self._checked(outcomes)
         self._local.seen_ahead = None
 
+        self._local.marked = set()
+
         def send(conn: Conn) -> _Batch:
+            marked = None
             if started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
-                conn.execute(sql, self._lease_params(started))
+                marked = conn.execute(sql, self._lease_params(started))
             sent = self._send_owner(conn, checked)
             claim, ahead = self._send_claim(
                 conn, worker, claim_limit, lease_ms, queues, types, start, promote, look_ahead
             )
-            return _Batch(sent, claim, ahead)
+            return _Batch(sent, claim, ahead, marked)
 
         def collect(conn: Conn, batch: _Batch) -> tuple[list[Recorded], list[Job]]:
+            if batch.marked is not None:
+                self._local.marked = {row[0] for row in batch.marked.fetchall()}
             if batch.ahead is not None:
                 row = batch.ahead.fetchone()
                 assert row is not None
@@ -771,6 +778,12 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
             f"{d.now}, set_config('plan_cache_mode', 'force_generic_plan', true)"
         )
+
+    def marked_seen(self) -> set[str]:
+        """Ids whose start marker this thread's last `commit_batch` recorded (its `started`
+        leases that still held): the worker runs a handler only once its start is durable."""
+        marked: set[str] = getattr(self._local, "marked", set())
+        return marked
 
     def scheduled_seen(self) -> tuple[int | None, int] | None:
         """(earliest scheduled `run_at` or None, the store's clock) as read by this thread's

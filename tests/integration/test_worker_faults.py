@@ -307,31 +307,70 @@ def _attempt(queue: Queue) -> Attempt:
 def test_the_in_flight_table_lets_a_report_win_and_refuses_late_moves(queue: Queue) -> None:
     cond = threading.Condition()
     table = InFlight(cond)
+    waiter = threading.Event()
     # a release decided first: the executor may no longer begin it
     waiting = _attempt(queue)
     table.add(waiting)
     assert table.try_move(waiting, Phase.REPORTED, Released(lease=waiting.lease))
-    assert not table.begin(waiting)
+    assert not table.begin(waiting, waiter)
     # a report first: shutdown's stop and its fallback release change nothing
     running = _attempt(queue)
     table.add(running)
-    assert table.begin(running)
+    assert table.begin(running, waiter)
+    assert table.start(running) is None  # its start marker has not committed yet
+    assert table.take_began() == [running]
+    assert table.marked([running], {running.job.id}) == [] and waiter.is_set()
+    assert table.start(running) is True
     done = Completed(lease=running.lease, result=1)
-    assert table.report(running, done)
+    assert table.report(running, done) == (True, False)
     assert not table.stop(running, "shutdown", Released(lease=running.lease), 0.0)
     assert not table.try_move(running, Phase.REPORTED, Released(lease=running.lease))
     assert running.outcome is done and running.ctx.stop_reason is None
     # asked to stop first: its own report still wins over the fallback
     stopping = _attempt(queue)
     table.add(stopping)
-    table.begin(stopping)
+    table.begin(stopping, waiter)
+    table.marked([stopping], None)
+    table.start(stopping)
     assert table.stop(stopping, "shutdown", Released(lease=stopping.lease), time.monotonic() + 5)
     late = Completed(lease=stopping.lease, result=2)
-    assert table.report(stopping, late)
+    assert table.report(stopping, late) == (True, False)
     assert stopping.outcome is late
-    assert not table.report(stopping, late)  # reported once only
+    assert table.report(stopping, late) == (False, False)  # reported once only
     with pytest.raises(IllegalMove):
         table.move(stopping, Phase.STARTED)
+
+
+def test_a_starting_attempt_runs_only_once_its_marker_took(queue: Queue) -> None:
+    """Crash accounting: between an executor taking a job and its start marker committing,
+    the loop may still give it back; a marker that did not take (lease gone) never runs."""
+    table = InFlight(threading.Condition())
+    waiter = threading.Event()
+    given_back = _attempt(queue)
+    table.add(given_back)
+    assert table.begin(given_back, waiter) and not waiter.is_set()
+    assert table.try_move(given_back, Phase.REPORTED, Released(lease=given_back.lease))
+    assert waiter.is_set() and table.start(given_back) is False and not given_back.ran
+    waiter.clear()
+    unheld = _attempt(queue)
+    table.add(unheld)
+    table.begin(unheld, waiter)
+    assert table.marked([unheld], set()) == [unheld]
+    assert table.start(unheld) is None and not unheld.start_marked
+    # the next attempt is begun in the same step as the report of the previous one
+    first, second = _attempt(queue), _attempt(queue)
+    table.add(first)
+    table.add(second)
+    table.begin(first, waiter)
+    table.take_began()
+    table.marked([first], None)
+    table.start(first)
+    assert table.report(first, Completed(lease=first.lease, result=None), second, waiter) == (
+        True,
+        True,
+    )
+    assert second.phase is Phase.STARTING and table.take_inbox() == [first]
+    assert table.take_began() == [second]
 
 
 # -- defect 5: a cancelled prefetched job still ran -------------------------------------
