@@ -94,6 +94,7 @@ def run(hub: Hub, host: str, port: int) -> None:
         max_connections=room_for(settings.max_connections),
         head_timeout=settings.head_timeout,
         max_header_bytes=settings.max_header_bytes,
+        write_timeout=settings.body_timeout,  # to take an answer, as to send a body
     )
     config = uvicorn.Config(
         create_app(hub),
