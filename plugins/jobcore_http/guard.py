@@ -63,6 +63,12 @@ def _answer(status: str, message: str) -> bytes:
     ).encode() + body
 
 
+_MALFORMED = (
+    "the request is not valid HTTP/1.1 (a malformed request line or header, a control "
+    "character in a header value, or conflicting Content-Length and Transfer-Encoding)"
+)
+
+
 def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
     """An `HttpToolsProtocol` class enforcing `limits` (pass as uvicorn's `http=`)."""
 
@@ -193,7 +199,11 @@ class _Guarded(HttpToolsProtocol):
             if not self.transport.is_closing():
                 self._refuse_head()
             return
-        super().send_400_response(msg)
+        # uvicorn answers text/plain; every error of the hub is `{"error": ...}`
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(_answer("400 Bad Request", _MALFORMED))
+            self.transport.close()
 
     def on_url(self, url: bytes) -> None:
         self._head_parsed += len(url)
