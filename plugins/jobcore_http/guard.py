@@ -131,7 +131,10 @@ class _Guarded(HttpToolsProtocol):
         if not victims:
             return False
         oldest = min(victims, key=lambda other: other._since)
-        oldest.transport.close()
+        if oldest.flow.write_paused:
+            oldest.transport.abort()  # close() would wait for a client that does not read
+        else:
+            oldest.transport.close()
         return True
 
     def _arm(self) -> None:
