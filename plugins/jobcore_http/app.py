@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from jobcore_http import errors
-from jobcore_http.auth import require, require_any
+from jobcore_http.auth import bearer_token, principal_of, require, require_any
 from jobcore_http.hub import Hub
 from jobcore_http.limits import BodyLimit
 from jobcore_http.responses import JSONResponse
@@ -65,9 +65,23 @@ def create_app(hub: Hub) -> FastAPI:
     _mount_artifacts(app, hub)
     _mount_dashboard(app, hub)
     app.add_middleware(
-        BodyLimit, max_body=hub.settings.max_body, body_timeout=hub.settings.body_timeout
+        BodyLimit,
+        max_body=hub.settings.max_body,
+        body_timeout=hub.settings.body_timeout,
+        may_send=_known_caller,
     )
     return app
+
+
+def _known_caller(scope: Any) -> bool:
+    """Whether the request carries a valid bearer token (or the hub runs without auth)."""
+    request = Request(scope)
+    if request.app.state.hub.settings.insecure_no_auth:
+        return True
+    try:
+        return bearer_token(request) is not None and principal_of(request) is not None
+    except errors.ApiError:
+        return False
 
 
 def _optional(module: str) -> Any:

@@ -15,7 +15,16 @@ length. So, per connection:
   room; only when every connection has sent its whole request and waits for the
   answer (a long-poll claim, an event stream, a report) is the new connection refused
   with 503. A client that authenticated and holds a long request
-  is never evicted by clients that have not even sent a request.
+  is never evicted by clients that have not even sent a request;
+- at most `MAX_PIPELINE` requests wait behind the one being answered: uvicorn parses every
+  pipelined request it has read and reads on after each answer, so a client that sends
+  requests faster than it takes the answers grew the hub's memory without bound. More
+  than that: the ones queued are answered and the connection closed. Nothing more is read
+  while requests wait;
+- an answer the client does not take (its socket stays full) for `write_timeout`
+  seconds closes the connection: such a connection was never idle, so it could not be
+  evicted, and a thousand of them (anonymous, asking for `/openapi.json` and never
+  reading) cut every other client off. Such a connection is evicted like an idle one.
 """
 
 from __future__ import annotations
@@ -30,10 +39,20 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 class Limits:
     """The bounds of one server (numbers from `HttpSettings`)."""
 
-    def __init__(self, max_connections: int, head_timeout: float, max_header_bytes: int) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        head_timeout: float,
+        max_header_bytes: int,
+        write_timeout: float = 30.0,
+    ) -> None:
         self.max_connections = max_connections
         self.head_timeout = head_timeout
         self.max_header_bytes = max_header_bytes
+        self.write_timeout = write_timeout
+
+
+MAX_PIPELINE = 32  # requests read ahead of the one being answered, per connection
 
 
 def _answer(status: str, message: str) -> bytes:
@@ -42,6 +61,12 @@ def _answer(status: str, message: str) -> bytes:
         f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     ).encode() + body
+
+
+_MALFORMED = (
+    "the request is not valid HTTP/1.1 (a malformed request line or header, a control "
+    "character in a header value, or conflicting Content-Length and Transfer-Encoding)"
+)
 
 
 def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
@@ -57,6 +82,10 @@ class _HeadTooLarge(Exception):
     pass
 
 
+class _TooManyPipelined(Exception):
+    pass
+
+
 class _Guarded(HttpToolsProtocol):
     LIMITS: Limits
 
@@ -69,6 +98,8 @@ class _Guarded(HttpToolsProtocol):
         self._too_large = False
         self._head_count = 0  # messages begun: a chunk that starts one is not all head
         self._since = time.monotonic()  # when the current head (or idle wait) began
+        self._write_timer: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self._pipelined_over = False  # more than MAX_PIPELINE requests waited
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -85,14 +116,14 @@ class _Guarded(HttpToolsProtocol):
         idle one, else the oldest still sending its body (never this one, never one whose
         request is complete and being answered); False if none."""
         waiting: list[_Guarded] = []
-        idle: list[_Guarded] = []
+        idle: list[_Guarded] = []  # idle keep-alive, or not taking its answer
         receiving: list[_Guarded] = []
         for other in self.connections:
             if other is self or not isinstance(other, _Guarded) or other.transport.is_closing():
                 continue
             if other._in_head:
                 waiting.append(other)
-            elif other.cycle is None or other.cycle.response_complete:
+            elif other.cycle is None or other.cycle.response_complete or other.flow.write_paused:
                 idle.append(other)
             elif other.cycle.more_body:
                 receiving.append(other)  # its body is still coming (read before any token)
@@ -100,7 +131,10 @@ class _Guarded(HttpToolsProtocol):
         if not victims:
             return False
         oldest = min(victims, key=lambda other: other._since)
-        oldest.transport.close()
+        if oldest.flow.write_paused:
+            oldest.transport.abort()  # close() would wait for a client that does not read
+        else:
+            oldest.transport.close()
         return True
 
     def _arm(self) -> None:
@@ -133,6 +167,9 @@ class _Guarded(HttpToolsProtocol):
         self._disarm()
 
     def data_received(self, data: bytes) -> None:
+        if self._pipelined_over:
+            self.flow.pause_reading()  # the parser stopped: the connection ends after its answers
+            return
         in_head, begun = self._in_head, self._head_count
         super().data_received(data)
         if self._in_head and in_head and begun == self._head_count:
@@ -140,12 +177,36 @@ class _Guarded(HttpToolsProtocol):
             if self._head_bytes > self.LIMITS.max_header_bytes and not self.transport.is_closing():
                 self._refuse_head()
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(
+                self.LIMITS.write_timeout, self._write_timed_out
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        self.transport.abort()  # its answers cannot be delivered: drop them
+
     def send_400_response(self, msg: str) -> None:
+        if self._pipelined_over:
+            self.flow.pause_reading()
+            return
         if self._too_large:  # on_headers_complete refused the head (the parser says 400)
             if not self.transport.is_closing():
                 self._refuse_head()
             return
-        super().send_400_response(msg)
+        # uvicorn answers text/plain; every error of the hub is `{"error": ...}`
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(_answer("400 Bad Request", _MALFORMED))
+            self.transport.close()
 
     def on_url(self, url: bytes) -> None:
         self._head_parsed += len(url)
@@ -170,12 +231,22 @@ class _Guarded(HttpToolsProtocol):
         if self._head_parsed > self.LIMITS.max_header_bytes:
             self._too_large = True
             raise _HeadTooLarge  # stops the parser; uvicorn answers through send_400_response
+        if len(self.pipeline) >= MAX_PIPELINE:
+            # answer the requests already queued, then close; read nothing more
+            self._pipelined_over = True
+            self.cycle.keep_alive = False
+            raise _TooManyPipelined  # stops the parser (uvicorn calls send_400_response)
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self.pipeline or self._pipelined_over:  # uvicorn reads on after each answer:
+            self.flow.pause_reading()  # not while requests wait
         self._since = time.monotonic()  # idle from now (uvicorn's keep-alive timeout runs)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
         super().connection_lost(exc)

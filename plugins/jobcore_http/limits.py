@@ -10,12 +10,18 @@ bytes `ED A0 80` (an encoded surrogate) parse the same way, so the check is made
 parsed value, whatever the body's encoding or content type. A URL holding a NUL character
 (`%00`: no id, filter or name may hold one, and PostgreSQL text cannot) is a 400 too.
 Uploads to `/api/artifacts` stream under their own limit (`artifact_max_bytes`).
+
+A body is read before any route authenticates its caller, so a body larger than
+`ANONYMOUS_BODY` is read only for a caller that `may_send` names as known (a valid token):
+others get 401 before it is read. Without that, a thousand anonymous connections each
+holding a body just under `max_body` kept a gigabyte of the hub's memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -23,12 +29,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobcore_http.responses import readable
 
+ANONYMOUS_BODY = 64 * 1024  # the largest body read before the caller is known
+
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body: int, body_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body: int,
+        body_timeout: float = 30.0,
+        may_send: Callable[[Scope], bool] | None = None,
+    ) -> None:
         self.app = app
         self.max_body = max_body
         self.body_timeout = body_timeout
+        self.may_send = may_send  # None: anyone may send up to max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -55,6 +70,9 @@ class BodyLimit:
         if length is not None and length > self.max_body:
             await self._reject(send, 413, self._too_large(length))
             return
+        if length is not None and length > ANONYMOUS_BODY and not self._known(scope):
+            await self._reject(send, 401, _UNKNOWN)
+            return
         if not chunked and not length:
             await self.app(scope, receive, send)
             return
@@ -68,7 +86,10 @@ class BodyLimit:
                     if message["type"] != "http.request":
                         return  # the client went away mid-body: nothing to answer or run
                     chunk = message.get("body", b"")
-                    size += len(chunk)
+                    before, size = size, size + len(chunk)
+                    if before <= ANONYMOUS_BODY < size and not self._known(scope):
+                        await self._reject(send, 401, _UNKNOWN)
+                        return
                     if size > self.max_body:
                         await self._reject(send, 413, self._too_large(size, at_least=True))
                         return
@@ -97,6 +118,9 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
+    def _known(self, scope: Scope) -> bool:
+        return self.may_send is None or self.may_send(scope)
+
     def _too_large(self, size: int, *, at_least: bool = False) -> str:
         more = "more than " if at_least else ""
         return (
@@ -118,6 +142,10 @@ class BodyLimit:
 
 
 _OWN_LIMIT = "/api/artifacts"
+_UNKNOWN = (
+    f"a request body over {ANONYMOUS_BODY // 1024} KiB needs a valid token "
+    "(Authorization: Bearer TOKEN)"
+)
 
 
 def _bad_url(scope: Scope) -> str | None:

@@ -85,6 +85,17 @@ def room_for(connections: int) -> int:
     return fitting
 
 
+def _uvicorn_logs() -> None:
+    """Send uvicorn's log lines (a client's malformed request, a failed ASGI call) through
+    jobcore's handler, so they take `--log-format` (JSON lines in JSON mode) like every
+    other line of the hub; uvicorn's own config wrote them as plain text."""
+    uvicorn_log = logging.getLogger("uvicorn")
+    uvicorn_log.handlers = list(logging.getLogger("jobcore").handlers)
+    uvicorn_log.propagate = False
+    uvicorn_log.setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.access").disabled = True
+
+
 def run(hub: Hub, host: str, port: int) -> None:
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # `kill -USR2`: every thread's stack
     sock = listen(host, port)
@@ -94,6 +105,7 @@ def run(hub: Hub, host: str, port: int) -> None:
         max_connections=room_for(settings.max_connections),
         head_timeout=settings.head_timeout,
         max_header_bytes=settings.max_header_bytes,
+        write_timeout=settings.body_timeout,  # to take an answer, as to send a body
     )
     config = uvicorn.Config(
         create_app(hub),
@@ -103,7 +115,9 @@ def run(hub: Hub, host: str, port: int) -> None:
         timeout_graceful_shutdown=int(hub.settings.shutdown_timeout),
         server_header=False,
         lifespan="on",
+        log_config=None,  # uvicorn's own lines go through jobcore's handler (_uvicorn_logs)
     )
+    _uvicorn_logs()
     server = HubServer(config, hub)
     shown = f"[{host}]" if ":" in host else host
     print(f"jobcore hub listening on http://{shown}:{bound}", file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,6 +56,33 @@ NUL_BODIES = [
     ("/api/jobs/cancel", {"queue": "a\x00b"}),
 ]
 NUL_URLS = ["/api/jobs?queue=a%00b", "/api/jobs?q=a%00b", "/api/jobs?worker=%00", "/api/jobs/a%00b"]
+
+
+# dashboard bulk forms whose filter holds a NUL (a form body: not checked with the URL)
+NUL_BULK_FORMS = [
+    {"action": "cancel", "queue": "a\x00b"},
+    {"action": "cancel", "q": "a\x00"},
+    {"action": "cancel", "worker": "w\x00"},
+    {"action": "retry", "type": "\x00"},
+]
+
+
+def dashboard_bulk_with_nul(hub: Hub, admin: str) -> None:
+    """Sign in to the dashboard; each of NUL_BULK_FORMS is a 400 naming NUL; a pending job
+    stays pending."""
+    with hub.client(admin) as api:
+        job = api.post("/api/jobs", json={"type": "noop"}).json()["id"]
+    with hub.client() as browser:
+        signed_in = browser.post("/ui/login", data={"token": admin, "next": "/ui/jobs"})
+        assert signed_in.status_code == 303, signed_in.text
+        found = re.search(r'name="csrf_token" value="([^"]+)"', browser.get("/ui/jobs").text)
+        assert found is not None
+        for form in NUL_BULK_FORMS:
+            answer = browser.post("/ui/bulk", data={**form, "csrf_token": found.group(1)})
+            assert answer.status_code == 400, (form, answer.status_code, answer.text[:300])
+            assert "NUL" in answer.text, form
+    with hub.client(admin) as api:
+        assert api.get(f"/api/jobs/{job}").json()["status"] == "pending"
 
 
 BIG = "a" * 400_000  # a search for NEEDLE compares ~200 characters at each of its positions

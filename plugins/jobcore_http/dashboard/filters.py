@@ -8,6 +8,8 @@ from urllib.parse import urlencode
 
 from starlette.datastructures import ImmutableMultiDict
 
+from jobcore.errors import InvalidPayload
+from jobcore.limits import check_text
 from jobcore.models import JobStatus
 from jobcore_http.store import MAX_QUERY_CHARS
 from jobcore_http.store import JobFilter as HubFilter
@@ -47,13 +49,19 @@ class JobFilter:
         q = str(get("q") or "").strip()
         if len(q) > MAX_QUERY_CHARS:
             raise BadFilter(f"the search is {len(q)} characters; the limit is {MAX_QUERY_CHARS}")
-        return cls(
+        found = cls(
             statuses=tuple(statuses),
             type=str(get("type") or "").strip(),
             queue=str(get("queue") or "").strip(),
             worker=str(get("worker") or "").strip(),
             q=q,
         )
+        for name in ("type", "queue", "worker", "q"):
+            try:  # a form body is not checked with the URL: NUL was a 503 on PostgreSQL
+                check_text(name, getattr(found, name))
+            except InvalidPayload as exc:
+                raise BadFilter(str(exc)) from None
+        return found
 
     def for_hub(self) -> HubFilter:
         """The same filter in the hub's terms (its `search_jobs` serves the jobs list)."""
