@@ -28,7 +28,7 @@ from typing import IO, Any
 
 GUARD = str(Path(__file__).with_name("_guard.py"))
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL to the tree
-_LAST_RESORT = 5.0  # seconds given to the guard to report before its group is killed
+_LAST_RESORT = 5.0  # seconds given to the guard to report before it is killed
 _STARTUP = 60.0  # seconds a guard may take to start the command (a loaded machine)
 PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
 
@@ -78,7 +78,7 @@ class GuardedProcess:
         streams: tuple[IO[bytes] | None, IO[bytes] | None, IO[bytes] | None],
     ) -> None:
         self.pid = pid  # the command's own pid
-        self.group = group  # the guard's pid: it leads the session and the process group
+        self.group = group  # the guard's pid (it leads a session; the command leads another)
         self.stdin, self.stdout, self.stderr = streams
         self._channel = channel
         self.returncode: int | None = None
@@ -119,8 +119,9 @@ class GuardedProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.wait(_LAST_RESORT)
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.group, signal.SIGKILL)  # the guard and what stayed in its group
+        for group in (self.pid, self.group):  # the command's group, then its guard; the
+            with contextlib.suppress(ProcessLookupError):  # guard server kills what is left
+                os.killpg(group, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.wait(_LAST_RESORT)
             return

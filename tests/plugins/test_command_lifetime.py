@@ -173,3 +173,90 @@ def test_a_command_sees_the_workers_environment_and_folder_of_now(
     assert proc.wait(10) == 0 and proc.stdout is not None
     assert proc.stdout.read().decode() == f"yes {tmp_path}\n"
     proc.stdout.close()
+
+
+def test_a_signal_to_its_own_group_reaches_the_command_and_not_its_guard(queue: Queue) -> None:
+    """The command leads its own process group, as a directly started one would:
+    `kill -USR1 0` is the script's business, not a signal that kills the guard."""
+    command = "trap 'echo usr1' USR1; kill -USR1 0; echo after"
+    job = queue.enqueue("shell", {"command": command, "timeout": "20s"}, max_attempts=1).job
+    drain(queue)
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.COMPLETED, finished.last_error
+    assert finished.result["stdout"] == "usr1\nafter\n"
+
+
+def test_kill_of_its_own_group_ends_the_command_and_its_children(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    """`kill -- -$$`, the usual way for a script to end itself and its children."""
+    pids = tmp_path / "pids"
+    command = f"sleep 300 & echo $! >> {pids}; kill -- -$$; echo after"
+    job = queue.enqueue("shell", {"command": command, "timeout": "20s"}, max_attempts=1).job
+    drain(queue)
+    leftovers.extend(read_pids(pids, 1))
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.FAILED
+    assert f"exit code {-signal.SIGTERM}" in (finished.last_error or "")
+
+
+def test_a_command_that_kills_its_guard_takes_its_whole_tree_along(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    """`kill -9 $PPID` from the command: what the guard held is ended by the guard server.
+    (The guard may die before it reported the start: then the start is the error.)"""
+    pids = tmp_path / "pids"
+    command = (
+        f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
+        f"while [ ! -s {pids} ]; do sleep 0.01; done; "
+        f"echo $$ >> {pids}; kill -9 $PPID; exec sleep 301"
+    )
+    job = queue.enqueue("shell", {"command": command, "timeout": "60s"}, max_attempts=1).job
+    drain(queue)
+    leftovers.extend(read_pids(pids, 2))
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.FAILED
+    error = finished.last_error or ""
+    assert f"exit code {-signal.SIGKILL}" in error or "guard did not start it" in error
+    wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
+
+
+GUARD_WITHOUT_SCAN = """
+import os, socket, sys
+from jobcore import _guard
+
+def counted():
+    with open(sys.argv[1], "a") as log:
+        log.write("scan\\n")
+    return []
+
+_guard.descendants = counted
+ours, theirs = socket.socketpair()
+null = os.open(os.devnull, os.O_RDWR)
+if os.fork() == 0:
+    ours.close()
+    _guard.guard(theirs.fileno(), [null, null, null])
+theirs.close()
+body = b"2.0\\0\\x001\\0true\\0PATH=" + os.environ["PATH"].encode()
+ours.sendall(b"%d\\n" % len(body) + body)
+reply = b""
+while (chunk := ours.recv(4096)):
+    reply += chunk
+print(reply.decode(), end="")
+"""
+
+
+def test_a_command_that_leaves_nothing_costs_no_process_table_scan(tmp_path: Path) -> None:
+    """Reading every /proc entry per command would cost O(processes on the machine):
+    with no child left, the guard knows there is no descendant left."""
+    scans = tmp_path / "scans"
+    done = subprocess.run(
+        [sys.executable, "-c", GUARD_WITHOUT_SCAN, str(scans)],
+        env=subprocess_env(),
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith("pid ") and lines[-1] == "exit 0"
+    assert not scans.exists()
