@@ -20,8 +20,10 @@ server and carries on.
 Protocol on a command's socket. Worker to guard: `LENGTH\n` then LENGTH bytes of
 NUL-separated fields (grace, cwd or empty, the argument count, the arguments,
 then `NAME=value` environment entries, or a single `-` for the server's
-environment); later `term\n` or `kill\n`. Guard to worker: `pid COMMAND GUARD`,
-or `error ERRNO HEX-FILENAME`; at the end `exit CODE` (or `exit -`).
+environment); later `term\n` or `kill\n`. Guard to worker: `guard` once it holds
+the instructions (no word before it: the request died with the server, nothing
+was started), then `pid COMMAND GUARD` or `error ERRNO HEX-FILENAME`; at the end
+`exit CODE` (or `exit -`).
 """
 
 from __future__ import annotations
@@ -249,6 +251,7 @@ def guard(channel: int, streams: list[int]) -> None:
                 os.close(fd)
         os.set_inheritable(channel, False)
         grace, args, cwd, env = read_spec(channel)
+        os.write(channel, b"guard\n")  # from here on, the command may have been started
         Guard(channel, grace).run(args, cwd, env)
     finally:
         os._exit(1)

@@ -243,28 +243,29 @@ def spawn(
         with contextlib.suppress(OSError):
             cwd = os.getcwd()
     spec = _spec(args, cwd, os.environ if env is None else env, grace)  # ValueError first
-    ours, theirs = socket.socketpair()
-    streams = [
-        _stream(stdin, reading=False),
-        _stream(stdout, reading=True),
-        _stream(stderr, reading=True),
-    ]
-    ends = (streams[0][1], streams[1][1], streams[2][1])
-    channel = _Channel(ours)
+    streams: list[tuple[int, IO[bytes] | None, bool]] = []
+    channel: _Channel | None = None
     try:
-        try:
-            _server.request([theirs.fileno(), *(fd for fd, _, _ in streams)])
-        finally:
-            theirs.close()
-            for fd, _, close in streams:
-                if close:
-                    os.close(fd)
-        ours.sendall(spec)
-        reply = channel.read(_STARTUP)
+        for stream, reading in ((stdin, False), (stdout, True), (stderr, True)):
+            streams.append(_stream(stream, reading=reading))
+        for attempt in range(2):
+            channel, reply = _ask([fd for fd, _, _ in streams], spec)
+            if reply != [] or attempt:
+                break
+            channel.close()  # the request died with the server: nothing started; a new one
+        if channel is not None and reply is not None and reply[:1] == ["guard"]:
+            reply = channel.read(_STARTUP)
     except BaseException:
-        channel.close()  # a guard still waiting for us ends the tree and exits
-        _close(ends)
+        if channel is not None:
+            channel.close()  # a guard still waiting for us ends the tree and exits
+        _close(tuple(end for _, end, _ in streams))
         raise
+    finally:
+        for fd, _, close in streams:
+            if close:
+                os.close(fd)
+    assert channel is not None
+    ends = (streams[0][1], streams[1][1], streams[2][1])
     if reply and reply[0] == "pid":
         return GuardedProcess(channel, int(reply[1]), int(reply[2]), ends)
     channel.close()
@@ -273,7 +274,27 @@ def spawn(
         number = int(reply[1])
         name = os.fsdecode(bytes.fromhex(reply[2])) if len(reply) > 2 and reply[2] else None
         raise OSError(number, os.strerror(number), name)
-    raise OSError("the command's guard did not start it")
+    raise OSError("the command's guard ended before it reported the start")
+
+
+def _ask(fds: list[int], spec: bytes) -> tuple[_Channel, list[str] | None]:
+    """Have the server fork a guard holding `fds` and send it `spec`: the guard's channel
+    and its first word ([] when the request died with the server: nothing was started)."""
+    ours, theirs = socket.socketpair()
+    channel = _Channel(ours)
+    try:
+        try:
+            _server.request([theirs.fileno(), *fds])
+        finally:
+            theirs.close()
+        try:
+            ours.sendall(spec)
+        except (BrokenPipeError, ConnectionResetError):
+            return channel, []
+        return channel, channel.read(_STARTUP)
+    except BaseException:
+        channel.close()
+        raise
 
 
 def _close(ends: tuple[IO[bytes] | None, ...]) -> None:
