@@ -20,9 +20,10 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from jobcore.subprocesses import STOP_GRACE
 
@@ -178,7 +179,7 @@ def post(url: str, timeout: float, job_id: str, body: bytes) -> None:
     """POST `body`; one deadline for all of it (a trickling server is cut off), and at most
     READ_LIMIT bytes of the answer are read."""
     cutter = _Cutter()
-    opener = urllib.request.build_opener(_Handler(cutter), _SecureHandler(cutter))
+    opener = urllib.request.build_opener(_Handler(cutter), _SecureHandler(cutter), _HttpRedirects())
     request = urllib.request.Request(
         url,
         data=body,
@@ -221,6 +222,23 @@ class _Handler(urllib.request.HTTPHandler):
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)
+
+
+class _HttpRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects to http or https only: an `ftp://` one would leave the total deadline."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            return None  # the redirect itself is the answer (logged with its status)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 class _SecureHandler(urllib.request.HTTPSHandler):

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_dlq import DlqPlugin, DlqSettings
-from jobcore_dlq.notify import Notifier
+from jobcore_dlq.notify import Notifier, post
 from testenv import LocalHTTPServer, subprocess_env, wait_for
 
 from jobcore import JobStatus, Queue
@@ -202,3 +203,34 @@ def test_the_exit_does_not_wait_again_for_a_backlog_the_stop_gave_up(
     assert run.returncode == 0, run.stderr
     gave_up = [line for line in run.stderr.decode().splitlines() if "not sent after" in line]
     assert len(gave_up) == 1, gave_up
+
+
+def test_a_redirect_leads_only_to_http_or_https(caplog: pytest.LogCaptureFixture) -> None:
+    """An FTP redirect would escape the POST's total deadline (one timeout per FTP step,
+    sockets the deadline does not know): it is refused, nothing connects to it."""
+    ftp = socket.socket()
+    ftp.bind(("127.0.0.1", 0))
+    ftp.listen(8)
+    ftp.setblocking(False)
+    target = f"ftp://127.0.0.1:{ftp.getsockname()[1]}/x"
+
+    class Redirect(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.end_headers()
+
+    server = LocalHTTPServer(Redirect)
+    try:
+        with caplog.at_level(logging.ERROR, logger="jobcore.dlq"):
+            post(f"{server.url}/hook", 2.0, "job1", b"{}")
+    finally:
+        server.close()
+    with pytest.raises(BlockingIOError):
+        ftp.accept()  # nobody came
+    ftp.close()
+    assert any("answered 302" in record.getMessage() for record in caplog.records)
