@@ -14,8 +14,8 @@ command's socket closes when the worker process dies in any way (SIGKILL, the
 OOM killer), whichever thread started the command. Then the tree gets SIGTERM
 and, after the grace period, SIGKILL; everything is reaped. The server is a
 subreaper too: when a guard itself is killed, what it held comes to the server,
-which kills it. The server ends when the worker does; a guard outlives a dead
-server and carries on.
+which kills it; a stopped guard is resumed. The server ends when the worker
+does; a guard outlives a dead server and carries on.
 
 Protocol on a command's socket. Worker to guard: `LENGTH\n` then LENGTH bytes of
 NUL-separated fields (grace, cwd or empty, the argument count, the arguments,
@@ -258,16 +258,21 @@ def guard(channel: int, streams: list[int]) -> None:
 
 
 def reap_guards(guards: set[int]) -> None:
-    """Collect ended guards. A guard that did not end its own way (killed) left its
-    command's tree to this subreaper: whatever child is not a guard is killed."""
+    """Collect ended guards, and resume a stopped one (stopped, it could end nothing). A
+    guard that did not end its own way (killed) left its command's tree to this
+    subreaper: whatever child is not a guard is killed."""
     strays = False
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
         except ChildProcessError:
             break
         if pid == 0:
             break
+        if os.WIFSTOPPED(status):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT if pid in guards else signal.SIGKILL)
+            continue
         strays |= pid not in guards or status != 0
         guards.discard(pid)
     if strays and HAVE_PROC:  # their children come here as they die: each death wakes us

@@ -221,6 +221,20 @@ def test_a_command_that_kills_its_guard_takes_its_whole_tree_along(
     wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
 
 
+def test_a_stopped_guard_is_resumed(queue: Queue) -> None:
+    """`kill -STOP $PPID`: a stopped guard could not end its command (at a timeout, or when
+    the worker dies) and would be left stopped for good; the guard server resumes it."""
+    command = "kill -STOP $PPID; sleep 0.2; echo resumed"
+    job = queue.enqueue("shell", {"command": command, "timeout": "30s"}, max_attempts=1).job
+    worker = threading.Thread(target=drain, args=(queue,), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive()
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.COMPLETED, finished.last_error
+    assert finished.result["stdout"] == "resumed\n"
+
+
 GUARD_WITHOUT_SCAN = """
 import os, socket, sys
 from jobcore import _guard
