@@ -239,9 +239,12 @@ def spawn(
     raised (FileNotFoundError, NotADirectoryError for `cwd`, PermissionError), and
     ValueError for arguments no program can receive (an embedded NUL, an empty list).
     """
-    if cwd is None:  # the worker's folder and environment now, not when the server started
-        with contextlib.suppress(OSError):
-            cwd = os.getcwd()
+    try:  # the worker's folder and environment now, not when the server started
+        here: str | None = os.getcwd()
+    except OSError:  # the folder was deleted
+        here = None
+    if here is not None:
+        cwd = here if cwd is None else os.path.join(here, cwd)  # a relative one: below it
     spec = _spec(args, cwd, os.environ if env is None else env, grace)  # ValueError first
     streams: list[tuple[int, IO[bytes] | None, bool]] = []
     channel: _Channel | None = None

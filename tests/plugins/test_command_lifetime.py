@@ -310,3 +310,18 @@ def test_a_request_lost_with_a_killed_guard_server_is_made_again(
     server.wait()
     thread.join(30)
     assert outcome == [3]
+
+
+def test_a_relative_cwd_is_taken_from_the_workers_folder_of_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with Popen: `cwd="sub"` is below the worker's folder, not the guard server's."""
+    from jobcore import subprocesses
+
+    subprocesses.spawn(["true"]).wait(10)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    proc = subprocesses.spawn(["pwd"], cwd="sub", stdout=subprocesses.PIPE)
+    assert proc.wait(10) == 0 and proc.stdout is not None
+    assert proc.stdout.read().decode() == f"{tmp_path / 'sub'}\n"
+    proc.stdout.close()
