@@ -94,8 +94,9 @@ def signal_tree(sig: int, group: int) -> bool:
     """Send `sig` to every descendant (without /proc: to the command's `group`, and False);
     False: none left."""
     if not HAVE_PROC:
-        with contextlib.suppress(OSError):
-            os.killpg(group, sig)
+        if group > 0:  # 0 would be the guard's own group
+            with contextlib.suppress(OSError):
+                os.killpg(group, sig)
         return False
     found = descendants()
     for pid in found:
