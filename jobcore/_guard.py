@@ -6,18 +6,24 @@ the command's socket and stdin/stdout/stderr (SCM_RIGHTS); the server forks a
 guard for it (cheap: no interpreter start per command). The guard leads a new
 session, makes itself a child subreaper (Linux), so every descendant of the
 command, even one that left its process group with `setsid`, stays below it;
-starts the command; and ends the whole tree when the command exits, when the
-worker asks (`term`, then `kill`), or when the worker is gone: the worker's end
-of the command's socket closes when the worker process dies in any way (SIGKILL,
-the OOM killer), whichever thread started the command. Then the tree gets
-SIGTERM and, after the grace period, SIGKILL; everything is reaped. The server
-ends when the worker does; a guard outlives a dead server and carries on.
+starts the command, which leads a session of its own as a directly started one
+would (so `kill 0` or `kill -- -$$` in a script reaches its own processes, never
+the guard); and ends the whole tree when the command exits, when the worker asks
+(`term`, then `kill`), or when the worker is gone: the worker's end of the
+command's socket closes when the worker process dies in any way (SIGKILL, the
+OOM killer), whichever thread started the command. Then the tree gets SIGTERM
+and, after the grace period, SIGKILL; everything is reaped. The server is a
+subreaper too: when a guard itself is killed, what it held comes to the server,
+which kills it; a stopped guard is resumed. The server ends when the worker
+does; a guard outlives a dead server and carries on.
 
 Protocol on a command's socket. Worker to guard: `LENGTH\n` then LENGTH bytes of
 NUL-separated fields (grace, cwd or empty, the argument count, the arguments,
 then `NAME=value` environment entries, or a single `-` for the server's
-environment); later `term\n` or `kill\n`. Guard to worker: `pid COMMAND GUARD`,
-or `error ERRNO HEX-FILENAME`; at the end `exit CODE` (or `exit -`).
+environment); later `term\n` or `kill\n`. Guard to worker: `guard` once it holds
+the instructions (no word before it: the request died with the server, nothing
+was started), then `pid COMMAND GUARD` or `error ERRNO HEX-FILENAME`; at the end
+`exit CODE` (or `exit -`).
 """
 
 from __future__ import annotations
@@ -56,8 +62,8 @@ def make_subreaper() -> None:
         PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # type: ignore[operator]
 
 
-def descendants() -> list[int]:
-    """Every process below this one (children first), found through /proc."""
+def process_children() -> dict[int, list[int]]:
+    """Each process's children, read from /proc (a scan of every process)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -69,6 +75,12 @@ def descendants() -> list[int]:
             continue
         fields = stat[stat.rindex(b")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def descendants() -> list[int]:
+    """Every process below this one (children first), found through /proc."""
+    children = process_children()
     found: list[int] = []
     todo = [os.getpid()]
     while todo:
@@ -78,12 +90,14 @@ def descendants() -> list[int]:
     return found
 
 
-def signal_tree(sig: int) -> bool:
-    """Send `sig` to every descendant (or, without /proc, to the own group); False: none left."""
+def signal_tree(sig: int, group: int) -> bool:
+    """Send `sig` to every descendant (without /proc: to the command's `group`, and False);
+    False: none left."""
     if not HAVE_PROC:
-        with contextlib.suppress(OSError):
-            os.killpg(os.getpgrp(), sig)  # the guard handles TERM; KILL ends it as well
-        return True
+        if group > 0:  # 0 would be the guard's own group
+            with contextlib.suppress(OSError):
+                os.killpg(group, sig)
+        return False
     found = descendants()
     for pid in found:
         with contextlib.suppress(OSError):
@@ -103,6 +117,7 @@ def start(args: list[str], cwd: str | None, env: dict[str, str] | None) -> int:
             args[0],
             args,
             os.environ if env is None else env,
+            setsid=True,  # its own session and group: its `kill 0` never reaches the guard
             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, *HANDLED),  # as a fresh program has them
         )
     except OSError as exc:
@@ -124,14 +139,16 @@ class Guard:
         with contextlib.suppress(OSError):
             os.write(self.channel, line + b"\n")
 
-    def reap(self) -> None:
+    def reap(self) -> bool:
+        """Collect ended children; False when none is left (and so no descendant either:
+        orphans come to this subreaper), which spares a scan of every process."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return False
             if pid == 0:
-                return
+                return True
             if pid == self.main:
                 self.exit_code = os.waitstatus_to_exitcode(status)
 
@@ -140,22 +157,20 @@ class Guard:
         if not self.terminating:
             self.terminating = True
             self.kill_at = time.monotonic() + self.grace
-            signal_tree(signal.SIGTERM)
+            signal_tree(signal.SIGTERM, self.main or 0)
 
     def report_exit(self) -> None:
         self.send(b"exit -" if self.exit_code is None else b"exit %d" % self.exit_code)
 
     def finish(self) -> None:
         """SIGKILL until nothing is left below, report the command's exit code, exit."""
-        if not HAVE_PROC:  # only the group can be reached, and the guard is part of it
-            self.reap()
-            self.report_exit()
-            signal_tree(signal.SIGKILL)
         for _ in range(1000):
-            self.reap()
-            if not signal_tree(signal.SIGKILL):
+            if not self.reap() or not signal_tree(signal.SIGKILL, self.main or 0):
                 break
             time.sleep(0.005)
+        if not HAVE_PROC and self.exit_code is None and self.main is not None:  # group killed
+            with contextlib.suppress(ChildProcessError):
+                self.exit_code = os.waitstatus_to_exitcode(os.waitpid(self.main, 0)[1])
         self.reap()
         self.report_exit()
         os._exit(0)
@@ -237,25 +252,54 @@ def guard(channel: int, streams: list[int]) -> None:
                 os.close(fd)
         os.set_inheritable(channel, False)
         grace, args, cwd, env = read_spec(channel)
+        os.write(channel, b"guard\n")  # from here on, the command may have been started
         Guard(channel, grace).run(args, cwd, env)
     finally:
         os._exit(1)
 
 
-def reap_children(*_: object) -> None:
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+def reap_guards(guards: set[int]) -> None:
+    """Collect ended guards, and resume a stopped one (stopped, it could end nothing). A
+    guard that did not end its own way (killed) left its command's tree to this
+    subreaper: whatever child is not a guard is killed."""
+    strays = False
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        if os.WIFSTOPPED(status):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT if pid in guards else signal.SIGKILL)
+            continue
+        strays |= pid not in guards or status != 0
+        guards.discard(pid)
+    if strays and HAVE_PROC:  # their children come here as they die: each death wakes us
+        for pid in set(process_children().get(os.getpid(), ())) - guards:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def serve(control: socket.socket) -> None:
     """Fork a guard for each request until the worker closes the control socket."""
-    signal.signal(signal.SIGCHLD, reap_children)
+    make_subreaper()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    guards: set[int] = set()
     while True:
+        ready, _, _ = select.select([control.fileno(), wake_r], [], [])
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            reap_guards(guards)
+        if control.fileno() not in ready:
+            continue
         try:
             message, fds, _, _ = socket.recv_fds(control, 16, 4)
-        except InterruptedError:
-            continue
         except OSError:
             os._exit(0)
         if not message:
@@ -264,12 +308,16 @@ def serve(control: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        if os.fork() == 0:
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
             control.close()
+            os.close(wake_r)
+            os.close(wake_w)
             guard(fds[0], fds[1:])
+        guards.add(pid)
         for fd in fds:
             os.close(fd)
-        reap_children()
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 GUARD = str(Path(__file__).with_name("_guard.py"))
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL to the tree
-_LAST_RESORT = 5.0  # seconds given to the guard to report before its group is killed
+_LAST_RESORT = 5.0  # seconds given to the guard to report before it is killed
 _STARTUP = 60.0  # seconds a guard may take to start the command (a loaded machine)
 PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
 
@@ -78,7 +78,7 @@ class GuardedProcess:
         streams: tuple[IO[bytes] | None, IO[bytes] | None, IO[bytes] | None],
     ) -> None:
         self.pid = pid  # the command's own pid
-        self.group = group  # the guard's pid: it leads the session and the process group
+        self.group = group  # the guard's pid (it leads a session; the command leads another)
         self.stdin, self.stdout, self.stderr = streams
         self._channel = channel
         self.returncode: int | None = None
@@ -119,8 +119,9 @@ class GuardedProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.wait(_LAST_RESORT)
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.group, signal.SIGKILL)  # the guard and what stayed in its group
+        for group in (self.pid, self.group):  # the command's group, then its guard; the
+            with contextlib.suppress(ProcessLookupError):  # guard server kills what is left
+                os.killpg(group, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.wait(_LAST_RESORT)
             return
@@ -238,32 +239,36 @@ def spawn(
     raised (FileNotFoundError, NotADirectoryError for `cwd`, PermissionError), and
     ValueError for arguments no program can receive (an embedded NUL, an empty list).
     """
-    if cwd is None:  # the worker's folder and environment now, not when the server started
-        with contextlib.suppress(OSError):
-            cwd = os.getcwd()
+    try:  # the worker's folder and environment now, not when the server started
+        here: str | None = os.getcwd()
+    except OSError:  # the folder was deleted
+        here = None
+    if here is not None:
+        cwd = here if cwd is None else os.path.join(here, cwd)  # a relative one: below it
     spec = _spec(args, cwd, os.environ if env is None else env, grace)  # ValueError first
-    ours, theirs = socket.socketpair()
-    streams = [
-        _stream(stdin, reading=False),
-        _stream(stdout, reading=True),
-        _stream(stderr, reading=True),
-    ]
-    ends = (streams[0][1], streams[1][1], streams[2][1])
-    channel = _Channel(ours)
+    streams: list[tuple[int, IO[bytes] | None, bool]] = []
+    channel: _Channel | None = None
     try:
-        try:
-            _server.request([theirs.fileno(), *(fd for fd, _, _ in streams)])
-        finally:
-            theirs.close()
-            for fd, _, close in streams:
-                if close:
-                    os.close(fd)
-        ours.sendall(spec)
-        reply = channel.read(_STARTUP)
+        for stream, reading in ((stdin, False), (stdout, True), (stderr, True)):
+            streams.append(_stream(stream, reading=reading))
+        for attempt in range(2):
+            channel, reply = _ask([fd for fd, _, _ in streams], spec)
+            if reply != [] or attempt:
+                break
+            channel.close()  # the request died with the server: nothing started; a new one
+        if channel is not None and reply is not None and reply[:1] == ["guard"]:
+            reply = channel.read(_STARTUP)
     except BaseException:
-        channel.close()  # a guard still waiting for us ends the tree and exits
-        _close(ends)
+        if channel is not None:
+            channel.close()  # a guard still waiting for us ends the tree and exits
+        _close(tuple(end for _, end, _ in streams))
         raise
+    finally:
+        for fd, _, close in streams:
+            if close:
+                os.close(fd)
+    assert channel is not None
+    ends = (streams[0][1], streams[1][1], streams[2][1])
     if reply and reply[0] == "pid":
         return GuardedProcess(channel, int(reply[1]), int(reply[2]), ends)
     channel.close()
@@ -272,7 +277,27 @@ def spawn(
         number = int(reply[1])
         name = os.fsdecode(bytes.fromhex(reply[2])) if len(reply) > 2 and reply[2] else None
         raise OSError(number, os.strerror(number), name)
-    raise OSError("the command's guard did not start it")
+    raise OSError("the command's guard ended before it reported the start")
+
+
+def _ask(fds: list[int], spec: bytes) -> tuple[_Channel, list[str] | None]:
+    """Have the server fork a guard holding `fds` and send it `spec`: the guard's channel
+    and its first word ([] when the request died with the server: nothing was started)."""
+    ours, theirs = socket.socketpair()
+    channel = _Channel(ours)
+    try:
+        try:
+            _server.request([theirs.fileno(), *fds])
+        finally:
+            theirs.close()
+        try:
+            ours.sendall(spec)
+        except (BrokenPipeError, ConnectionResetError):
+            return channel, []
+        return channel, channel.read(_STARTUP)
+    except BaseException:
+        channel.close()
+        raise
 
 
 def _close(ends: tuple[IO[bytes] | None, ...]) -> None:

@@ -3,10 +3,11 @@
 `jobcore_job_failed` only queues the notification: the hook returns at once, so a
 slow `notify_command` or `notify_url` never holds up the worker's other hooks and
 lifecycle lines. At most `CAPACITY` wait; beyond that a notification is dropped
-and logged. A worker's stop (and the process's exit) waits for the backlog, up to
-a bound. Each notification is bounded too: the command runs under a guard that
-ends its whole process tree at `notify_timeout`; the POST has one total deadline
-for connecting, sending and reading, and reads at most `READ_LIMIT` bytes.
+and logged. A worker's stop (and the process's exit, unless a stop just gave up)
+waits for the backlog, up to a bound. Each notification is bounded too: the command
+runs under a guard that ends its whole process tree at `notify_timeout`; the POST
+has one total deadline for connecting, sending and reading, and reads at most
+`READ_LIMIT` bytes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from jobcore.subprocesses import STOP_GRACE
 
@@ -44,6 +46,7 @@ class Notifier:
         self._cond = threading.Condition()
         self._pending: deque[Item] = deque()
         self._busy = False
+        self._given_up = False  # the last flush gave up on the backlog; nothing queued since
         self._thread: threading.Thread | None = None
 
     def submit(self, settings: DlqSettings, job_id: str, body: bytes) -> None:
@@ -56,12 +59,13 @@ class Notifier:
                 )
                 return
             self._pending.append((settings, job_id, body))
+            self._given_up = False
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._main, name="jobcore-dlq-notify", daemon=True
                 )
                 self._thread.start()
-                atexit.register(self.flush)
+                atexit.register(self._at_exit)
             self._cond.notify_all()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -75,6 +79,7 @@ class Notifier:
             while self._pending or self._busy:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    self._given_up = True
                     log.error(
                         "dlq: %d notification(s) not sent after waiting %gs at shutdown",
                         len(self._pending) + self._busy,
@@ -82,6 +87,14 @@ class Notifier:
                     )
                     return
                 self._cond.wait(remaining)
+
+    def _at_exit(self) -> None:
+        """The process ends: wait for the backlog, unless a worker's stop just waited for it
+        and gave up (one bound for a stop, not two in a row)."""
+        with self._cond:
+            given_up = self._given_up
+        if not given_up:
+            self.flush()
 
     def _main(self) -> None:
         while True:
@@ -166,7 +179,7 @@ def post(url: str, timeout: float, job_id: str, body: bytes) -> None:
     """POST `body`; one deadline for all of it (a trickling server is cut off), and at most
     READ_LIMIT bytes of the answer are read."""
     cutter = _Cutter()
-    opener = urllib.request.build_opener(_Handler(cutter), _SecureHandler(cutter))
+    opener = urllib.request.build_opener(_Handler(cutter), _SecureHandler(cutter), _HttpRedirects())
     request = urllib.request.Request(
         url,
         data=body,
@@ -209,6 +222,23 @@ class _Handler(urllib.request.HTTPHandler):
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)
+
+
+class _HttpRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects to http or https only: an `ftp://` one would leave the total deadline."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            return None  # the redirect itself is the answer (logged with its status)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 class _SecureHandler(urllib.request.HTTPSHandler):

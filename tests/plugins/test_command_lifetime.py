@@ -173,3 +173,155 @@ def test_a_command_sees_the_workers_environment_and_folder_of_now(
     assert proc.wait(10) == 0 and proc.stdout is not None
     assert proc.stdout.read().decode() == f"yes {tmp_path}\n"
     proc.stdout.close()
+
+
+def test_a_signal_to_its_own_group_reaches_the_command_and_not_its_guard(queue: Queue) -> None:
+    """The command leads its own process group, as a directly started one would:
+    `kill -USR1 0` is the script's business, not a signal that kills the guard."""
+    command = "trap 'echo usr1' USR1; kill -USR1 0; echo after"
+    job = queue.enqueue("shell", {"command": command, "timeout": "20s"}, max_attempts=1).job
+    drain(queue)
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.COMPLETED, finished.last_error
+    assert finished.result["stdout"] == "usr1\nafter\n"
+
+
+def test_kill_of_its_own_group_ends_the_command_and_its_children(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    """`kill -- -$$`, the usual way for a script to end itself and its children."""
+    pids = tmp_path / "pids"
+    command = f"sleep 300 & echo $! >> {pids}; kill -- -$$; echo after"
+    job = queue.enqueue("shell", {"command": command, "timeout": "20s"}, max_attempts=1).job
+    drain(queue)
+    leftovers.extend(read_pids(pids, 1))
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.FAILED
+    assert f"exit code {-signal.SIGTERM}" in (finished.last_error or "")
+
+
+def test_a_command_that_kills_its_guard_takes_its_whole_tree_along(
+    queue: Queue, tmp_path: Path, leftovers: list[int]
+) -> None:
+    """`kill -9 $PPID` from the command: what the guard held is ended by the guard server.
+    (The guard may die before it reported the start: then the start is the error.)"""
+    pids = tmp_path / "pids"
+    command = (
+        f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
+        f"while [ ! -s {pids} ]; do sleep 0.01; done; "
+        f"echo $$ >> {pids}; kill -9 $PPID; exec sleep 301"
+    )
+    job = queue.enqueue("shell", {"command": command, "timeout": "60s"}, max_attempts=1).job
+    drain(queue)
+    leftovers.extend(read_pids(pids, 2))
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.FAILED
+    error = finished.last_error or ""
+    assert f"exit code {-signal.SIGKILL}" in error or "before it reported the start" in error
+    wait_for(lambda: not any(alive(pid) for pid in leftovers), 5)
+
+
+def test_a_stopped_guard_is_resumed(queue: Queue) -> None:
+    """`kill -STOP $PPID`: a stopped guard could not end its command (at a timeout, or when
+    the worker dies) and would be left stopped for good; the guard server resumes it."""
+    command = "kill -STOP $PPID; sleep 0.2; echo resumed"
+    job = queue.enqueue("shell", {"command": command, "timeout": "30s"}, max_attempts=1).job
+    worker = threading.Thread(target=drain, args=(queue,), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive()
+    finished = queue.get(job.id)
+    assert finished.status is JobStatus.COMPLETED, finished.last_error
+    assert finished.result["stdout"] == "resumed\n"
+
+
+GUARD_WITHOUT_SCAN = """
+import os, socket, sys
+from jobcore import _guard
+
+def counted():
+    with open(sys.argv[1], "a") as log:
+        log.write("scan\\n")
+    return []
+
+_guard.descendants = counted
+ours, theirs = socket.socketpair()
+null = os.open(os.devnull, os.O_RDWR)
+if os.fork() == 0:
+    ours.close()
+    _guard.guard(theirs.fileno(), [null, null, null])
+theirs.close()
+body = b"2.0\\0\\x001\\0true\\0PATH=" + os.environ["PATH"].encode()
+ours.sendall(b"%d\\n" % len(body) + body)
+reply = b""
+while (chunk := ours.recv(4096)):
+    reply += chunk
+print(reply.decode(), end="")
+"""
+
+
+def test_a_command_that_leaves_nothing_costs_no_process_table_scan(tmp_path: Path) -> None:
+    """Reading every /proc entry per command would cost O(processes on the machine):
+    with no child left, the guard knows there is no descendant left."""
+    scans = tmp_path / "scans"
+    done = subprocess.run(
+        [sys.executable, "-c", GUARD_WITHOUT_SCAN, str(scans)],
+        env=subprocess_env(),
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert any(line.startswith("pid ") for line in lines) and lines[-1] == "exit 0"
+    assert not scans.exists()
+
+
+def test_a_request_lost_with_a_killed_guard_server_is_made_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server dies holding a request it never served: nothing was started, so the
+    command is started by a new server instead of failing its job's attempt."""
+    from jobcore import subprocesses
+
+    subprocesses.spawn(["true"]).wait(10)
+    server = subprocesses._server._popen
+    assert server is not None
+    sent = threading.Event()
+    request = subprocesses._server.request
+
+    def noted(fds: list[int]) -> None:
+        request(fds)
+        sent.set()
+
+    monkeypatch.setattr(subprocesses._server, "request", noted)
+    os.kill(server.pid, signal.SIGSTOP)  # the request waits, unread, in its socket
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(subprocesses.spawn(["sh", "-c", "exit 3"]).wait(20))
+        except OSError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert sent.wait(20)
+    server.kill()
+    server.wait()
+    thread.join(30)
+    assert outcome == [3]
+
+
+def test_a_relative_cwd_is_taken_from_the_workers_folder_of_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with Popen: `cwd="sub"` is below the worker's folder, not the guard server's."""
+    from jobcore import subprocesses
+
+    subprocesses.spawn(["true"]).wait(10)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    proc = subprocesses.spawn(["pwd"], cwd="sub", stdout=subprocesses.PIPE)
+    assert proc.wait(10) == 0 and proc.stdout is not None
+    assert proc.stdout.read().decode() == f"{tmp_path / 'sub'}\n"
+    proc.stdout.close()

@@ -6,9 +6,13 @@ A real local HTTP server that trickles or floods an endless answer, a real
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,8 +23,8 @@ from typing import Any
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_dlq import DlqPlugin, DlqSettings
-from jobcore_dlq.notify import Notifier
-from testenv import LocalHTTPServer, wait_for
+from jobcore_dlq.notify import Notifier, post
+from testenv import LocalHTTPServer, subprocess_env, wait_for
 
 from jobcore import JobStatus, Queue
 from jobcore.testing import drain
@@ -176,3 +180,57 @@ def test_a_timed_out_notify_command_leaves_no_child_behind(
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
     assert len(queue.list_jobs(statuses=[JobStatus.FAILED])) == 1
+
+
+def test_the_exit_does_not_wait_again_for_a_backlog_the_stop_gave_up(
+    trickle: EndlessAnswer, tmp_path: Path
+) -> None:
+    """`jobcore run` waits for the backlog once, within its bound, at the worker's stop;
+    the process's exit right after does not wait that long again."""
+    env = subprocess_env(
+        JOBCORE_DB=str(tmp_path / "jobs.db"),
+        JOBCORE_DLQ_NOTIFY_URL=trickle.url,
+        JOBCORE_DLQ_NOTIFY_TIMEOUT="200ms",
+    )
+    jobcore = [sys.executable, "-m", "jobcore"]
+    lines = "\n".join(json.dumps({"how": "permanent"}) for _ in range(80))
+    enqueue = [*jobcore, "enqueue", "fail", "--from", "-", "--max-attempts", "1"]
+    done = subprocess.run(enqueue, input=lines.encode(), env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    run = subprocess.run(
+        [*jobcore, "run", "--until-empty"], env=env, capture_output=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    gave_up = [line for line in run.stderr.decode().splitlines() if "not sent after" in line]
+    assert len(gave_up) == 1, gave_up
+
+
+def test_a_redirect_leads_only_to_http_or_https(caplog: pytest.LogCaptureFixture) -> None:
+    """An FTP redirect would escape the POST's total deadline (one timeout per FTP step,
+    sockets the deadline does not know): it is refused, nothing connects to it."""
+    ftp = socket.socket()
+    ftp.bind(("127.0.0.1", 0))
+    ftp.listen(8)
+    ftp.setblocking(False)
+    target = f"ftp://127.0.0.1:{ftp.getsockname()[1]}/x"
+
+    class Redirect(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.end_headers()
+
+    server = LocalHTTPServer(Redirect)
+    try:
+        with caplog.at_level(logging.ERROR, logger="jobcore.dlq"):
+            post(f"{server.url}/hook", 2.0, "job1", b"{}")
+    finally:
+        server.close()
+    with pytest.raises(BlockingIOError):
+        ftp.accept()  # nobody came
+    ftp.close()
+    assert any("answered 302" in record.getMessage() for record in caplog.records)
