@@ -148,8 +148,8 @@ def guard_clause(transition: Transition, d: Dialect) -> str:
         f"{status} IN ({statuses})" if len(transition.from_status) > 1 else f"{status} = {statuses}"
     ]
     g = transition.guard
-    if g.fenced:
-        conds.append("j.lease_id = v.lease_id")
+    if g.fenced:  # the lease id alone is no secret (readers see it): the worker too
+        conds.append("j.lease_id = v.lease_id AND j.locked_by = v.worker")
     if g.lease_expired:
         conds.append(f"j.lease_expires_at < {d.now}")
     if g.due:
@@ -205,6 +205,7 @@ SLIM_COLUMNS = tuple(name for name in JOB_COLUMNS if name not in SLIM_SKIPPED)
 _REPORT_ARRAYS = (
     ("id", "%(ids)b::text[]"),
     ("lease_id", "%(lease_ids)b::text[]"),
+    ("worker", "%(workers)b::text[]"),
     ("error", "%(errors)b::text[]"),
     ("result", "%(results)b::text[]"),
     ("delay_ms", "%(delays)s::bigint[]"),
@@ -212,7 +213,7 @@ _REPORT_ARRAYS = (
 
 
 def reports(used: str) -> str:
-    """The reports as rows `v`: ids, lease ids, and the arrays SQL text `used` reads.
+    """The reports as rows `v`: ids, lease ids, workers, and the arrays SQL text `used` reads.
 
     Arrays a transition does not read are neither sent nor dumped (a completion
     needs no errors or delays): each costs the reporter a Python call per element.
@@ -221,7 +222,7 @@ def reports(used: str) -> str:
         *(
             (name, array)
             for name, array in _REPORT_ARRAYS
-            if name in ("id", "lease_id") or f"v.{name}" in used
+            if name in ("id", "lease_id", "worker") or f"v.{name}" in used
         ),
         strict=True,
     )

@@ -27,7 +27,7 @@ def free_port() -> int:
 
 
 def jobcore(
-    db: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
+    db: Path | str, *args: str, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run one `jobcore --db DB …` command to completion."""
     done = subprocess.run(
@@ -43,16 +43,27 @@ def jobcore(
 
 
 class Hub:
-    """`jobcore serve` running on a database; `client(token)` talks to it."""
+    """`jobcore serve` running on a database; `client(token)` talks to it.
+
+    `db` is a SQLite file, or any `--db` URL with `logs`, the folder of the hub's log."""
 
     def __init__(
-        self, db: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
+        self,
+        db: Path | str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        logs: Path | None = None,
     ) -> None:
         self.db = db
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = env or subprocess_env()
-        self.log = db.with_name(db.name + f".hub-{self.port}.log")
+        if isinstance(db, Path):
+            self.log = db.with_name(db.name + f".hub-{self.port}.log")
+        else:
+            assert logs is not None, "a hub on a URL needs `logs`, the folder of its log"
+            self.log = logs / f"hub-{self.port}.log"
         self._log_file = open(self.log, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [*JOBCORE, "--db", str(db), "serve", "--port", str(self.port), *args],
@@ -127,7 +138,7 @@ class Tokens:
     revoked: str
 
 
-def make_tokens(hub: Hub, db: Path) -> Tokens:
+def make_tokens(hub: Hub, db: Path | str) -> Tokens:
     admin = jobcore(db, "tokens", "create", "--name", "admin", "--scope", "admin").stdout.strip()
     made = {}
     with hub.client(admin) as client:
