@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from jobcore.event_snapshot import SNAPSHOT_FIELDS, SNAPSHOT_KEY
 from jobcore.models import Job, JobStatus
 from jobcore.transitions import (
     CLAIM,
@@ -175,11 +176,20 @@ def _event_insert(
         worker = f"{last_history} ->> 'worker'"
     else:
         worker = "NULL"
-    # job events store no data: readers get the job's type and queue by joining the job
+    # a job event stores the job as this transition left it (jobcore.event_snapshot);
+    # readers get the job's type and queue by joining the job
     return (
-        f"INSERT INTO {d.table('events')} (at, kind, job_id, worker_id) "
-        f"SELECT u.updated_at, {_quote(transition.event or '')}, u.id, {worker} FROM {source} u"
+        f"INSERT INTO {d.table('events')} (at, kind, job_id, worker_id, data) "
+        f"SELECT u.updated_at, {_quote(transition.event or '')}, u.id, {worker}, "
+        f"{_SNAPSHOT} FROM {source} u"
     )
+
+
+_SNAPSHOT = (
+    f"jsonb_build_object({_quote(SNAPSHOT_KEY)}, jsonb_build_object("
+    + ", ".join(f"{_quote(name)}, u.{name}" for name in SNAPSHOT_FIELDS)
+    + "))"
+)
 
 
 def with_event(transition: Transition, d: Dialect, update: str, names: str | None = None) -> str:
