@@ -177,12 +177,13 @@ class Hub:
         return ended
 
     def timeout_outcome(self, job: Job, now: int) -> Any:
-        decision = self.queue.decide_retry(job, JobTimeout(MAX_RUNTIME_EXCEEDED))
+        """The attempt ran past its timeout: `max_runtime_exceeded: timed out after Ns`, the
+        reason the agent gives when it notices first."""
+        error = f"{MAX_RUNTIME_EXCEEDED}: timed out after {(job.timeout_ms or 0) / 1000:g}s"
+        decision = self.queue.decide_retry(job, JobTimeout(error))
         lease = Lease.of(job)
         if decision.delay is None:
-            return Failed(lease, MAX_RUNTIME_EXCEEDED)
+            return Failed(lease, error)
         return Retrying(
-            lease,
-            MAX_RUNTIME_EXCEEDED,
-            clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS),
+            lease, error, clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
         )
