@@ -107,6 +107,7 @@ class Engine:
         self._closed = False  # the thread takes no more writes
         self._thread = threading.Thread(target=self._run, name="hub-engine", daemon=True)
         self.rounds = 0
+        self.claim_ended: list[Callable[[str], None]] = []  # called with each ended claim's job id
 
     # -- API for request handlers (any thread) ------------------------------------
 
@@ -368,11 +369,19 @@ class Engine:
                         notify(pm, "jobcore_job_enqueued", job=item.job)
             elif write.kind == "outcome" and result.state == "recorded":
                 wake = _announce(pm, write.value, result.job) or wake
+                self._claim_ended(write.value.lease.job_id)
         for jobs in claimed.values():
             for job in jobs:
                 notify(pm, "jobcore_job_claimed", job=job, worker=job.locked_by or "")
         if wake:
             wakeup.notify(self.queue.wake_key)
+
+    def _claim_ended(self, job_id: str) -> None:
+        for callback in self.claim_ended:
+            try:
+                callback(job_id)
+            except Exception:
+                log.exception("claim-ended callback failed for job %s", job_id)
 
 
 def _resolve(future: Future[list[Job]], jobs: list[Job]) -> bool:

@@ -70,6 +70,7 @@ class Hub:
         self.feed.signal.bind(loop)
         self.registry.load()
         self.waiter.subscribe(self.engine.changed)
+        self.engine.claim_ended.append(self.registry.claim_ended)
         self.waiter.subscribe(self.feed.changed, every=REREAD)
         self.engine.start()
         self.waiter.start()
@@ -155,6 +156,10 @@ class Hub:
         swept = self.storage.sweep(hold_ms=self.lease_ms // 2 + 1000)
         for item in swept:
             self.queue.announce_swept(item)
+            self.registry.claim_ended(item.job.id)
+        if self.registry.progress:  # a heartbeat's progress that raced its claim's end
+            claims = self.store.claims_by_worker()
+            self.registry.forget_progress({i for ids in claims.values() for i in ids})
         if any(item.action in ("reclaimed", "released") for item in swept):
             wakeup.notify(self.queue.wake_key)
         if swept:
