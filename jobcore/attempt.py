@@ -177,10 +177,13 @@ class AttemptRunner:
             )
         return self.retry_or_fail(attempt, exc, error)
 
+    timeout_label = "JobTimeout"
+    """How a timeout's error begins (a remote agent's: `max_runtime_exceeded`, DESIGN §11)."""
+
     def timeout_outcome(self, attempt: Attempt) -> Outcome:
         seconds = (attempt.job.timeout_ms or 0) / 1000
         error = f"timed out after {seconds:g}s"
-        return self.retry_or_fail(attempt, JobTimeout(error), f"JobTimeout: {error}")
+        return self.retry_or_fail(attempt, JobTimeout(error), f"{self.timeout_label}: {error}")
 
     def retry_or_fail(self, attempt: Attempt, exc: BaseException, error: str) -> Outcome:
         """Ask the retry policy (and plugins); never raises."""

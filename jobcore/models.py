@@ -323,7 +323,9 @@ class Event:
 
     `kind` is e.g. `job:completed` or `worker:lost`. `data`: what `add_event`
     stored, plus, while the job exists, its `type` and `queue` (read the job for
-    the rest). `worker_id`: the claimer, or the worker whose claim ended.
+    the rest); a job transition's event also stores, under `job`, the columns it
+    changed as it left them (`jobcore.event_snapshot`). `worker_id`: the
+    claimer, or the worker whose claim ended.
     """
 
     seq: int

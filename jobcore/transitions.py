@@ -92,16 +92,22 @@ RETRY_TARGET = "scheduled or pending"
 class Guard:
     """What must hold, besides the status, for a transition to apply (None: don't care)."""
 
-    fenced: bool = False  # lease_id = the reporter's lease_id (owner transitions)
+    fenced: bool = False  # lease_id and locked_by = the reporter's (owner transitions)
     lease_expired: bool = False  # lease_expires_at < now (sweep)
     due: bool = False  # run_at <= now (promotion)
     started: bool | None = None  # started_at IS NOT NULL
     attempts_left: bool | None = None  # attempts < max_attempts
     cancel_requested: bool | None = None
 
-    def holds(self, job: Job, *, now: int, lease_id: str | None = None) -> bool:
-        """The Python reading of the guard, for a job already in a `from_status`."""
-        if self.fenced and job.lease_id != lease_id:
+    def holds(
+        self, job: Job, *, now: int, lease_id: str | None = None, worker: str | None = None
+    ) -> bool:
+        """The Python reading of the guard, for a job already in a `from_status`.
+
+        A fence needs both the claim's `lease_id` and its worker: the lease id is
+        visible to readers, so it alone must not let one worker act on another's claim.
+        """
+        if self.fenced and (job.lease_id != lease_id or job.locked_by != worker):
             return False
         if self.lease_expired and not (
             job.lease_expires_at is not None and job.lease_expires_at < now
@@ -142,11 +148,15 @@ class Transition:
 
     @property
     def owner(self) -> bool:
-        """Reported by the claim's holder and fenced by its lease_id."""
+        """Reported by the claim's holder and fenced by its lease_id and worker."""
         return self.guard.fenced
 
-    def applies(self, job: Job, *, now: int, lease_id: str | None = None) -> bool:
-        return job.status in self.from_status and self.guard.holds(job, now=now, lease_id=lease_id)
+    def applies(
+        self, job: Job, *, now: int, lease_id: str | None = None, worker: str | None = None
+    ) -> bool:
+        return job.status in self.from_status and self.guard.holds(
+            job, now=now, lease_id=lease_id, worker=worker
+        )
 
 
 _C = JobStatus.CLAIMED

@@ -102,6 +102,31 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         END;
         """,
     ),
+    (
+        "v3: a job event stores the job as its transition left it",
+        """
+        -- data.job: the columns transitions change, as this transition left them
+        -- (jobcore/event_snapshot.py); job:enqueued (the insert trigger) stores none
+        DROP TRIGGER jobs_event;
+        CREATE TRIGGER jobs_event AFTER UPDATE OF last_event ON jobs
+        WHEN NEW.last_event IS NOT NULL
+        BEGIN
+            INSERT INTO events (at, kind, job_id, worker_id, data)
+            VALUES (NEW.updated_at, NEW.last_event, NEW.id,
+                    CASE WHEN NEW.status = 'claimed' THEN NEW.locked_by
+                         WHEN OLD.status = 'claimed' THEN OLD.locked_by END,
+                    json_object('job', json_object(
+                        'status', NEW.status, 'attempts', NEW.attempts, 'run_at', NEW.run_at,
+                        'locked_by', NEW.locked_by, 'locked_at', NEW.locked_at,
+                        'lease_id', NEW.lease_id, 'lease_expires_at', NEW.lease_expires_at,
+                        'heartbeat_at', NEW.heartbeat_at,
+                        'cancel_requested', NEW.cancel_requested,
+                        'last_error', NEW.last_error, 'claimed_at', NEW.claimed_at,
+                        'started_at', NEW.started_at, 'completed_at', NEW.completed_at,
+                        'updated_at', NEW.updated_at)));
+        END;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -444,6 +444,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                     {
                         "id": lease.job_id,
                         "lease_id": lease.lease_id,
+                        "worker": lease.worker,
                         "now": now,
                         "lease_ms": lease_ms,
                     },
@@ -461,7 +462,12 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     def _mark_started(self, conn: apsw.Connection, leases: Sequence[Lease], now: int) -> set[str]:
         marked: set[str] = set()
         for lease in leases:
-            params = {"id": lease.job_id, "lease_id": lease.lease_id, "now": now}
+            params = {
+                "id": lease.job_id,
+                "lease_id": lease.lease_id,
+                "worker": lease.worker,
+                "now": now,
+            }
             if rows_of(conn, MARK_STARTED_SQL, params):
                 marked.add(lease.job_id)
         return marked
@@ -476,6 +482,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         params: dict[str, Any] = {
             "id": lease.job_id,
             "lease_id": lease.lease_id,
+            "worker": lease.worker,
             "now": now,
             "error": None,
             "delay_ms": T.outcome_delay_ms(outcome),
@@ -513,7 +520,10 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             wanted = T.recorded_as(outcome)
             for entry in reversed(job.history):
                 if entry.get("lease_id") == outcome.lease.lease_id:
-                    if entry.get("outcome") in wanted:
+                    if (
+                        entry.get("outcome") in wanted
+                        and entry.get("worker") == outcome.lease.worker
+                    ):
                         return Recorded(outcome, job, "already")
                     break
         return Recorded(outcome, None, "stale")
@@ -564,6 +574,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         params = {
             "id": outcome.lease.job_id,
             "lease_id": outcome.lease.lease_id,
+            "worker": outcome.lease.worker,
             "now": now,
             "error": clean_text(outcome.error),
         }

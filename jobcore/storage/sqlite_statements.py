@@ -131,8 +131,8 @@ def where_clause(t: Transition, *, by_id: bool) -> str:
     if by_id:
         parts.append("id = :id")
     g = t.guard
-    if g.fenced:
-        parts.append("lease_id = :lease_id")
+    if g.fenced:  # the lease id alone is no secret (readers see it): the worker too
+        parts.extend(("lease_id = :lease_id", "locked_by = :worker"))
     if g.lease_expired:
         parts.append("lease_expires_at < :now")
     if g.due:
@@ -147,7 +147,7 @@ def where_clause(t: Transition, *, by_id: bool) -> str:
 
 
 def by_id(t: Transition, returning: str = "*") -> str:
-    """`t` applied to one row, chosen by `:id` (and fenced by `:lease_id` for owners)."""
+    """`t` applied to one row, chosen by `:id` (fenced by `:lease_id` and `:worker` for owners)."""
     return (
         f"UPDATE jobs\n   SET {set_clause(t)}\n WHERE {where_clause(t, by_id=True)}\n"
         f"RETURNING {returning}"

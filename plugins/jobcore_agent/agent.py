@@ -89,6 +89,7 @@ class Agent:
         self.attempts = AttemptRunner(
             queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
         )
+        self.attempts.timeout_label = "max_runtime_exceeded"  # the hub's word for it (§11)
         self.stop_grace = core.stop_grace
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
         self.prefetch = min(core.prefetch, concurrency)

@@ -116,6 +116,9 @@ def run_exec(payload: ExecPayload, ctx: JobContext) -> Any:
         shutil.rmtree(workdir, ignore_errors=True)
     stdout, stderr = finished.stdout.text(), finished.stderr.text()
     if finished.stopped == "timeout":
+        # the same timeout the agent watches: judged as that one (one reason, however noticed)
+        ctx.request_stop("timeout")
+        ctx.logger.warning("killed after %gs (its timeout); stderr: %s", timeout, _tail(stderr))
         raise TimeoutError(
             f"max_runtime_exceeded: killed after {timeout:g}s; stderr: {_tail(stderr)}"
         )

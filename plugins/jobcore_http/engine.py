@@ -8,7 +8,10 @@ never waits to fill up: an idle hub commits a lone result at once.
 
 Claims that find nothing wait (long-poll) until the store changes; the
 change waiter bumps `generation`, and only claims not yet tried at the new
-generation run again. When an unfiltered claim finds nothing, the other
+generation run again. The clock is a change too: while claims wait, the engine
+knows when the earliest scheduled job is due (`Storage.next_due`) and tries
+them again then (a claim promotes due jobs), so a delayed or retried job
+reaches a waiting claim when it becomes due, not when the wait ends. When an unfiltered claim finds nothing, the other
 waiting claims are not tried that round (nothing is claimable), so a change
 costs one claim query, not one per waiting client.
 """
@@ -47,6 +50,7 @@ T = TypeVar("T")
 
 
 WRITE_TIMEOUT = 60.0  # seconds a request waits for the writer before answering 503
+DUE_AGAIN = 0.05  # seconds: look again when a job due already stayed scheduled (locked)
 
 
 class HubStopping(StorageError):
@@ -97,11 +101,13 @@ class Engine:
         self._claims: list[ClaimRequest] = []
         self._kick = threading.Event()
         self._generation = 0
+        self._due_at: float | None = None  # monotonic: the earliest scheduled job is due
         self._stopping = False
         self._no_wait = False
         self._closed = False  # the thread takes no more writes
         self._thread = threading.Thread(target=self._run, name="hub-engine", daemon=True)
         self.rounds = 0
+        self.claim_ended: list[Callable[[str], None]] = []  # called with each ended claim's job id
 
     # -- API for request handlers (any thread) ------------------------------------
 
@@ -185,6 +191,9 @@ class Engine:
             self._kick.clear()
             now = time.monotonic()
             with self._lock:
+                if self._due_at is not None and now >= self._due_at:
+                    self._due_at = None  # a scheduled job is due: waiting claims try again
+                    self._generation += 1
                 writes, self._writes = self._writes, []
                 generation = self._generation
                 stopping = self._stopping
@@ -223,7 +232,26 @@ class Engine:
             if not self._claims:
                 return 1.0
             soonest = min(request.deadline for request in self._claims)
+            if self._due_at is not None:
+                soonest = min(soonest, self._due_at)
         return max(0.0, min(1.0, soonest - time.monotonic()))
+
+    def _watch_due(self) -> None:
+        """While claims wait, note when the earliest scheduled job is due (after every round
+        that left claims waiting: every change that could move it ran one)."""
+        with self._lock:
+            waiting = bool(self._claims)
+        due_at: float | None = None
+        if waiting:
+            try:
+                due = self.storage.next_due()
+                if due is not None:
+                    left = (due - self.storage.now()) / 1000
+                    due_at = time.monotonic() + (left if left > 0 else DUE_AGAIN)
+            except Exception as exc:  # the store is unwell: the next change retries
+                log.warning("reading the next due job failed: %s", exc)
+        with self._lock:
+            self._due_at = due_at
 
     def _round(self, writes: list[_Write], due: list[ClaimRequest], generation: int) -> None:
         try:
@@ -238,6 +266,8 @@ class Engine:
             else:
                 write.future.set_result(result)
         self._answer_claims(due, claimed, generation)
+        if due:
+            self._watch_due()
         self._after(writes, results, claimed)
 
     def _isolated(
@@ -339,11 +369,19 @@ class Engine:
                         notify(pm, "jobcore_job_enqueued", job=item.job)
             elif write.kind == "outcome" and result.state == "recorded":
                 wake = _announce(pm, write.value, result.job) or wake
+                self._claim_ended(write.value.lease.job_id)
         for jobs in claimed.values():
             for job in jobs:
                 notify(pm, "jobcore_job_claimed", job=job, worker=job.locked_by or "")
         if wake:
             wakeup.notify(self.queue.wake_key)
+
+    def _claim_ended(self, job_id: str) -> None:
+        for callback in self.claim_ended:
+            try:
+                callback(job_id)
+            except Exception:
+                log.exception("claim-ended callback failed for job %s", job_id)
 
 
 def _resolve(future: Future[list[Job]], jobs: list[Job]) -> bool:

@@ -22,6 +22,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from jobcore.event_snapshot import SNAPSHOT_KEY, job_at
+from jobcore.timeutil import iso
 from jobcore_http.signal import AsyncSignal
 from jobcore_http.store import HubStore
 from jobcore_http.views import job_json
@@ -39,6 +41,18 @@ class SseEvent:
 
     def encode(self) -> str:
         return f"id: {self.seq}\nevent: {self.kind}\ndata: {self.data}\n\n"
+
+
+def _flat(data: dict[str, Any] | None) -> dict[str, Any]:
+    """An event's stored data with its job snapshot's fields at the top (times in ISO)."""
+    out = {k: v for k, v in (data or {}).items() if k != SNAPSHOT_KEY}
+    snapshot = (data or {}).get(SNAPSHOT_KEY)
+    if isinstance(snapshot, dict):
+        for name, value in snapshot.items():
+            timed = name == "run_at" or name.endswith("_at")
+            out[name] = iso(value) if timed and isinstance(value, int) else value
+        out["worker_id"] = out.get("locked_by")
+    return out
 
 
 class EventFeed:
@@ -129,10 +143,10 @@ class EventFeed:
         out = []
         for row in rows:
             data: dict[str, Any]
-            if row.job_id and row.job_id in jobs:
-                data = job_json(jobs[row.job_id])
-            elif row.job_id:
-                data = {"id": row.job_id, **(row.data or {})}
+            if row.job_id and row.job_id in jobs:  # the job as this event's transition left it
+                data = job_json(job_at(jobs[row.job_id], row.kind, row.at, row.data))
+            elif row.job_id:  # deleted since: what the event stored
+                data = {"id": row.job_id, **_flat(row.data)}
             else:
                 data = {"worker_id": row.worker_id, **(row.data or {})}
             out.append(SseEvent(row.seq, row.kind, json.dumps(data, default=str)))

@@ -71,6 +71,7 @@ class Hub:
         self.feed.signal.bind(loop)
         self.registry.load()
         self.waiter.subscribe(self.engine.changed)
+        self.engine.claim_ended.append(self.registry.claim_ended)
         self.waiter.subscribe(self.feed.changed, every=REREAD)
         self.engine.start()
         self.waiter.start()
@@ -162,6 +163,10 @@ class Hub:
         swept = self.storage.sweep(hold_ms=self.lease_ms // 2 + 1000)
         for item in swept:
             self.queue.announce_swept(item)
+            self.registry.claim_ended(item.job.id)
+        if self.registry.progress:  # a heartbeat's progress that raced its claim's end
+            claims = self.store.claims_by_worker()
+            self.registry.forget_progress({i for ids in claims.values() for i in ids})
         if any(item.action in ("reclaimed", "released") for item in swept):
             wakeup.notify(self.queue.wake_key)
         if swept:
@@ -184,12 +189,13 @@ class Hub:
         return ended
 
     def timeout_outcome(self, job: Job, now: int) -> Any:
-        decision = self.queue.decide_retry(job, JobTimeout(MAX_RUNTIME_EXCEEDED))
+        """The attempt ran past its timeout: `max_runtime_exceeded: timed out after Ns`, the
+        reason the agent gives when it notices first."""
+        error = f"{MAX_RUNTIME_EXCEEDED}: timed out after {(job.timeout_ms or 0) / 1000:g}s"
+        decision = self.queue.decide_retry(job, JobTimeout(error))
         lease = Lease.of(job)
         if decision.delay is None:
-            return Failed(lease, MAX_RUNTIME_EXCEEDED)
+            return Failed(lease, error)
         return Retrying(
-            lease,
-            MAX_RUNTIME_EXCEEDED,
-            clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS),
+            lease, error, clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
         )

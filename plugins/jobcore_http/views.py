@@ -72,6 +72,8 @@ def last_attempt(job: Job, worker: str, lease_id: str | None) -> dict[str, Any] 
     if not job.history:
         return None
     entry: dict[str, Any] = job.history[-1]
-    if lease_id is not None:
-        return entry if entry.get("lease_id") == lease_id else None
-    return entry if entry.get("worker") == worker else None
+    if entry.get("worker") != worker:
+        return None
+    if lease_id is not None and entry.get("lease_id") != lease_id:
+        return None
+    return entry

@@ -71,6 +71,10 @@ class Registry:
         data["new"] = created
         add_event(self.storage, "worker:registered", record.worker_id, data)
 
+    def claim_ended(self, job_id: str) -> None:
+        """A claim ended: its last progress is of no use any more."""
+        self.progress.pop(job_id, None)
+
     def forget_progress(self, live: set[str]) -> None:
         """Drop progress of jobs no longer claimed."""
         for job_id in [i for i in self.progress if i not in live]:

@@ -24,7 +24,7 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 SWEEP_LIMIT = 1000  # expired leases handled per sweep transition and call
 PRUNE_BATCH = 5000  # finished jobs deleted per transaction
-EVENT_PRUNE_BATCH = 10_000  # old events deleted per transaction
+EVENT_PRUNE_BATCH = 2_000  # events looked at (and old ones deleted) per transaction
 EVENT_PRUNE_BUDGET_S = 2.0  # a sweep catching up on old events stops after this long
 
 
@@ -112,14 +112,13 @@ class PostgresAdmin:
 
     def _prune_events(self, conn: Conn) -> bool:
         """Delete one batch of events older than the retention; True if more may remain."""
-        # oldest first along events_at, which stops at the cutoff (by seq, a batch that found
-        # fewer old events than its limit would read every newer event too); only events
-        # already deliverable, never the newest (see event_order)
-        deleted = conn.execute(
+        # a prefix of the delivery order, walking events_delivery at most one batch far;
+        # only events already deliverable, never the newest (see event_order)
+        row = conn.execute(
             self._statement("prune_events", prune_sql, self._d, EVENT_PRUNE_BATCH),
             self._params(keep=self.event_retention_ms),
-        ).rowcount
-        return deleted >= EVENT_PRUNE_BATCH
+        ).fetchone()
+        return row is not None and int(row[0]) >= EVENT_PRUNE_BATCH
 
     def _by_id(self, conn: Conn, transition: Transition, job_id: str) -> Job | None:
         sql = self._statement(

@@ -22,15 +22,19 @@ it sorts after everything already delivered, and a cursor never skips.
   snapshot could pass a transaction whose rows this read cannot see.
 - The cursor stays the integer `seq` of the last event delivered (SSE `id:`,
   `Last-Event-ID`, `last_event_seq()`): resuming looks its row up for its
-  transaction id and reads on from `(xid, seq)`. A cursor with no row (0, or
-  pruned) reads the events with a greater seq. The sweep prunes only
-  delivered events and always keeps the newest one, so a cursor handed out
-  keeps its row until newer events pass it.
+  transaction id and reads on from `(xid, seq)`. The sweep prunes only a
+  prefix of the delivery order (deliverable events past the retention, never
+  the newest) and notes the greatest seq it deleted (`events_pruned.upto`,
+  migration 7): a cursor with no row at or below that was pruned, and every
+  event left comes after it in delivery order, so it reads them all from the
+  start. A cursor with no row above it was never handed out (0, or a number a
+  client made up): it reads the events with a greater seq.
 - Cost: an event waits for the oldest write transaction still running in this
   database (an application's long outbox transaction delays events, loses
   none); one `xid8` column and one index per event row (about 0.8 µs more per
-  appended event, server side); a reader looks up the other running
-  transactions' databases only while there are some.
+  appended event, server side; the index by time it replaced is gone); a
+  reader looks up the other running transactions' databases only while there
+  are some; the sweep reads at most one batch of the delivery index.
 - The order is commit-safe, not numeric: a later event may have a smaller
   seq. Callers compare cursors by identity (the hub's ring does).
 
@@ -71,18 +75,36 @@ HORIZON = (
 
 
 def events_after_sql(d: Dialect) -> str:
-    """Events after cursor `%(seq)s` in delivery order, each with its job's type and queue."""
+    """Events after cursor `%(seq)s` in delivery order, each with its job's type and queue.
+
+    Three cases, one statement (each branch gated so only one reads): the cursor's row
+    exists (read on from its `(xid, seq)`); it was pruned (`seq <= events_pruned.upto`:
+    pruning removes a prefix of the delivery order, so every event left comes after
+    it); or it never was an event (a number a client made up: read on by seq).
+    """
     events = d.table("events")
-    found = f"SELECT FROM {events} c WHERE c.seq = %(seq)s"
+    found = f"EXISTS (SELECT FROM {events} c WHERE c.seq = %(seq)s)"
+    pruned = f"%(seq)s <= (SELECT upto FROM {d.table('events_pruned')})"
+    cols = "e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, e.xid"
+    order = "ORDER BY e.xid, e.seq LIMIT %(limit)s"
+    after_row = (
+        f"SELECT {cols} FROM {events} e WHERE {found} AND (e.xid, e.seq) > "
+        f"((SELECT c.xid FROM {events} c WHERE c.seq = %(seq)s), %(seq)s) "
+        f"AND e.xid < {HORIZON} {order}"
+    )
+    after_pruned = (
+        f"SELECT {cols} FROM {events} e WHERE NOT {found} AND {pruned} "
+        f"AND e.xid < {HORIZON} {order}"
+    )
+    # a number past every seq reads nothing: the primary key finds no greater seq
+    by_seq = (
+        f"SELECT {cols} FROM {events} e WHERE NOT {found} AND NOT {pruned} "
+        f"AND e.seq > %(seq)s AND e.xid < {HORIZON} {order}"
+    )
     return (
         "SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue "
-        f"FROM {events} e LEFT JOIN {d.table('jobs')} j ON j.id = e.job_id "
-        f"WHERE (e.xid, e.seq) > ((SELECT coalesce(max(c.xid), '0') FROM {events} c "
-        "WHERE c.seq = %(seq)s), %(seq)s) "
-        f"AND e.xid < {HORIZON} AND (e.seq > %(seq)s OR EXISTS ({found})) "
-        # a cursor with no row past every seq (sent by a client) would walk every event
-        f"AND (EXISTS ({found}) OR EXISTS (SELECT FROM {events} n WHERE n.seq > %(seq)s)) "
-        "ORDER BY e.xid, e.seq LIMIT %(limit)s"
+        f"FROM (({after_row}) UNION ALL ({after_pruned}) UNION ALL ({by_seq})) e "
+        f"LEFT JOIN {d.table('jobs')} j ON j.id = e.job_id {order}"
     )
 
 
@@ -95,13 +117,24 @@ def newest_delivered_sql(d: Dialect) -> str:
 
 
 def prune_sql(d: Dialect, batch: int) -> str:
-    """Delete up to `batch` deliverable events older than `%(keep)s` ms (walking `events_at`),
-    never the newest."""
+    """Delete the longest prefix, in delivery order, of the first `batch` events that are
+    all deliverable, older than `%(keep)s` ms and not the newest delivered; remember the
+    greatest seq deleted (`events_pruned.upto`). Answers how many were deleted.
+
+    Only a prefix: a cursor whose row is gone then comes before every event left."""
     events = d.table("events")
+    old = (
+        f"at < {d.now} - %(keep)s::bigint AND xid < {HORIZON} "
+        f"AND seq <> coalesce(({newest_delivered_sql(d)}), 0)"
+    )
     return (
-        f"DELETE FROM {events} WHERE seq IN (SELECT seq FROM {events} "
-        f"WHERE at < {d.now} - %(keep)s::bigint AND xid < {HORIZON} "
-        f"AND seq <> ({newest_delivered_sql(d)}) ORDER BY at LIMIT {batch})"
+        f"WITH first AS (SELECT seq, xid, at FROM {events} ORDER BY xid, seq LIMIT {batch}), "
+        f"marked AS (SELECT seq, bool_and({old}) OVER (ORDER BY xid, seq) AS old FROM first), "
+        f"gone AS (DELETE FROM {events} WHERE seq IN (SELECT seq FROM marked WHERE old) "
+        "RETURNING seq), "
+        f"noted AS (UPDATE {d.table('events_pruned')} SET upto = greatest(upto, "
+        "(SELECT max(seq) FROM gone)) WHERE EXISTS (SELECT FROM gone)) "
+        "SELECT count(*) FROM gone"
     )
 
 

@@ -204,6 +204,18 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE {s}.hub_tokens ADD COLUMN types jsonb, ADD COLUMN queues jsonb;
         """,
     ),
+    (
+        "pruned events remembered, so a pruned cursor resumes without loss",
+        """
+        -- pruning deletes a prefix of the delivery order and notes the greatest seq it
+        -- deleted: a cursor at or below it with no row comes before every event left
+        -- (jobcore_postgres/event_order.py); it starts below every event stored
+        CREATE TABLE {s}.events_pruned (upto bigint NOT NULL);
+        INSERT INTO {s}.events_pruned SELECT coalesce(min(seq) - 1, 0) FROM {s}.events;
+        -- pruning walks events_delivery now: nothing reads events by time any more
+        DROP INDEX {s}.events_at;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

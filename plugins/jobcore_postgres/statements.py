@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from jobcore.event_snapshot import SNAPSHOT_FIELDS, SNAPSHOT_KEY
 from jobcore.models import Job, JobStatus
 from jobcore.transitions import (
     CLAIM,
@@ -148,8 +149,8 @@ def guard_clause(transition: Transition, d: Dialect) -> str:
         f"{status} IN ({statuses})" if len(transition.from_status) > 1 else f"{status} = {statuses}"
     ]
     g = transition.guard
-    if g.fenced:
-        conds.append("j.lease_id = v.lease_id")
+    if g.fenced:  # the lease id alone is no secret (readers see it): the worker too
+        conds.append("j.lease_id = v.lease_id AND j.locked_by = v.worker")
     if g.lease_expired:
         conds.append(f"j.lease_expires_at < {d.now}")
     if g.due:
@@ -175,11 +176,20 @@ def _event_insert(
         worker = f"{last_history} ->> 'worker'"
     else:
         worker = "NULL"
-    # job events store no data: readers get the job's type and queue by joining the job
+    # a job event stores the job as this transition left it (jobcore.event_snapshot);
+    # readers get the job's type and queue by joining the job
     return (
-        f"INSERT INTO {d.table('events')} (at, kind, job_id, worker_id) "
-        f"SELECT u.updated_at, {_quote(transition.event or '')}, u.id, {worker} FROM {source} u"
+        f"INSERT INTO {d.table('events')} (at, kind, job_id, worker_id, data) "
+        f"SELECT u.updated_at, {_quote(transition.event or '')}, u.id, {worker}, "
+        f"{_SNAPSHOT} FROM {source} u"
     )
+
+
+_SNAPSHOT = (
+    f"jsonb_build_object({_quote(SNAPSHOT_KEY)}, jsonb_build_object("
+    + ", ".join(f"{_quote(name)}, u.{name}" for name in SNAPSHOT_FIELDS)
+    + "))"
+)
 
 
 def with_event(transition: Transition, d: Dialect, update: str, names: str | None = None) -> str:
@@ -205,6 +215,7 @@ SLIM_COLUMNS = tuple(name for name in JOB_COLUMNS if name not in SLIM_SKIPPED)
 _REPORT_ARRAYS = (
     ("id", "%(ids)b::text[]"),
     ("lease_id", "%(lease_ids)b::text[]"),
+    ("worker", "%(workers)b::text[]"),
     ("error", "%(errors)b::text[]"),
     ("result", "%(results)b::text[]"),
     ("delay_ms", "%(delays)s::bigint[]"),
@@ -212,7 +223,7 @@ _REPORT_ARRAYS = (
 
 
 def reports(used: str) -> str:
-    """The reports as rows `v`: ids, lease ids, and the arrays SQL text `used` reads.
+    """The reports as rows `v`: ids, lease ids, workers, and the arrays SQL text `used` reads.
 
     Arrays a transition does not read are neither sent nor dumped (a completion
     needs no errors or delays): each costs the reporter a Python call per element.
@@ -221,7 +232,7 @@ def reports(used: str) -> str:
         *(
             (name, array)
             for name, array in _REPORT_ARRAYS
-            if name in ("id", "lease_id") or f"v.{name}" in used
+            if name in ("id", "lease_id", "worker") or f"v.{name}" in used
         ),
         strict=True,
     )

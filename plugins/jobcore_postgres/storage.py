@@ -808,6 +808,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         return self._params(
             ids=[lease.job_id for lease in leases],
             lease_ids=[lease.lease_id for lease in leases],
+            workers=[lease.worker for lease in leases],
             errors=nothing,
             results=nothing,
             delays=nothing,
@@ -870,6 +871,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             params = self._params(
                 ids=[o.lease.job_id for o in group],
                 lease_ids=[o.lease.lease_id for o in group],
+                workers=[o.lease.worker for o in group],
                 errors=errors,
                 results=results,
                 delays=delays,
@@ -946,6 +948,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 ended = recorded_as(outcome)
                 if job is not None and any(
                     entry.get("lease_id") == outcome.lease.lease_id
+                    and entry.get("worker") == outcome.lease.worker
                     and entry.get("outcome") in ended
                     for entry in job.history
                 ):

@@ -44,8 +44,16 @@ def jobcore(db: str, *args: str) -> str:
 class Hub:
     """`jobcore serve` on a free port; `admin` is an httpx client with an admin token."""
 
-    def __init__(self, tmp: Path, *, lease: str = "5s", extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        lease: str = "5s",
+        extra: tuple[str, ...] = (),
+        env_extra: dict[str, str] | None = None,
+    ) -> None:
         self.tmp = tmp
+        self.env_extra = env_extra or {}
         self.db = str(tmp / "hub.db")
         self.port = 0  # the first start picks a free port; a restart reuses it
         self.url = ""
@@ -90,7 +98,7 @@ class Hub:
                 self.lease,
                 *self.extra,
             ],
-            env=env(),
+            env=env(**self.env_extra),
             stdout=log,
             stderr=log,
         )

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from hubproc import RUNNING, Hub, Tokens, make_tokens
+from stores import _pg_hub_database, store_db  # noqa: F401  (fixtures: both stores)
 from testenv import subprocess_env
 
 

@@ -110,7 +110,9 @@ def search_pages(client: httpx.Client, **params: Any) -> tuple[list[str], int, s
 
 
 class Hub:
-    """`jobcore serve` running on a database; `client(token)` talks to it."""
+    """`jobcore serve` running on a database; `client(token)` talks to it.
+
+    `db` is a SQLite file, or any `--db` URL with `logs`, the folder of the hub's log."""
 
     def __init__(
         self,
@@ -119,14 +121,18 @@ class Hub:
         env: dict[str, str] | None = None,
         port: int | None = None,
         log: Path | None = None,
+        logs: Path | None = None,
     ) -> None:
-        """`db`: a SQLite file, or a store URL (then `log` names the hub's log file)."""
+        """`db`: a SQLite file, or a store URL (then `log` names the hub's log file, or
+        `logs` the folder it goes in)."""
         self.db = db
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = env or subprocess_env()
+        if log is None and logs is not None:
+            log = logs / f"hub-{self.port}.log"
         if log is None:
-            assert isinstance(db, Path), "a store URL needs log="
+            assert isinstance(db, Path), "a store URL needs log= (a file) or logs= (a folder)"
             log = db.with_name(db.name + f".hub-{self.port}.log")
         self.log = log
         self._log_file = open(self.log, "w")  # noqa: SIM115
@@ -203,7 +209,7 @@ class Tokens:
     revoked: str
 
 
-def make_tokens(hub: Hub, db: Path) -> Tokens:
+def make_tokens(hub: Hub, db: Path | str) -> Tokens:
     admin = jobcore(db, "tokens", "create", "--name", "admin", "--scope", "admin").stdout.strip()
     made = {}
     with hub.client(admin) as client:

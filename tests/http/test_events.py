@@ -58,7 +58,12 @@ def test_transitions_arrive_in_order_and_resume_without_loss(hub: Hub, tokens: T
         "job:claimed",
         "job:completed",
     ]
-    assert all(e.data["status"] == "completed" for e in seen if e.data.get("id") == job)
+    # each event is the job as its transition left it
+    assert [e.data["status"] for e in seen if e.data.get("id") == job] == [
+        "pending",
+        "claimed",
+        "completed",
+    ]
     # resume from the middle: exactly the rest
     middle = next(e.id for e in seen if e.data.get("id") == job and e.kind == "job:claimed")
     rest_count = len([e for e in seen if e.id > middle])

@@ -24,11 +24,6 @@ def _insert_event(conn: psycopg.Connection[tuple[object, ...]], schema: str, kin
     return int(row[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cursor whose row was pruned reads on by seq: an event with a smaller seq "
-    "that committed after the cursor's event was delivered is skipped",
-)
 def test_review2_a_pruned_cursor_skips_no_event_committed_after_it(
     pg_storage_factory: Factory,
 ) -> None:
@@ -82,12 +77,6 @@ def test_review2_a_cursor_past_every_event_does_not_walk_them(
     assert _rows_examined_past(pg_storage_factory(), 10_000_000) < 1000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cursor with no row (pruned, or any number a client sends) walks "
-    "events_delivery from xid 0, filtering on seq: every event with a smaller seq is "
-    "examined (~300 ms per read at 1M events)",
-)
 def test_review2_a_cursor_with_no_row_does_not_walk_every_event(
     pg_storage_factory: Factory,
 ) -> None:

@@ -80,15 +80,22 @@ OUTCOMES: list[Outcome] = [
 @pytest.mark.parametrize("cancel_requested", [False, True])
 def test_exactly_one_owner_transition_applies(outcome: Outcome, cancel_requested: bool) -> None:
     job = claimed_job(cancel_requested=cancel_requested)
-    applicable = [t for t in T.owner_transitions(outcome) if t.applies(job, now=NOW, lease_id="L1")]
+    rules = T.owner_transitions(outcome)
+    applicable = [t for t in rules if t.applies(job, now=NOW, lease_id="L1", worker="w1")]
     assert len(applicable) == 1
-    assert not any(t.applies(job, now=NOW, lease_id="L2") for t in T.owner_transitions(outcome))
+    assert not any(t.applies(job, now=NOW, lease_id="L2", worker="w1") for t in rules)
+    # the lease id alone is no fence: another worker holding it changes nothing
+    assert not any(t.applies(job, now=NOW, lease_id="L1", worker="w2") for t in rules)
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES, ids=lambda o: type(o).__name__)
 def test_a_cancel_request_ends_released_and_retried_jobs_cancelled(outcome: Outcome) -> None:
     job = claimed_job(cancel_requested=True)
-    [rule] = [t for t in T.owner_transitions(outcome) if t.applies(job, now=NOW, lease_id="L1")]
+    [rule] = [
+        t
+        for t in T.owner_transitions(outcome)
+        if t.applies(job, now=NOW, lease_id="L1", worker="w1")
+    ]
     after = T.apply(job, rule, now=NOW, outcome=outcome)
     expected = {
         Completed: JobStatus.COMPLETED,

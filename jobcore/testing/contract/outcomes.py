@@ -95,6 +95,23 @@ class OutcomeRules(ContractBase):
         [late] = storage.record([other])
         assert (late.state, late.job) == ("stale", None)
 
+    def test_another_worker_with_the_lease_id_changes_nothing(self, storage: Storage) -> None:
+        # the lease id is no secret (readers see it): the fence is the lease and the worker
+        job = self.one(storage)
+        assert job.lease_id is not None and job.locked_by != "w2"
+        forged = Lease(job.id, job.lease_id, "w2")
+        assert storage.extend_leases([forged], lease_ms=LEASE) == {}
+        assert storage.mark_started([forged]) == set()
+        answers = storage.record(
+            [Completed(forged, "forged"), Failed(forged, "x"), Released(forged)]
+        )
+        assert [(rec.state, rec.job) for rec in answers] == [("stale", None)] * 3
+        assert storage.get(job.id) == job
+        [done] = storage.record([Completed(lease_of(job), "ok")])
+        assert done.state == "recorded"
+        [repeat] = storage.record([Completed(forged, "ok")])  # not w2's outcome to repeat
+        assert (repeat.state, repeat.job) == ("stale", None)
+
     def test_already_survives_a_later_claim(self, storage: Storage) -> None:
         job = self.one(storage)
         storage.record([Released(lease_of(job))])
@@ -182,7 +199,7 @@ class OutcomeRules(ContractBase):
                 [rule] = [
                     t
                     for t in T.owner_transitions(rec.outcome)
-                    if t.applies(prior, now=T0 + 7, lease_id=prior.lease_id)
+                    if t.applies(prior, now=T0 + 7, lease_id=prior.lease_id, worker=prior.locked_by)
                 ]
                 assert rec.job == T.apply(prior, rule, now=T0 + 7, outcome=rec.outcome)
         assert storage.get(claimed[5].id).status is JobStatus.CANCELLED  # type: ignore[union-attr]

@@ -228,7 +228,8 @@ async def heartbeat(
         job = await _job(hub, job_id)
     attempt = last_attempt(job, body.worker_id, body.lease_id)
     if attempt is not None and (
-        attempt.get("error") == MAX_RUNTIME_EXCEEDED or attempt.get("outcome") == "cancelled"
+        str(attempt.get("error")).startswith(MAX_RUNTIME_EXCEEDED)
+        or attempt.get("outcome") == "cancelled"
     ):
         return {"lease_expires_at": None, "cancel_requested": True, "drain": drain}
     raise _not_yours(job, body.worker_id)

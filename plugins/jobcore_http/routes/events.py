@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from jobcore_http.auth import hub_of, require
+from jobcore_http.auth import hub_of, principal_of, require
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import Hub
 from jobcore_http.models import ErrorOut
@@ -43,14 +44,35 @@ def _cursor(header: str | None, query: int | None) -> int | None:
     return query
 
 
-async def _stream(hub: Hub, cursor: int | None) -> AsyncIterator[str]:
+RECHECK = 1.0
+"""Seconds between two checks that a stream's token (or dashboard session) still holds."""
+
+
+async def _still_reads(request: Request) -> bool:
+    """Whether the stream's caller may still read: its token not revoked, its session not
+    ended (the same resolution every request gets)."""
+    try:
+        principal = await run_in_threadpool(principal_of, request)
+    except ApiError:
+        return False
+    return principal is not None and principal.allows("read")
+
+
+async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterator[str]:
     feed = hub.feed
     latest = await run_in_threadpool(feed.join)
     try:
         position = latest if cursor is None else cursor
         retry_ms = int(hub.settings.sse_retry * 1000)
         yield f"retry: {retry_ms}\n\n"
+        keepalive = hub.settings.sse_keepalive
+        quiet_since = next_check = time.monotonic()
         while not hub.stopping.is_set():
+            if time.monotonic() >= next_check:
+                if not await _still_reads(request):
+                    yield ": the token was revoked or the session ended\n\n"
+                    return
+                next_check = time.monotonic() + RECHECK
             generation = feed.signal.generation
             batch = feed.recent(position)
             if batch is None:
@@ -58,9 +80,13 @@ async def _stream(hub: Hub, cursor: int | None) -> AsyncIterator[str]:
             if batch:
                 yield "".join(event.encode() for event in batch)
                 position = batch[-1].seq
+                quiet_since = time.monotonic()
                 continue
-            if not await feed.signal.wait(generation, hub.settings.sse_keepalive):
+            wait = min(next_check, quiet_since + keepalive) - time.monotonic()
+            fired = await feed.signal.wait(generation, max(0.0, wait))
+            if not fired and time.monotonic() - quiet_since >= keepalive:
                 yield ": keepalive\n\n"
+                quiet_since = time.monotonic()
         yield f"retry: {retry_ms}\n: the hub is shutting down; reconnect with Last-Event-ID\n\n"
     finally:
         feed.leave()
@@ -74,7 +100,7 @@ def _events(
     hub = hub_of(request)
     cursor = _cursor(last_event_id, since)
     return StreamingResponse(
-        _stream(hub, cursor),
+        _stream(hub, cursor, request),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
