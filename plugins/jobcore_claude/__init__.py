@@ -92,7 +92,7 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
             payload_model=ClaudeExtraction,
             handler=run_extraction,
             idempotency_key=idempotency_key,
-            check=lambda payload, config: check_path(payload.target_path, config),
+            check=lambda payload, config: check_path(payload.target_path, config, "target_path"),
             timeout=900,
             max_attempts=5,
             description="ask Claude (Code CLI or API) and write the answer atomically to a file",

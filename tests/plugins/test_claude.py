@@ -217,7 +217,7 @@ def test_payload_names_hash_and_idempotency(make: Callable[..., Queue]) -> None:
         ({"prompt": "", "target_path": "a.md"}, "prompt"),
         ({"prompt": " \n\t", "target_path": "a.md"}, "prompt: .*only whitespace"),
         ({"prompt": PROMPT}, "target_path"),
-        ({"prompt": PROMPT, "target_path": "../a.md"}, "outside the files root"),
+        ({"prompt": PROMPT, "target_path": "../a.md"}, "^target_path: .*outside the files root"),
         ({"prompt": PROMPT, "target_path": "a.md", "temperature": 1}, "temperature: unknown field"),
     ],
 )
