@@ -112,4 +112,25 @@ async def _call(client: anthropic.AsyncAnthropic, request: dict[str, Any], strea
         raise PermanentError(f"Claude API {status}: {exc.message}") from None
     except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
         raise TransientClaudeError(f"Claude API unreachable: {exc}") from None
-    return "".join(block.text for block in message.content if block.type == "text")
+    except ValueError as exc:  # a body that is not JSON (a proxy's page, say)
+        raise _malformed(exc) from None
+    return _text_of(message)
+
+
+def _malformed(what: object) -> TransientClaudeError:
+    return TransientClaudeError(f"Claude API answered 200 without a message: {what!s:.300}")
+
+
+def _text_of(message: object) -> str:
+    """The text blocks of a message; anything else (an error object, a list) is malformed."""
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        raise _malformed(message)
+    parts: list[str] = []
+    for block in content:
+        if getattr(block, "type", None) == "text":
+            text = getattr(block, "text", None)
+            if not isinstance(text, str):
+                raise _malformed(message)
+            parts.append(text)
+    return "".join(parts)
