@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from jobcore_files import files_root, resolved_target, write_atomic
+from jobcore_files import check_target, write_file
 from jobcore_files.paths import check_path
 from jobcore_files.writer import sha256
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -58,8 +58,8 @@ def idempotency_key(payload: ClaudeExtraction) -> str | None:
 
 def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]:
     settings = ctx.config.plugin_settings("claude", ClaudeSettings)
-    root = files_root(ctx.config)
-    target = resolved_target(root, payload.target_path)  # a bad path fails before spending a call
+    # a bad or refused target fails before spending a call (the files plugin's own rules)
+    check_target(ctx.config, payload.target_path, field="target_path")
 
     def should_stop() -> str | None:
         return ctx.stop_reason
@@ -74,7 +74,7 @@ def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]
         text = ask_cli(payload.prompt, settings, should_stop=should_stop)
     data = text.encode("utf-8")
     ctx.check_stop()  # nothing is written once a stop was asked; the write is the last step
-    write_atomic(root, target, data, overwrite=True)
+    write_file(ctx.config, payload.target_path, data, overwrite=True, field="target_path")
     return {
         "target_path": payload.target_path,
         "bytes": len(data),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,10 +40,11 @@ POLL = 0.05  # seconds between looks at should_stop while the call runs
 def ask_api(prompt: str, settings: ClaudeSettings, should_stop: Callable[[], str | None]) -> str:
     """Messages API through the official SDK; the queue, not the SDK, does the retrying.
 
-    The call runs on a helper thread so that a stop (cancel, timeout, shutdown, a
-    lost lease) or the total deadline `settings.timeout` ends the attempt at once:
-    the connection is closed and the call abandoned; its answer, should one still
-    arrive, is dropped, never returned.
+    The call runs as a task on an event loop of its own, so that a stop (cancel,
+    timeout, shutdown, a lost lease) or the total deadline `settings.timeout`
+    ends the attempt at once: the task is cancelled, which closes its connection
+    and ends the call (a thread blocked in a read would stay until the API
+    answered); nothing of the call outlives this function.
     """
     api_key = os.environ.get("ANTHROPIC_API_KEY")
     if not api_key:
@@ -52,28 +54,28 @@ def ask_api(prompt: str, settings: ClaudeSettings, should_stop: Callable[[], str
         "max_tokens": settings.max_tokens,
         "messages": [{"role": "user", "content": prompt}],
     }
-    client = anthropic.Anthropic(
+    return asyncio.run(_ask(api_key, request, settings, should_stop))
+
+
+async def _ask(
+    api_key: str,
+    request: dict[str, Any],
+    settings: ClaudeSettings,
+    should_stop: Callable[[], str | None],
+) -> str:
+    reason = should_stop()  # asked while the SDK was imported: send nothing
+    if reason is not None:
+        raise Interrupted(f"stopped: {reason}")
+    client = anthropic.AsyncAnthropic(
         api_key=api_key,
         base_url=settings.base_url,
         max_retries=0,
         timeout=anthropic.Timeout(settings.timeout, connect=min(CONNECT_TIMEOUT, settings.timeout)),
     )
-    abandoned = threading.Event()
-    done = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def call() -> None:
-        try:
-            outcome["text"] = _call(client, request, settings.stream, abandoned)
-        except BaseException as exc:  # handed to the handler's thread below
-            outcome["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=call, name="jobcore-claude-api", daemon=True).start()
+    call = asyncio.ensure_future(_call(client, request, settings.stream))
     deadline = time.monotonic() + settings.timeout
     try:
-        while not done.wait(POLL):
+        while not (await asyncio.wait({call}, timeout=POLL))[0]:
             reason = should_stop()
             if reason is not None:
                 raise Interrupted(f"stopped: {reason}")
@@ -81,28 +83,24 @@ def ask_api(prompt: str, settings: ClaudeSettings, should_stop: Callable[[], str
                 raise TransientClaudeError(
                     f"Claude API did not answer within {settings.timeout:g}s (setting timeout)"
                 )
+        return call.result()
     finally:
-        if not done.is_set():
-            abandoned.set()
-        client.close()  # also drops a connection the abandoned call still reads from
-    if "error" in outcome:
-        raise outcome["error"]
-    return str(outcome["text"])
+        if not call.done():
+            call.cancel()  # its connection is closed as the cancellation unwinds
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its outcome is moot
+                await call
+        await client.close()
 
 
-def _call(
-    client: anthropic.Anthropic, request: dict[str, Any], stream: bool, abandoned: threading.Event
-) -> str:
+async def _call(client: anthropic.AsyncAnthropic, request: dict[str, Any], stream: bool) -> str:
     try:
         if stream:
             parts: list[str] = []
-            with client.messages.stream(**request) as events:
-                for text in events.text_stream:
-                    if abandoned.is_set():
-                        return ""
+            async with client.messages.stream(**request) as events:
+                async for text in events.text_stream:
                     parts.append(text)
             return "".join(parts)
-        message = client.messages.create(**request)
+        message = await client.messages.create(**request)
     except anthropic.APIStatusError as exc:
         status = exc.status_code
         if retryable_status(status):
@@ -114,4 +112,25 @@ def _call(
         raise PermanentError(f"Claude API {status}: {exc.message}") from None
     except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
         raise TransientClaudeError(f"Claude API unreachable: {exc}") from None
-    return "".join(block.text for block in message.content if block.type == "text")
+    except ValueError as exc:  # a body that is not JSON (a proxy's page, say)
+        raise _malformed(exc) from None
+    return _text_of(message)
+
+
+def _malformed(what: object) -> TransientClaudeError:
+    return TransientClaudeError(f"Claude API answered 200 without a message: {what!s:.300}")
+
+
+def _text_of(message: object) -> str:
+    """The text blocks of a message; anything else (an error object, a list) is malformed."""
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        raise _malformed(message)
+    parts: list[str] = []
+    for block in content:
+        if getattr(block, "type", None) == "text":
+            text = getattr(block, "text", None)
+            if not isinstance(text, str):
+                raise _malformed(message)
+            parts.append(text)
+    return "".join(parts)

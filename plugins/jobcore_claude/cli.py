@@ -5,8 +5,9 @@ line (where a prompt starting with `--` would be read as an option, and argv
 is limited to 128 KiB). The CLI runs in a fresh, empty, private working
 directory (with a private TMPDIR) that is removed afterwards, loads no user, project or local
 settings (so no hooks, `apiKeyHelper`, `env`, permissions or CLAUDE.md from
-anywhere a job could write), no MCP servers, no skills or slash commands, and
-has no tools at all: jobcore only needs the text of the answer.
+anywhere a job could write), no MCP servers, no skills or slash commands, no
+attachments (`@path` mentions are not read), and has no tools at all: jobcore
+only needs the text of the answer.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ def ask_cli(prompt: str, settings: ClaudeSettings, should_stop: Callable[[], str
             f"Claude Code binary {settings.bin!r} not found on PATH; install "
             "@anthropic-ai/claude-code or set [plugins.claude] bin / JOBCORE_CLAUDE_BIN"
         )
-    env = {"CLAUDE_CODE_MAX_RETRIES": os.environ.get("CLAUDE_CODE_MAX_RETRIES", "0")}
+    env = {
+        "CLAUDE_CODE_MAX_RETRIES": os.environ.get("CLAUDE_CODE_MAX_RETRIES", "0"),
+        # `@path` in a prompt would otherwise be read (a folder listed) and sent to the model,
+        # tools or not: any file of the worker. No other attachment is wanted either.
+        "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1",
+    }
     if settings.base_url:
         env["ANTHROPIC_BASE_URL"] = settings.base_url
     with (

@@ -33,6 +33,7 @@ class Scripted:
     status: int
     retry_after: str | None = None
     text: str | None = None
+    raw: bytes | None = None  # sent as it is, as application/json
 
 
 @dataclass
@@ -127,6 +128,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if state.held:
             state.released.wait()
+        if scripted is not None and scripted.raw is not None:
+            self._send(scripted.status, scripted.raw, "application/json")
+            return
         if scripted is not None and scripted.status != 200:
             error = {
                 "type": "error",
@@ -272,6 +276,11 @@ class StubServer(ThreadingHTTPServer):
     def reply_next(self, text: str) -> None:
         with self.state.lock:
             self.state.script.append(Scripted(200, text=text))
+
+    def raw_next(self, body: bytes, status: int = 200) -> None:
+        """The next message request is answered with `body` as it is (malformed answers)."""
+        with self.state.lock:
+            self.state.script.append(Scripted(status, raw=body))
 
     def hold(self) -> None:
         """From now on, message requests wait for `release()` before they are answered."""

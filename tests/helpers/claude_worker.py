@@ -78,11 +78,15 @@ class ClaudeWorker:
     def log(self) -> str:
         return "".join(p.read_text() for p in sorted(self.tmp.glob("worker*.log")))
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        """The job as `show --json` has it, read in this process (polling stays cheap)."""
+    def queue(self) -> Queue:
+        """The database opened in this process (reads and cancels without a `jobcore` start)."""
         if self._reader is None:
             self._reader = make_queue(self.tmp / "jobs.db")
-        return self._reader.get(job_id).to_json()
+        return self._reader
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The job as `show --json` has it, read in this process (polling stays cheap)."""
+        return self.queue().get(job_id).to_json()
 
     def stop_all(self) -> None:
         if self._reader is not None:

@@ -217,7 +217,7 @@ def test_payload_names_hash_and_idempotency(make: Callable[..., Queue]) -> None:
         ({"prompt": "", "target_path": "a.md"}, "prompt"),
         ({"prompt": " \n\t", "target_path": "a.md"}, "prompt: .*only whitespace"),
         ({"prompt": PROMPT}, "target_path"),
-        ({"prompt": PROMPT, "target_path": "../a.md"}, r"target_path: '\.\./a\.md' is outside"),
+        ({"prompt": PROMPT, "target_path": "../a.md"}, r"^target_path: '\.\./a\.md' is outside"),
         ({"prompt": PROMPT, "targetPath": "x" * 256}, "target_path: the name 'xxx"),
         ({"prompt": PROMPT, "target_path": "a.md", "temperature": 1}, "temperature: unknown field"),
     ],
@@ -225,6 +225,36 @@ def test_payload_names_hash_and_idempotency(make: Callable[..., Queue]) -> None:
 def test_bad_payloads(make: Callable[..., Queue], payload: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidPayload, match=message):
         make(backend="api").enqueue("claude_extraction", payload)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"type": "error", "error": {"type": "api_error", "message": "boom"}}',
+        b"<html>a proxy's page</html>",
+        b"[1, 2]",
+        b'{"type": "message", "content": [{"type": "text", "text": {"not": "text"}}]}',
+    ],
+)
+def test_a_malformed_answer_is_retried_with_a_clear_error(
+    make: Callable[..., Queue], root: Path, anthropic_stub: StubServer, body: bytes
+) -> None:
+    """A 200 that is not a message (a proxy's page, an error object) is a transient error
+    saying so; it was a TypeError or JSONDecodeError traceback, and nothing is written."""
+    anthropic_stub.raw_next(body)
+    queue = make(backend="api")
+    created = queue.enqueue(
+        "claude_extraction",
+        {"prompt": PROMPT, "target_path": "answers/colours.md"},
+        max_attempts=1,
+    ).job
+    drain(queue)
+    job = queue.get(created.id).to_json()
+    assert job["status"] == "failed"
+    assert job["last_error"].startswith(
+        "TransientClaudeError: Claude API answered 200 without a message"
+    ), job["last_error"]
+    assert not (root / "answers/colours.md").exists()
 
 
 def test_rerun_overwrites_with_the_new_answer(

@@ -6,6 +6,8 @@ answer (a slow API) while the job is cancelled or times out, then answers.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -64,7 +66,9 @@ def test_timed_out_attempts_write_nothing(worker: ClaudeWorker, anthropic_stub: 
     wait_for(lambda: worker.job(job_id)["status"] == "failed", timeout=60)
     job = worker.job(job_id)
     assert [e["error"] for e in job["errors"]] == ["JobTimeout: timed out after 1s"] * 2
-    finish(worker, anthropic_stub, requests=2)
+    sent = len(anthropic_stub.message_requests())  # an attempt stopped before its call sends none
+    assert sent >= 1
+    finish(worker, anthropic_stub, requests=sent)
     assert not (worker.root / "answers/colours.md").exists()
 
 
@@ -89,3 +93,47 @@ def test_the_settings_timeout_bounds_the_whole_call(
         assert not (setup.root / "answers/colours.md").exists()
     finally:
         setup.stop_all()
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections whose remote end is `port` on this host (the worker's)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split()
+                remote, state = fields[2], fields[3]
+                count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
+    return count
+
+
+def threads_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
+def test_stopped_calls_leave_no_thread_or_connection_behind(
+    worker: ClaudeWorker, anthropic_stub: StubServer
+) -> None:
+    """An API that does not answer: each cancelled call's thread and connection end at once
+    (they stayed blocked in a read until the API answered or `timeout`, 600 s, passed)."""
+    anthropic_stub.hold()
+    port = int(anthropic_stub.base_url.rsplit(":", 1)[1])
+    calls = 4
+    lines = [json.dumps({"prompt": f"call {n}", "target_path": f"t/{n}.md"}) for n in range(calls)]
+    (worker.tmp / "jobs.jsonl").write_text("\n".join(lines) + "\n")
+    proc = worker.worker("--concurrency", "1")
+    warm_up = worker.enqueue("noop", {})
+    wait_for(lambda: worker.job(warm_up)["status"] == "completed", timeout=30)
+    idle = threads_of(proc.pid)
+    done = worker.cli("enqueue", "claude_extraction", "--from", str(worker.tmp / "jobs.jsonl"))
+    assert done.returncode == 0, done.stderr
+    for n, job_id in enumerate(done.stdout.split()):
+        wait_for(lambda n=n: len(anthropic_stub.message_requests()) > n, timeout=30)
+        worker.queue().cancel([job_id])
+        wait_for(lambda job_id=job_id: worker.job(job_id)["status"] == "cancelled", timeout=20)
+    wait_for(lambda: connections_to(port) == 0, timeout=5)
+    assert threads_of(proc.pid) <= idle + 1, (idle, threads_of(proc.pid))
+    finish(worker, anthropic_stub, requests=calls)
+    assert not (worker.root / "t").exists()

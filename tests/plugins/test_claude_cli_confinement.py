@@ -112,3 +112,34 @@ def test_a_slash_command_prompt_fails_permanently_and_writes_nothing(
     assert "slash command" in job["last_error"]
     assert not (worker.root / "a.md").exists()
     assert anthropic_stub.message_requests() == []
+
+
+def test_file_mentions_in_a_prompt_read_nothing(
+    worker: ClaudeWorker, anthropic_stub: StubServer, tmp_path: Path
+) -> None:
+    """Claude Code expands `@path` in a prompt into the file's text (a folder into its listing)
+    and sends it to the model, tools or not: a producer could read any file of the worker."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "key.txt").write_text("SECRET-FILE-CONTENT")
+    (secrets / "LISTED-NAME").write_text("")
+    prompts = [
+        f'Summarise @"{secrets}/key.txt" please',
+        f"@{secrets}/",
+        f"@{worker.tmp}/jobs.db",
+    ]
+    jobs = [
+        worker.enqueue("claude_extraction", {"prompt": prompt, "target_path": f"m/{n}.md"})
+        for n, prompt in enumerate(prompts)
+    ]
+    worker.run_until_empty()
+    for job_id in jobs:
+        job = worker.job(job_id)
+        assert job["status"] == "completed", job["errors"]
+    requests = anthropic_stub.message_requests()
+    assert sorted(prompt_of(r.body) for r in requests) == sorted(prompts)
+    for request in requests:
+        sent = json.dumps(request.body)
+        assert "SECRET-FILE-CONTENT" not in sent and "LISTED-NAME" not in sent
+        assert "SQLite format" not in sent and "Read tool" not in sent
+        assert len(request.body["messages"]) == 1, request.body["messages"]
