@@ -29,7 +29,7 @@ def free_port() -> int:
 def env(**extra: str) -> dict[str, str]:
     base = subprocess_env(**extra)
     base["PYTHONPATH"] = os.pathsep.join([str(HERE), base["PYTHONPATH"]])
-    base["JOBCORE_PLUGINS"] = "jobcore_test_plugin,agent_test_plugin"
+    base["JOBCORE_PLUGINS"] = extra.get("JOBCORE_PLUGINS", "jobcore_test_plugin,agent_test_plugin")
     return base
 
 
