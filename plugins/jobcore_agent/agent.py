@@ -124,6 +124,7 @@ class Agent:
                 self._stop_deadline = now + self.shutdown_timeout
             self._stopping = True
             self._cond.notify_all()
+        self.client.end_claims()  # the open long-poll ends now: no job for a stopping agent
 
     def drain(self) -> None:
         """The hub asked: stop claiming, finish every running job, then exit."""
@@ -135,6 +136,7 @@ class Agent:
                 self._stopping = True
                 self._stop_deadline = None
                 self._cond.notify_all()
+        self.client.end_claims()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.warning(
@@ -340,6 +342,8 @@ class Agent:
                 self._set_fatal(exc)
                 return
             except HubError as exc:
+                if self._stopping:
+                    return
                 delay = backoff.next()
                 if not outage or backoff.failures <= 2:
                     log.error("claim failed (%s); retrying in %.1fs", exc, delay)
