@@ -28,6 +28,15 @@ def read_token(settings: AgentSettings) -> str | None:
     return settings.token or None
 
 
+TOKEN_ENV = "JOBCORE_AGENT_TOKEN"
+
+
+def forget_token_env() -> None:
+    """Take the token out of this process's environment once read: every job process (shell,
+    exec, any plugin's subprocess) inherits the environment and must not see it."""
+    os.environ.pop(TOKEN_ENV, None)
+
+
 def load_settings(state: CliState, options: dict[str, object]) -> AgentSettings:
     base = state.config.plugin_settings("agent", AgentSettings)
     given = {key: value for key, value in options.items() if value not in (None, ())}
@@ -92,6 +101,7 @@ def agent(
     )
     url = need_hub(settings)
     token = read_token(settings)
+    forget_token_env()
     client = HubClient(url, token=token, timeout=settings.request_timeout)
     try:
         runner = Agent(

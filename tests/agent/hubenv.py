@@ -163,6 +163,7 @@ class Agent:
         token: str | None = None,
         extra: tuple[str, ...] = (),
         env_extra: dict[str, str] | None = None,
+        token_in_env: bool = False,
     ) -> None:
         self.hub = hub
         self.worker_id = worker_id
@@ -180,8 +181,7 @@ class Agent:
             "agent",
             "--hub",
             hub_url or hub.url,
-            "--token-file",
-            str(self.token_file),
+            *(() if token_in_env else ("--token-file", str(self.token_file))),
             "--worker-id",
             worker_id,
             "--cache-dir",
@@ -189,6 +189,8 @@ class Agent:
             *extra,
         ]
         self.env = env(**{"JOBCORE_AGENT_MAX_BACKOFF": "1s", **(env_extra or {})})
+        if token_in_env:  # as `JOBCORE_AGENT_TOKEN` instead of `--token-file`
+            self.env["JOBCORE_AGENT_TOKEN"] = self.token_file.read_text().strip()
         self.proc: subprocess.Popen[bytes] = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
