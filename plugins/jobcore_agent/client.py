@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,15 +100,24 @@ def check(response: httpx.Response, what: str) -> httpx.Response:
 class HubClient:
     """A thread-safe client of one hub; `token` goes in `Authorization: Bearer …`."""
 
-    def __init__(self, hub: str, *, token: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        hub: str,
+        *,
+        token: str | None,
+        timeout: float = 30.0,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         self.base = hub.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.auth_headers = headers
         self.timeout = timeout
+        self.verify = verify  # what https:// connections trust (a private CA: `--ca-file`)
         self._http = httpx.Client(
             base_url=self.base,
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            verify=verify,
         )
         # Claims go over their own connection, so that `end_claims` can cut it alone.
         self._claims_http = httpx.Client(
@@ -115,6 +125,7 @@ class HubClient:
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            verify=verify,
         )
         self._cut_lock = threading.RLock()
         self._claim_socket: socket.socket | None = None  # of the claims' connection
@@ -182,7 +193,7 @@ class HubClient:
                 timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
             )
         except httpx.TransportError as exc:  # connect, read, timeouts, protocol errors
-            raise HubUnavailable(f"{what}: {type(exc).__name__}: {exc or 'no answer'}") from None
+            raise unavailable(what, exc) from None
         return check(response, what)
 
     # -- routes ------------------------------------------------------------------
@@ -227,7 +238,7 @@ class HubClient:
         except httpx.TransportError as exc:
             if self._claims_cut:  # the hub answered the cut with nothing
                 return Claimed(jobs=[], drain=False)
-            raise HubUnavailable(f"claim: {type(exc).__name__}: {exc or 'no answer'}") from None
+            raise unavailable("claim", exc) from None
         check(response, "claim")
         if response.status_code == 204 or not response.content:
             return Claimed(jobs=[], drain=_drain(response, {}))
@@ -271,7 +282,7 @@ class HubClient:
                 headers={"Content-Type": "application/octet-stream"},
             )
         except httpx.TransportError as exc:
-            raise HubUnavailable(f"upload: {type(exc).__name__}: {exc}") from None
+            raise unavailable("upload", exc) from None
         result: dict[str, Any] = check(response, "upload").json()
         return result
 
@@ -280,12 +291,27 @@ class HubClient:
         """GET `url` streaming (with the token only when it points at this hub)."""
         headers = self.auth_headers if self.owns(url) else {}
         with httpx.stream(
-            "GET", url, headers=headers, timeout=self.timeout, follow_redirects=True
+            "GET",
+            url,
+            headers=headers,
+            timeout=self.timeout,
+            follow_redirects=True,
+            verify=self.verify,
         ) as response:
             if response.status_code >= 300:
                 response.read()
             check(response, f"download {url}")
             yield response
+
+
+def unavailable(what: str, exc: httpx.TransportError) -> HubUnavailable:
+    """The hub did not answer `what`; says what to do when its certificate is not trusted."""
+    text = f"{what}: {type(exc).__name__}: {exc or 'no answer'}"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        text += (
+            "; the hub's TLS certificate is not trusted: pass --ca-file with the CA that signed it"
+        )
+    return HubUnavailable(text)
 
 
 def _shutdown(sock: socket.socket, how: int) -> None:

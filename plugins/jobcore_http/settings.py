@@ -56,3 +56,5 @@ class HttpSettings(BaseModel):
     sse_keepalive: PositiveSeconds = 15.0  # comment lines on idle streams
     shutdown_timeout: PositiveSeconds = 30.0  # wait for in-flight requests at SIGTERM
     artifacts_dir: str | None = None  # default: beside the database (`<db>.artifacts`)
+    tls_cert: str | None = None  # PEM certificate (chain): serve HTTPS
+    tls_key: str | None = None  # its PEM private key

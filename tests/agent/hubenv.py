@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -44,8 +45,16 @@ def jobcore(db: str, *args: str) -> str:
 class Hub:
     """`jobcore serve` on a free port; `admin` is an httpx client with an admin token."""
 
-    def __init__(self, tmp: Path, *, lease: str = "5s", extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        lease: str = "5s",
+        extra: tuple[str, ...] = (),
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         self.tmp = tmp
+        self.verify = verify  # trusting the test CA of a hub serving HTTPS with a test certificate
         self.db = str(tmp / "hub.db")
         self.port = 0  # the first start picks a free port; a restart reuses it
         self.url = ""
@@ -55,7 +64,10 @@ class Hub:
         self.start()
         self.admin_token = self.token("admin-test", "admin")
         self.admin = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"}, timeout=30
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=30,
+            verify=self.verify,
         )
 
     def start(self) -> None:
@@ -64,16 +76,18 @@ class Hub:
         with open(log_path, "ab") as log:
             self.proc = self._spawn_hub(log)
         if not self.port:
-            self.port = int(wait_for(lambda: self._announced_port(log_path, offset), timeout=30))
-            self.url = f"http://127.0.0.1:{self.port}"
+            scheme, port = wait_for(lambda: self._announced(log_path, offset), timeout=30)
+            self.port = int(port)
+            self.url = f"{scheme}://127.0.0.1:{self.port}"
         wait_for(self._healthy, timeout=30)
 
-    def _announced_port(self, log_path: Path, offset: int) -> int | None:
+    def _announced(self, log_path: Path, offset: int) -> tuple[str, str] | None:
         assert self.proc is not None and self.proc.poll() is None, self.log()
         with open(log_path, "rb") as handle:
             handle.seek(offset)
-            match = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", handle.read())
-        return int(match.group(1)) if match else None
+            text = handle.read().decode(errors="replace")
+        match = re.search(r"listening on (https?)://127\.0\.0\.1:(\d+)", text)
+        return (match.group(1), match.group(2)) if match else None
 
     def _spawn_hub(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -98,7 +112,8 @@ class Hub:
     def _healthy(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, self.log()
         try:
-            return httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200
+            answer = httpx.get(f"{self.url}/api/health", timeout=1, verify=self.verify)
+            return answer.status_code == 200
         except httpx.HTTPError:
             return False
 
