@@ -194,7 +194,7 @@ class Agent:
             for thread in threads:
                 if thread.name != "agent-claimer":  # may sit in a long-poll; it is a daemon
                     thread.join(timeout=5)
-            self.outbox.close()
+            self._outbox_call(self.outbox.close)
 
     def _finish(self) -> int:
         if self._fatal is not None:

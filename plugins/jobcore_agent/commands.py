@@ -41,7 +41,9 @@ TOKEN_ENV = "JOBCORE_AGENT_TOKEN"
 def forget_token_env() -> None:
     """Take the token out of this process's environment once read: every job process (shell,
     exec, any plugin's subprocess) inherits the environment and must not see it."""
-    os.environ.pop(TOKEN_ENV, None)
+    from jobcore_agent.environ import forget
+
+    forget(TOKEN_ENV)
 
 
 def load_settings(state: CliState, options: dict[str, object]) -> AgentSettings:

@@ -29,7 +29,8 @@ def test_shell_and_exec_jobs_do_not_inherit_the_agent_token(hub: Hub, tmp_path: 
     agent = Agent(hub, "a1", token_in_env=True, env_extra={"VISIBLE_TO_JOBS": "yes"})
     token = agent.token_file.read_text().strip()
     try:
-        shell = hub.enqueue("shell", {"command": "env"})
+        # its own environment, and the agent's as /proc shows it to processes of its user
+        shell = hub.enqueue("shell", {"command": "env; tr '\\0' '\\n' < /proc/$PPID/environ"})
         exec_job = hub.enqueue("exec", {"sha256": digest})
         printed = hub.wait_status(shell["id"], "completed")["result"]["stdout"]
         assert "VISIBLE_TO_JOBS=yes" in printed  # the environment is passed on...
