@@ -96,13 +96,24 @@ def check_tls(settings: HttpSettings) -> None:
         return
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            settings.tls_cert, settings.tls_key
+            settings.tls_cert, settings.tls_key, password=_no_passphrase
         )
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, _EncryptedKey) as exc:
         raise JobcoreError(
             f"cannot load --tls-cert {settings.tls_cert} / --tls-key {settings.tls_key}: "
-            f"{getattr(exc, 'strerror', None) or exc}; give a PEM certificate and its key"
+            f"{getattr(exc, 'strerror', None) or exc}; give a PEM certificate and its "
+            "unencrypted key"
         ) from None
+
+
+class _EncryptedKey(Exception):
+    def __str__(self) -> str:
+        return "the key is passphrase-protected; decrypt it (openssl pkey -in KEY -out NEW)"
+
+
+def _no_passphrase() -> bytes:
+    """An encrypted key fails here instead of prompting on the terminal."""
+    raise _EncryptedKey
 
 
 @click.group()

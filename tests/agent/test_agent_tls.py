@@ -15,6 +15,7 @@ from hubenv import JOBCORE, Agent, Hub, env, pause, wait_until
 pytest.importorskip("fastapi")
 pytest.importorskip("cryptography")
 
+from cryptography.hazmat.primitives import serialization
 from tlscerts import Pki, make_pki
 
 pytestmark = pytest.mark.timeout(120)
@@ -132,6 +133,13 @@ def test_plain_http_to_another_machine_needs_insecure_http(tmp_path: Path) -> No
 
 def test_serve_tls_options_are_checked_before_it_starts(tmp_path: Path, pki: Pki) -> None:
     (tmp_path / "not-a-cert.pem").write_text("nothing here\n")
+    key = serialization.load_pem_private_key(pki.key.read_bytes(), None)
+    locked = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    (tmp_path / "locked.key").write_bytes(locked)
     for args, expected in (
         (["--tls-cert", str(pki.cert)], "--tls-cert and --tls-key go together"),
         (["--tls-key", str(pki.key)], "--tls-cert and --tls-key go together"),
@@ -140,6 +148,10 @@ def test_serve_tls_options_are_checked_before_it_starts(tmp_path: Path, pki: Pki
             "cannot load --tls-cert",
         ),
         (["--tls-cert", str(pki.cert), "--tls-key", str(tmp_path / "missing")], "No such file"),
+        (  # never a passphrase prompt on the terminal
+            ["--tls-cert", str(pki.cert), "--tls-key", str(tmp_path / "locked.key")],
+            "passphrase-protected",
+        ),
     ):
         done = run("--db", str(tmp_path / "hub.db"), "serve", "--port", "0", *args, cwd=tmp_path)
         assert done.returncode == 1, done.stderr
