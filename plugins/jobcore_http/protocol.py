@@ -10,12 +10,21 @@ route then gives those jobs back instead of sending them into the void.
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import asyncio
 
 
-class HubHttpProtocol(HttpToolsProtocol):
-    def eof_received(self) -> None:
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True
-            cycle.message_event.set()
+def hub_http_protocol() -> type[asyncio.Protocol] | str:
+    """The protocol class for uvicorn's `http=` (uvicorn's own choice without httptools)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # httptools comes with the `http` extra; h11 closes the same way
+        return "auto"
+
+    class HubHttpProtocol(HttpToolsProtocol):
+        def eof_received(self) -> None:
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+
+    return HubHttpProtocol

@@ -20,7 +20,7 @@ import uvicorn
 from jobcore.errors import JobcoreError
 from jobcore_http.app import create_app
 from jobcore_http.hub import Hub
-from jobcore_http.protocol import HubHttpProtocol
+from jobcore_http.protocol import hub_http_protocol
 
 log = logging.getLogger("jobcore.http")
 
@@ -67,7 +67,7 @@ def run(hub: Hub, host: str, port: int) -> None:
         timeout_graceful_shutdown=int(hub.settings.shutdown_timeout),
         server_header=False,
         lifespan="on",
-        http=HubHttpProtocol,  # a client's EOF is seen at once (claims answered into it)
+        http=hub_http_protocol(),  # a client's EOF is seen at once (claims answered into it)
         ssl_certfile=hub.settings.tls_cert,
         ssl_keyfile=hub.settings.tls_key,
     )
