@@ -104,6 +104,8 @@ class Agent:
         self._claims: dict[str, Claim] = {}  # by key
         self._outbox_ready = threading.Event()
         self._inflight: set[str] = set()  # outbox keys being delivered by the settling thread
+        self._unsaved: dict[str, Pending] = {}  # outcomes the outbox could not take, by key
+        self._outbox_broken = False  # an outbox write failed (logged once)
         self._hub_away = False  # the reporter's last delivery failed: leave delivery to it
         self._heartbeat_requested = False
         self._stopping = False
@@ -125,6 +127,7 @@ class Agent:
                 self._stop_deadline = now + self.shutdown_timeout
             self._stopping = True
             self._cond.notify_all()
+        self.client.end_claims()  # the open long-poll ends now: no job for a stopping agent
 
     def drain(self) -> None:
         """The hub asked: stop claiming, finish every running job, then exit."""
@@ -136,6 +139,7 @@ class Agent:
                 self._stopping = True
                 self._stop_deadline = None
                 self._cond.notify_all()
+        self.client.end_claims()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.warning(
@@ -193,7 +197,7 @@ class Agent:
             for thread in threads:
                 if thread.name != "agent-claimer":  # may sit in a long-poll; it is a daemon
                     thread.join(timeout=5)
-            self.outbox.close()
+            self._outbox_call(self.outbox.close)
 
     def _finish(self) -> int:
         if self._fatal is not None:
@@ -201,7 +205,20 @@ class Agent:
                 for claim in self._claims.values():
                     claim.run.ctx.request_stop("shutdown")
             raise AgentFatal(self._fatal)
-        left = self.outbox.count(self.worker_id)
+        try:
+            left = self.outbox.count(self.worker_id)
+        except Exception as exc:
+            self._outbox_trouble(exc)
+            left = 0
+        with self._cond:
+            lost = sorted(row.job_id for row in self._unsaved.values())
+        if lost:
+            log.error(
+                "%d outcome(s) neither saved in the outbox nor delivered (jobs %s); those jobs "
+                "run again once their leases expire",
+                len(lost),
+                ", ".join(lost),
+            )
         if left:
             log.warning(
                 "%d outcome(s) not delivered yet; kept in %s for the next start",
@@ -328,6 +345,8 @@ class Agent:
                 self._set_fatal(exc)
                 return
             except HubError as exc:
+                if self._stopping:
+                    return
                 delay = backoff.next()
                 if not outage or backoff.failures <= 2:
                     log.error("claim failed (%s); retrying in %.1fs", exc, delay)
@@ -461,12 +480,10 @@ class Agent:
                 kind=kind,
                 body=body,
             )
-        except Exception:
-            log.exception(
-                "cannot write the outbox %s; outcome of job %s lost", self.outbox.path, row.job_id
-            )
-            self._forget(row.lease_id)
-            return True
+        except Exception as exc:  # disk full, read-only, I/O error: the hub may still take it
+            self._outbox_trouble(exc)
+            with self._cond:
+                self._unsaved[row.lease_id] = row  # heartbeated and retried until delivered
         # Deliver right away from this thread (outcomes of several jobs go out in parallel);
         # the reporter thread retries whatever this could not deliver.
         with self._cond:
@@ -487,7 +504,44 @@ class Agent:
     def _forget(self, key: str) -> None:
         with self._cond:
             self._claims.pop(key, None)
+            self._unsaved.pop(key, None)
             self._cond.notify_all()
+
+    def _outbox_trouble(self, exc: BaseException) -> None:
+        """An outbox read or write failed: say so once; outcomes then go straight to the hub."""
+        with self._cond:
+            first, self._outbox_broken = not self._outbox_broken, True
+        if first:
+            log.error(
+                "cannot write the outbox %s (%s: %s); outcomes now go straight to the hub and "
+                "are kept in memory until it takes them (lost if this agent stops first): "
+                "free space on that disk or fix its permissions",
+                self.outbox.path,
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            log.debug("outbox still failing: %s", exc)
+
+    def _outbox_call(self, method: Any, *args: Any, **kwargs: Any) -> None:
+        """Update the outbox where losing the update costs nothing but a repeated delivery."""
+        try:
+            method(*args, **kwargs)
+        except Exception as exc:
+            self._outbox_trouble(exc)
+
+    def _pending_rows(self) -> list[Pending]:
+        """Undelivered outcomes: the outbox's rows and those it could not take, minus in-flight."""
+        try:
+            saved = self.outbox.pending(self.worker_id)
+        except Exception as exc:
+            self._outbox_trouble(exc)
+            saved = []
+        with self._cond:
+            busy = set(self._inflight)
+            rows = {row.lease_id: row for row in saved}
+            rows.update(self._unsaved)
+        return [row for key, row in rows.items() if key not in busy]
 
     def _release_rest(self) -> None:
         """Shutdown's deadline passed: stop what still runs and give those jobs back."""
@@ -517,11 +571,7 @@ class Agent:
             self._outbox_ready.wait(timeout=30.0)
             self._outbox_ready.clear()
             while not self._closed and not self._fatal:
-                with self._cond:
-                    busy = set(self._inflight)
-                rows = [
-                    row for row in self.outbox.pending(self.worker_id) if row.lease_id not in busy
-                ]
+                rows = self._pending_rows()
                 if not rows:
                     break
                 if all(self._deliver(row) for row in rows):
@@ -548,7 +598,7 @@ class Agent:
         try:
             self.client.report(row.kind, row.job_id, row.body, key=row.lease_id)
         except HubUnavailable as exc:
-            self.outbox.tried(row.lease_id)
+            self._outbox_call(self.outbox.tried, row.lease_id)
             log.debug("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)
             return False
         except HubAuthError as exc:
@@ -567,7 +617,7 @@ class Agent:
             log.error("the hub rejected %s of job %s (%s); dropped", row.kind, row.job_id, exc)
         else:
             self.stats["delivered"] += 1
-        self.outbox.delete(row.lease_id)
+        self._outbox_call(self.outbox.delete, row.lease_id)
         self._forget(row.lease_id)
         return True
 
@@ -580,8 +630,12 @@ class Agent:
             "reason": f"the hub rejected the result: {exc}",
             "retryable": False,
         }
-        self.outbox.replace(row.lease_id, kind="fail", body=body)
-        return self._deliver(replace(row, kind="fail", body=body))
+        failing = replace(row, kind="fail", body=body)
+        with self._cond:
+            if row.lease_id in self._unsaved:
+                self._unsaved[row.lease_id] = failing
+        self._outbox_call(self.outbox.replace, row.lease_id, kind="fail", body=body)
+        return self._deliver(failing)
 
     # -- heartbeats and timeouts ----------------------------------------------------------
 

@@ -9,9 +9,13 @@ again later), `HubAuthError` (401/403: the token is bad or revoked),
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
+import socket
+import ssl
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +28,7 @@ from jobcore.errors import JobcoreError
 log = logging.getLogger("jobcore.agent")
 
 DRAIN_HEADER = "X-Jobcore-Drain"
+CUT_GRACE = 3.0  # seconds a cut claim waits for the hub's answer before its socket is closed
 
 
 class HubError(JobcoreError):
@@ -95,19 +100,71 @@ def check(response: httpx.Response, what: str) -> httpx.Response:
 class HubClient:
     """A thread-safe client of one hub; `token` goes in `Authorization: Bearer …`."""
 
-    def __init__(self, hub: str, *, token: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        hub: str,
+        *,
+        token: str | None,
+        timeout: float = 30.0,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         self.base = hub.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.auth_headers = headers
         self.timeout = timeout
+        self.verify = verify  # what https:// connections trust (a private CA: `--ca-file`)
         self._http = httpx.Client(
             base_url=self.base,
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            verify=verify,
         )
+        # Claims go over their own connection, so that `end_claims` can cut it alone.
+        self._claims_http = httpx.Client(
+            base_url=self.base,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            verify=verify,
+        )
+        self._cut_lock = threading.RLock()
+        self._claim_socket: socket.socket | None = None  # of the claims' connection
+        self._claims_cut = False
 
     def close(self) -> None:
         self._http.close()
+        self._claims_http.close()
+
+    def end_claims(self) -> None:
+        """Stop claiming: end the open long-poll now, and refuse new claims.
+
+        The claims' connection is half-closed: the hub sees the end of the request
+        stream, stops waiting for a job and gives back any it claimed for this request
+        that it could not send; an answer it sent before still arrives (the caller then
+        releases those jobs). After `CUT_GRACE` seconds the socket is closed outright.
+        """
+        with self._cut_lock:
+            self._claims_cut = True
+            sock = self._claim_socket
+        if sock is not None:
+            _shutdown(sock, socket.SHUT_WR)
+            timer = threading.Timer(CUT_GRACE, _shutdown, args=(sock, socket.SHUT_RDWR))
+            timer.daemon = True
+            timer.start()
+
+    def _trace_claim(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook on the claims' connection: note its socket when it opens."""
+        if event not in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._cut_lock:
+            self._claim_socket = sock
+            cut = self._claims_cut
+        if cut:  # opened while `end_claims` ran: the hub must not wait on it either
+            _shutdown(sock, socket.SHUT_WR)
 
     def owns(self, url: str) -> bool:
         """True when `url` is one of this hub's artifacts (so the token may be sent with it).
@@ -136,7 +193,7 @@ class HubClient:
                 timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
             )
         except httpx.TransportError as exc:  # connect, read, timeouts, protocol errors
-            raise HubUnavailable(f"{what}: {type(exc).__name__}: {exc or 'no answer'}") from None
+            raise unavailable(what, exc) from None
         return check(response, what)
 
     # -- routes ------------------------------------------------------------------
@@ -169,7 +226,20 @@ class HubClient:
             "max_jobs": max_jobs,
             "wait": wait,
         }
-        response = self._post("/api/jobs/claim", body, what="claim", timeout=wait + self.timeout)
+        if self._claims_cut:
+            return Claimed(jobs=[], drain=False)
+        try:
+            response = self._claims_http.post(
+                "/api/jobs/claim",
+                json=body,
+                timeout=wait + self.timeout,
+                extensions={"trace": self._trace_claim},
+            )
+        except httpx.TransportError as exc:
+            if self._claims_cut:  # the hub answered the cut with nothing
+                return Claimed(jobs=[], drain=False)
+            raise unavailable("claim", exc) from None
+        check(response, "claim")
         if response.status_code == 204 or not response.content:
             return Claimed(jobs=[], drain=_drain(response, {}))
         data = response.json()
@@ -212,7 +282,7 @@ class HubClient:
                 headers={"Content-Type": "application/octet-stream"},
             )
         except httpx.TransportError as exc:
-            raise HubUnavailable(f"upload: {type(exc).__name__}: {exc}") from None
+            raise unavailable("upload", exc) from None
         result: dict[str, Any] = check(response, "upload").json()
         return result
 
@@ -221,12 +291,34 @@ class HubClient:
         """GET `url` streaming (with the token only when it points at this hub)."""
         headers = self.auth_headers if self.owns(url) else {}
         with httpx.stream(
-            "GET", url, headers=headers, timeout=self.timeout, follow_redirects=True
+            "GET",
+            url,
+            headers=headers,
+            timeout=self.timeout,
+            follow_redirects=True,
+            verify=self.verify,
         ) as response:
             if response.status_code >= 300:
                 response.read()
             check(response, f"download {url}")
             yield response
+
+
+def unavailable(what: str, exc: httpx.TransportError) -> HubUnavailable:
+    """The hub did not answer `what`; says what to do when its certificate is not trusted."""
+    text = f"{what}: {type(exc).__name__}: {exc or 'no answer'}"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        text += (
+            "; the hub's TLS certificate is not trusted: pass --ca-file with the CA that signed it"
+        )
+    return HubUnavailable(text)
+
+
+def _shutdown(sock: socket.socket, how: int) -> None:
+    """Shut a socket down at the TCP level (for a TLS socket too: its TLS state is left alone,
+    so an answer already on its way can still be read)."""
+    with contextlib.suppress(OSError):  # closed meanwhile
+        socket.socket.shutdown(sock, how)
 
 
 def _drain(response: httpx.Response, data: dict[str, Any]) -> bool:

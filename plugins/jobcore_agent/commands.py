@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import ssl
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -12,6 +16,9 @@ from jobcore.cli.params import DURATION
 from jobcore.errors import ConfigError, JobcoreError
 from jobcore.owned import own
 from jobcore_agent.settings import AgentSettings, split_list
+
+if TYPE_CHECKING:
+    from jobcore_agent.client import HubClient
 
 
 def read_token(settings: AgentSettings) -> str | None:
@@ -30,6 +37,17 @@ def read_token(settings: AgentSettings) -> str | None:
     return settings.token or None
 
 
+TOKEN_ENV = "JOBCORE_AGENT_TOKEN"
+
+
+def forget_token_env() -> None:
+    """Take the token out of this process's environment once read: every job process (shell,
+    exec, any plugin's subprocess) inherits the environment and must not see it."""
+    from jobcore_agent.environ import forget
+
+    forget(TOKEN_ENV)
+
+
 def load_settings(state: CliState, options: dict[str, object]) -> AgentSettings:
     base = state.config.plugin_settings("agent", AgentSettings)
     given = {key: value for key, value in options.items() if value not in (None, ())}
@@ -41,11 +59,70 @@ def need_hub(settings: AgentSettings) -> str:
         raise ConfigError("no hub given: pass --hub URL or set JOBCORE_AGENT_HUB")
     if not settings.hub.startswith(("http://", "https://")):
         raise ConfigError(f"--hub {settings.hub!r} is not an http(s) URL")
+    if settings.hub.startswith("http://") and not settings.insecure_http:
+        host = urlsplit(settings.hub).hostname or ""
+        if not _loopback(host):
+            raise ConfigError(
+                f"--hub {settings.hub} is plain HTTP to another machine: the token would "
+                "travel in clear text; use an https:// hub (`jobcore serve --tls-cert/--tls-key` "
+                "or a TLS proxy, plus --ca-file for a private CA), or pass --insecure-http "
+                "on a trusted network"
+            )
     return settings.hub
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_trust(settings: AgentSettings) -> ssl.SSLContext | bool:
+    """What https:// connections trust: the system's CAs, plus `ca_file`'s when given."""
+    if not settings.ca_file:
+        return True
+    context = ssl.create_default_context()
+    try:
+        context.load_verify_locations(cafile=settings.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot read the CA file {settings.ca_file}: "
+            f"{getattr(exc, 'strerror', None) or exc}; give PEM CA certificate(s)"
+        ) from None
+    return context
+
+
+def hub_client(settings: AgentSettings, token: str | None) -> HubClient:
+    from jobcore_agent.client import HubClient
+
+    return HubClient(
+        need_hub(settings),
+        token=token,
+        timeout=settings.request_timeout,
+        verify=tls_trust(settings),
+    )
+
+
+def tls_options(command: Any) -> Any:
+    """`--ca-file` and `--insecure-http`, shared by the commands that talk to a hub."""
+    command = click.option(
+        "--insecure-http",
+        is_flag=True,
+        default=None,
+        help="Allow a plain http:// hub on another machine (the token travels in clear text).",
+    )(command)
+    return click.option(
+        "--ca-file",
+        type=click.Path(dir_okay=False),
+        help="PEM CA certificate(s) to trust for an https:// hub ($JOBCORE_AGENT_CA_FILE).",
+    )(command)
+
+
 @click.command()
-@click.option("--hub", help="The hub's URL, e.g. http://hub:8080 ($JOBCORE_AGENT_HUB).")
+@click.option("--hub", help="The hub's URL, e.g. https://hub:8443 ($JOBCORE_AGENT_HUB).")
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False),
@@ -60,6 +137,7 @@ def need_hub(settings: AgentSettings) -> str:
 @click.option(
     "--shutdown-timeout", type=DURATION, help="On SIGTERM, time running jobs get (default 30s)."
 )
+@tls_options
 @pass_state
 def agent(
     state: CliState,
@@ -72,11 +150,12 @@ def agent(
     tags: str | None,
     cache_dir: str | None,
     shutdown_timeout: float | None,
+    ca_file: str | None,
+    insecure_http: bool | None,
 ) -> None:
-    """Run jobs claimed from a hub over HTTP (outbound requests only)."""
+    """Run jobs claimed from a hub over HTTP(S) (outbound requests only)."""
     from jobcore_agent.agent import Agent
     from jobcore_agent.capabilities import default_worker_id
-    from jobcore_agent.client import HubClient
 
     settings = load_settings(
         state,
@@ -90,11 +169,14 @@ def agent(
             "tags": tags,
             "cache_dir": cache_dir,
             "shutdown_timeout": shutdown_timeout,
+            "ca_file": ca_file,
+            "insecure_http": insecure_http,
         },
     )
-    url = need_hub(settings)
+    need_hub(settings)
     token = read_token(settings)
-    client = HubClient(url, token=token, timeout=settings.request_timeout)
+    forget_token_env()
+    client = hub_client(settings, token)
     try:
         runner = Agent(
             state.queue(create=False),
@@ -128,16 +210,26 @@ def artifacts() -> None:
     type=click.Path(dir_okay=False),
     help="File holding an admin-scope token (else $JOBCORE_AGENT_TOKEN).",
 )
+@tls_options
 @pass_state
-def upload(state: CliState, file: str, hub: str | None, token_file: str | None) -> None:
+def upload(
+    state: CliState,
+    file: str,
+    hub: str | None,
+    token_file: str | None,
+    ca_file: str | None,
+    insecure_http: bool | None,
+) -> None:
     """Store FILE on the hub and print its sha256 (put it in `exec` payloads)."""
     from jobcore_agent.cache import file_sha256
-    from jobcore_agent.client import HubClient, HubError
+    from jobcore_agent.client import HubError
 
-    settings = load_settings(state, {"hub": hub, "token_file": token_file})
-    client = HubClient(
-        need_hub(settings), token=read_token(settings), timeout=settings.request_timeout
+    settings = load_settings(
+        state,
+        {"hub": hub, "token_file": token_file, "ca_file": ca_file, "insecure_http": insecure_http},
     )
+    need_hub(settings)
+    client = hub_client(settings, read_token(settings))
     try:
         answer = client.upload_artifact(Path(file).read_bytes())
     except HubError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 import apsw
 
+from jobcore.errors import JobcoreError
 from jobcore.timeutil import now_ms
 
 SCHEMA = """
@@ -51,15 +52,40 @@ class Outbox:
 
     def __init__(self, directory: str | Path) -> None:
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JobcoreError(
+                f"cannot use the cache dir {path}: {exc.strerror or exc}; "
+                "pass --cache-dir (or JOBCORE_AGENT_CACHE_DIR) a writable folder"
+            ) from None
         self.path = path / "outbox.db"
         self._lock = threading.Lock()
-        self._db = apsw.Connection(str(self.path))
-        self._db.setbusytimeout(30_000)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        with self._db:
-            self._db.execute(SCHEMA)
+        try:
+            self._db = apsw.Connection(str(self.path))
+        except apsw.Error as exc:
+            raise self._unusable(exc) from None
+        try:
+            self._db.setbusytimeout(30_000)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._db:
+                self._db.execute(SCHEMA)
+        except apsw.Error as exc:
+            self._db.close()
+            raise self._unusable(exc) from None
+
+    def _unusable(self, exc: apsw.Error) -> JobcoreError:
+        if isinstance(exc, (apsw.NotADBError, apsw.CorruptError)):
+            return JobcoreError(
+                f"the agent's outbox {self.path} is not a usable SQLite database ({exc}); "
+                "move it aside and start the agent again (outcomes it held are lost: "
+                "their jobs run again once their leases expire)"
+            )
+        return JobcoreError(
+            f"cannot open the agent's outbox {self.path}: {exc}; check that its folder "
+            "is writable and its disk has room, or pass another --cache-dir"
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -33,6 +33,8 @@ class AgentSettings(BaseModel):
     shutdown_timeout: Seconds = 30.0
     request_timeout: PositiveSeconds = 30.0
     max_backoff: PositiveSeconds = 30.0
+    ca_file: str | None = None  # PEM CA certificate(s) trusted for an https:// hub
+    insecure_http: bool = False  # allow a plain http:// hub that is not on this machine
 
 
 def split_list(text: str | None) -> tuple[str, ...]:

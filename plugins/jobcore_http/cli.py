@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import click
@@ -42,6 +43,12 @@ class SizeType(click.ParamType):  # type: ignore[type-arg]
     default=None,
     help="No tokens: every request acts as admin. Only on a trusted network.",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate (chain) to serve HTTPS with; needs --tls-key.",
+)
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")
 @pass_state
 def serve(
     state: CliState,
@@ -50,6 +57,8 @@ def serve(
     max_body: int | None,
     lease: float | None,
     insecure_no_auth: bool | None,
+    tls_cert: str | None,
+    tls_key: str | None,
 ) -> None:
     """Run the hub: the HTTP API for producers, remote agents and the dashboard."""
     from jobcore_http.hub import Hub
@@ -67,13 +76,44 @@ def serve(
             "port": port,
             "max_body": max_body,
             "insecure_no_auth": insecure_no_auth,
+            "tls_cert": tls_cert,
+            "tls_key": tls_key,
         }.items()
         if value is not None
     }
     settings = settings.model_copy(update=changes)
+    check_tls(settings)
     queue = state.queue()
     hub = Hub(queue, settings, lease=state.config.core.lease)
     run(hub, settings.host, settings.port)
+
+
+def check_tls(settings: HttpSettings) -> None:
+    """Both TLS files or neither, and loadable: one clear error before anything starts."""
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise JobcoreError("--tls-cert and --tls-key go together: pass both to serve HTTPS")
+    if not settings.tls_cert or not settings.tls_key:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            settings.tls_cert, settings.tls_key, password=_no_passphrase
+        )
+    except (OSError, ssl.SSLError, _EncryptedKey) as exc:
+        raise JobcoreError(
+            f"cannot load --tls-cert {settings.tls_cert} / --tls-key {settings.tls_key}: "
+            f"{getattr(exc, 'strerror', None) or exc}; give a PEM certificate and its "
+            "unencrypted key"
+        ) from None
+
+
+class _EncryptedKey(Exception):
+    def __str__(self) -> str:
+        return "the key is passphrase-protected; decrypt it (openssl pkey -in KEY -out NEW)"
+
+
+def _no_passphrase() -> bytes:
+    """An encrypted key fails here instead of prompting on the terminal."""
+    raise _EncryptedKey
 
 
 @click.group()

@@ -166,6 +166,18 @@ class _Guarded(HttpToolsProtocol):
         self.transport.close()
         self._disarm()
 
+    def eof_received(self) -> None:
+        """The client ended its side (EOF): mark the request disconnected now.
+
+        uvicorn learns of it one event-loop turn later and drops an answer sent in
+        between without a trace; a stopping agent half-closes its claim long-poll, so
+        the claim route must see it at once to give back jobs claimed for it.
+        """
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+
     def data_received(self, data: bytes) -> None:
         if self._pipelined_over:
             self.flow.pause_reading()  # the parser stopped: the connection ends after its answers

@@ -116,11 +116,14 @@ def run(hub: Hub, host: str, port: int) -> None:
         server_header=False,
         lifespan="on",
         log_config=None,  # uvicorn's own lines go through jobcore's handler (_uvicorn_logs)
+        ssl_certfile=hub.settings.tls_cert,
+        ssl_keyfile=hub.settings.tls_key,
     )
     _uvicorn_logs()
     server = HubServer(config, hub)
     shown = f"[{host}]" if ":" in host else host
-    print(f"jobcore hub listening on http://{shown}:{bound}", file=sys.stderr, flush=True)
+    scheme = "https" if hub.settings.tls_cert else "http"
+    print(f"jobcore hub listening on {scheme}://{shown}:{bound}", file=sys.stderr, flush=True)
     if hub.settings.insecure_no_auth:
         print(
             "WARNING: --insecure-no-auth: every request acts as admin; use only on a trusted network",

@@ -62,3 +62,5 @@ class HttpSettings(BaseModel):
     body_timeout: PositiveSeconds = 30.0
     max_header_bytes: Size = 32 * 1024
     artifacts_dir: str | None = None  # default: beside the database (`<db>.artifacts`)
+    tls_cert: str | None = None  # PEM certificate (chain): serve HTTPS
+    tls_key: str | None = None  # its PEM private key

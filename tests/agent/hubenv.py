@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ def free_port() -> int:
 def env(**extra: str) -> dict[str, str]:
     base = subprocess_env(**extra)
     base["PYTHONPATH"] = os.pathsep.join([str(HERE), base["PYTHONPATH"]])
-    base["JOBCORE_PLUGINS"] = "jobcore_test_plugin,agent_test_plugin"
+    base["JOBCORE_PLUGINS"] = extra.get("JOBCORE_PLUGINS", "jobcore_test_plugin,agent_test_plugin")
     return base
 
 
@@ -51,9 +52,11 @@ class Hub:
         lease: str = "5s",
         extra: tuple[str, ...] = (),
         env_extra: dict[str, str] | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.tmp = tmp
         self.env_extra = env_extra or {}
+        self.verify = verify  # trusting the test CA of a hub serving HTTPS with a test certificate
         self.db = str(tmp / "hub.db")
         self.port = 0  # the first start picks a free port; a restart reuses it
         self.url = ""
@@ -63,7 +66,10 @@ class Hub:
         self.start()
         self.admin_token = self.token("admin-test", "admin")
         self.admin = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"}, timeout=30
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=30,
+            verify=self.verify,
         )
 
     def start(self) -> None:
@@ -72,16 +78,18 @@ class Hub:
         with open(log_path, "ab") as log:
             self.proc = self._spawn_hub(log)
         if not self.port:
-            self.port = int(wait_for(lambda: self._announced_port(log_path, offset), timeout=30))
-            self.url = f"http://127.0.0.1:{self.port}"
+            scheme, port = wait_for(lambda: self._announced(log_path, offset), timeout=30)
+            self.port = int(port)
+            self.url = f"{scheme}://127.0.0.1:{self.port}"
         wait_for(self._healthy, timeout=30)
 
-    def _announced_port(self, log_path: Path, offset: int) -> int | None:
+    def _announced(self, log_path: Path, offset: int) -> tuple[str, str] | None:
         assert self.proc is not None and self.proc.poll() is None, self.log()
         with open(log_path, "rb") as handle:
             handle.seek(offset)
-            match = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", handle.read())
-        return int(match.group(1)) if match else None
+            text = handle.read().decode(errors="replace")
+        match = re.search(r"listening on (https?)://127\.0\.0\.1:(\d+)", text)
+        return (match.group(1), match.group(2)) if match else None
 
     def _spawn_hub(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -106,7 +114,8 @@ class Hub:
     def _healthy(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, self.log()
         try:
-            return httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200
+            answer = httpx.get(f"{self.url}/api/health", timeout=1, verify=self.verify)
+            return answer.status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -171,6 +180,7 @@ class Agent:
         token: str | None = None,
         extra: tuple[str, ...] = (),
         env_extra: dict[str, str] | None = None,
+        token_in_env: bool = False,
     ) -> None:
         self.hub = hub
         self.worker_id = worker_id
@@ -188,8 +198,7 @@ class Agent:
             "agent",
             "--hub",
             hub_url or hub.url,
-            "--token-file",
-            str(self.token_file),
+            *(() if token_in_env else ("--token-file", str(self.token_file))),
             "--worker-id",
             worker_id,
             "--cache-dir",
@@ -197,6 +206,8 @@ class Agent:
             *extra,
         ]
         self.env = env(**{"JOBCORE_AGENT_MAX_BACKOFF": "1s", **(env_extra or {})})
+        if token_in_env:  # as `JOBCORE_AGENT_TOKEN` instead of `--token-file`
+            self.env["JOBCORE_AGENT_TOKEN"] = self.token_file.read_text().strip()
         self.proc: subprocess.Popen[bytes] = self._spawn()
 
     def _spawn(self) -> subprocess.Popen[bytes]:

@@ -1,5 +1,6 @@
 """Loaded with JOBCORE_PLUGINS=faulty_disk: SQLite's default file system, failing every write
-with an I/O error while FAULTY_DISK=1 (a real SQLITE_IOERR through SQLite's VFS layer)."""
+with an I/O error while FAULTY_DISK=1, or while the file named by FAULTY_DISK_WHILE exists (a
+running process's disk fails and recovers), a real SQLITE_IOERR through SQLite's VFS layer."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ BASE = apsw.vfs_names()[0]
 
 class FaultyFile(apsw.VFSFile):  # type: ignore[misc]
     def xWrite(self, data: bytes, offset: int) -> None:
-        if os.environ.get("FAULTY_DISK") == "1":
+        flag = os.environ.get("FAULTY_DISK_WHILE")
+        if os.environ.get("FAULTY_DISK") == "1" or (flag and os.path.exists(flag)):
             raise apsw.IOError("write failed on the faulty disk")
         super().xWrite(data, offset)
 

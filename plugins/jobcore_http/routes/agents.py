@@ -120,9 +120,34 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
         return Response(status_code=204)
     if wait > 0:
         await _still_authorized(request, hub, body.worker_id, jobs)
+    if body.worker_id in hub.registry.draining:  # told to drain while it waited: none for it
+        await _give_back(hub, jobs)
+        return Response(status_code=204, headers={"X-Jobcore-Drain": "1"})
     if body.max_jobs is None:
-        return JSONResponse(job_json(jobs[0]))
-    return JSONResponse([job_json(job) for job in jobs])
+        return ClaimAnswer(job_json(jobs[0]), hub, jobs)
+    return ClaimAnswer([job_json(job) for job in jobs], hub, jobs)
+
+
+class ClaimAnswer(JSONResponse):
+    """Claimed jobs, given back instead of sent when the client left first (a stopping agent
+    half-closes its long-poll): no job stays claimed for an answer that is never sent."""
+
+    def __init__(self, content: Any, hub: Hub, jobs: list[Job]) -> None:
+        super().__init__(content)
+        self.hub = hub
+        self.jobs = jobs
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(0)  # a disconnect seen in this loop turn is recorded first
+        if await Request(scope, receive).is_disconnected():
+            await _give_back(self.hub, self.jobs)
+            return
+        await super().__call__(scope, receive, send)
+
+
+async def _give_back(hub: Hub, jobs: list[Job]) -> None:
+    for job in jobs:
+        await settle(hub.engine.record(Released(Lease.of(job))))
 
 
 async def _claim(
@@ -160,8 +185,7 @@ async def _still_authorized(request: Request, hub: Hub, worker: str, jobs: list[
             raise ApiError(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
         acting_as(principal, worker)
     except ApiError:
-        for job in jobs:
-            await settle(hub.engine.record(Released(Lease.of(job))))
+        await _give_back(hub, jobs)
         raise
 
 
