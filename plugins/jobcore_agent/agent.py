@@ -40,7 +40,7 @@ from jobcore_agent.client import (
 )
 from jobcore_agent.exec_job import ArtifactSource
 from jobcore_agent.outbox import Outbox, Pending
-from jobcore_agent.wire import job_from_json, make_lease, report_of
+from jobcore_agent.wire import job_from_json, make_lease, report_of, sendable
 
 log = logging.getLogger("jobcore.agent")
 
@@ -463,6 +463,7 @@ class Agent:
         if outcome is None:
             return True
         kind, body = report_of(outcome, worker_id=self.worker_id, lease_id=claim.lease_id)
+        body = sendable(kind, body)
         row = Pending(
             lease_id=claim.key,
             job_id=claim.run.job.id,
@@ -596,7 +597,7 @@ class Agent:
     def _deliver(self, row: Pending) -> bool:
         """Send one outbox row; False when the hub is unavailable (the row stays)."""
         try:
-            self.client.report(row.kind, row.job_id, row.body, key=row.lease_id)
+            self.client.report(row.kind, row.job_id, sendable(row.kind, row.body), key=row.lease_id)
         except HubUnavailable as exc:
             self._outbox_call(self.outbox.tried, row.lease_id)
             log.debug("cannot deliver %s of job %s yet (%s)", row.kind, row.job_id, exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from jobcore.models import (
@@ -140,3 +141,45 @@ def report_of(
         case Released():
             return "release", base
     raise TypeError(f"unknown outcome {outcome!r}")
+
+
+def _text(value: Any) -> Any:
+    """`value` with lone surrogates in its strings written as `\\udXXX` escapes."""
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, dict):
+        return {_text(key): _text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_text(item) for item in value]
+    return value
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def sendable(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as UTF-8 JSON can carry it: a result holding a lone surrogate (valid JSON
+    escapes, an undecodable file name) is described instead, as the core stores a result it
+    cannot encode; other strings (a fail reason) keep such characters as escapes."""
+    if _encodes(body):
+        return body
+    if kind == "result" and not _encodes(body.get("result")):
+        try:
+            shown = repr(body["result"])
+        except RecursionError:
+            shown = "<too deep to show>"
+        body = {
+            **body,
+            "result": {
+                "unserialisable": "the result holds a lone surrogate (U+D800-U+DFFF), "
+                "which UTF-8 cannot encode",
+                "repr": shown if len(shown) <= 1024 else shown[:1024] + "…",
+            },
+        }
+    cleaned: dict[str, Any] = _text(body)
+    return cleaned
