@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobcore import wakeup
+from jobcore.clockjump import SweepGuard
 from jobcore.errors import JobTimeout
 from jobcore.models import Failed, Job, Lease, Retrying
 from jobcore.queue import Queue
@@ -149,11 +150,13 @@ class Hub:
         interval = self.settings.timeout_check_interval
         sweep_every = self.lease_ms / 2000
         next_sweep = time.monotonic()
+        guard = SweepGuard(self.storage.now, self.lease_ms / 1000, logger=log)
         while not self._halt.wait(interval):
             try:
                 self.registry.flush()
                 self.enforce_timeouts()
-                if time.monotonic() >= next_sweep:
+                guard.check()  # a forward step of the store's clock holds the sweep a lease
+                if time.monotonic() >= next_sweep and guard.may_sweep():
                     next_sweep = time.monotonic() + sweep_every
                     self.sweep()
             except Exception as exc:
