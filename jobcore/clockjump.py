@@ -44,6 +44,7 @@ class SweepGuard:
     every live lease look expired. After one, no sweep until one lease of real
     elapsed time has passed: by then every live worker has extended its leases
     (its keeper heartbeats every lease/4, and at once when it notices the step).
+    The first `check()` takes the first reading: a step before it goes unnoticed.
     """
 
     def __init__(

@@ -53,6 +53,8 @@ class Hub:
         )
         self.feed = EventFeed(self.storage, self.store)
         self.registry = Registry(self.store, self.storage, lease_ms=self.lease_ms)
+        self.sweep_guard = SweepGuard(self.storage.now, lease, logger=log)
+        self.sweep_guard.check()  # the first reading: a step of the clock from now on is seen
         self.stopping = threading.Event()
         self.stop_signal = AsyncSignal()
         self.longpolls: dict[str, int] = {}  # agent -> claims waiting now (event loop only)
@@ -150,13 +152,12 @@ class Hub:
         interval = self.settings.timeout_check_interval
         sweep_every = self.lease_ms / 2000
         next_sweep = time.monotonic()
-        guard = SweepGuard(self.storage.now, self.lease_ms / 1000, logger=log)
         while not self._halt.wait(interval):
             try:
                 self.registry.flush()
                 self.enforce_timeouts()
-                guard.check()  # a forward step of the store's clock holds the sweep a lease
-                if time.monotonic() >= next_sweep and guard.may_sweep():
+                self.sweep_guard.check()  # a forward step of the store's clock holds the sweep
+                if time.monotonic() >= next_sweep and self.sweep_guard.may_sweep():
                     next_sweep = time.monotonic() + sweep_every
                     self.sweep()
             except Exception as exc:
