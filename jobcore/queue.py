@@ -441,12 +441,13 @@ class Queue:
         sweep just the claims still unchanged: a live worker's keeper extends its leases
         every lease/4, and at once when it notices the step.
         """
-        only = None
-        if confirm is not None:
+        if confirm is None:
+            swept = self.storage.sweep(force=force)
+        else:
             only = self.expired_claims()
             if only:
                 time.sleep(confirm)
-        swept = self.storage.sweep(force=force, only=only)
+            swept = self.storage.sweep(force=force, only=only)
         for item in swept:
             self.announce_swept(item)
         if any(item.action in ("reclaimed", "released") for item in swept):
