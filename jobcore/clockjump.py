@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+
+log = logging.getLogger("jobcore")
 
 
 class ClockJumps:
@@ -32,3 +35,46 @@ class ClockJumps:
             return 0
         ahead = (wall - last[0]) - (mono - last[1]) * 1000
         return int(ahead) if ahead > self.tolerance_ms else 0
+
+
+class SweepGuard:
+    """When a periodic sweeper may sweep, given forward steps of the store's clock.
+
+    A step of the store clock ahead of elapsed time by more than lease/4 may make
+    every live lease look expired. After one, no sweep until one lease of real
+    elapsed time has passed: by then every live worker has extended its leases
+    (its keeper heartbeats every lease/4, and at once when it notices the step).
+    The first `check()` takes the first reading: a step before it goes unnoticed.
+    """
+
+    def __init__(
+        self,
+        store_clock: Callable[[], int],
+        lease_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.lease_s = lease_s
+        self._log = logger
+        self._monotonic = monotonic
+        self._jumps = ClockJumps(store_clock, tolerance_ms=int(lease_s * 250), monotonic=monotonic)
+        self.held_until = float("-inf")  # monotonic time before which no sweep
+
+    def check(self, doing: str = "") -> int:
+        """Look at the store's clock; on a forward step log it, hold sweeps for one
+        lease and answer the step (ms), else 0. `doing`: what the caller does at once."""
+        ahead_ms = self._jumps.check()
+        if ahead_ms:
+            self.held_until = self._monotonic() + self.lease_s
+            self._log.warning(
+                "the store's clock stepped %.1fs ahead of elapsed time; %ssweeping in %.1fs, "
+                "not before",
+                ahead_ms / 1000,
+                doing,
+                self.lease_s,
+            )
+        return ahead_ms
+
+    def may_sweep(self) -> bool:
+        """No forward step was noticed within the last lease (of elapsed time)."""
+        return self._monotonic() >= self.held_until

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobcore.attempt import describe_error
-from jobcore.clockjump import ClockJumps
+from jobcore.clockjump import SweepGuard
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.notifier import Notifier
 from jobcore.queue import Queue
@@ -73,20 +73,13 @@ class Keeper:
         next_heartbeat = time.monotonic() + lease_s / 4
         next_sweep = time.monotonic()
         backoff = 0.0
-        jumps = ClockJumps(self.queue.storage.now, tolerance_ms=int(lease_s * 250))
+        guard = SweepGuard(self.queue.storage.now, lease_s, logger=log)
         while not self._stop:
             mono = time.monotonic()
             try:
-                ahead_ms = jumps.check()
-                if ahead_ms:
-                    log.warning(
-                        "the store's clock stepped %.1fs ahead of elapsed time; extending "
-                        "this worker's leases now and sweeping in %.1fs, not before",
-                        ahead_ms / 1000,
-                        lease_s,
-                    )
+                if guard.check("extending this worker's leases now and "):
                     self._event.set()
-                    next_sweep = max(next_sweep, mono + lease_s)
+                    next_sweep = max(next_sweep, guard.held_until)
                 if self._event.is_set() or mono >= next_heartbeat:
                     self._event.clear()
                     self._extend_leases()

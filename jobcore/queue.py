@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import operator
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from jobcore.models import FINISHED, Job, JobStatus, NewJob, new_job_from_values
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
-from jobcore.storage.base import Inserted, Stats, Storage, Swept
+from jobcore.storage.base import Claim, Inserted, Stats, Storage, Swept
 
 log = logging.getLogger("jobcore.queue")
 
@@ -430,17 +431,39 @@ class Queue:
                 notify(self.pm, "jobcore_job_cancelled", job=job)
         return jobs
 
-    def sweep(self, *, force: bool = False) -> list[Swept]:
+    def sweep(self, *, force: bool = False, confirm: float | None = None) -> list[Swept]:
         """Reclaim, release, fail or cancel jobs whose lease expired; fires the matching hooks.
 
         Returns [] while another process holds the store's sweep lock, unless `force`.
+        `confirm` (seconds; a one-shot sweeper passes lease/4 + 1): one look cannot tell
+        a dead worker's lease from a live one that a forward step of the store's clock
+        made look expired. So look first, wait `confirm` only if some lease expired, and
+        sweep just the claims still unchanged: a live worker's keeper extends its leases
+        every lease/4, and at once when it notices the step.
         """
-        swept = self.storage.sweep(force=force)
+        if confirm is None:
+            swept = self.storage.sweep(force=force)
+        else:
+            only = self.expired_claims()
+            if only:
+                time.sleep(confirm)
+            swept = self.storage.sweep(force=force, only=only)
         for item in swept:
             self.announce_swept(item)
         if any(item.action in ("reclaimed", "released") for item in swept):
             wakeup.notify(self.wake_key)
         return swept
+
+    def expired_claims(self) -> list[Claim]:
+        """The claims whose lease has expired by the store's clock, as they are now."""
+        now = self.storage.now()
+        return [
+            Claim(job.id, job.lease_id, job.lease_expires_at)
+            for job in self.storage.scan(statuses=[JobStatus.CLAIMED.value])
+            if job.lease_id is not None
+            and job.lease_expires_at is not None
+            and job.lease_expires_at < now
+        ]
 
     def announce_swept(self, item: Swept) -> None:
         job = item.job

@@ -89,8 +89,9 @@ def stats(state: CliState, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def sweep(state: CliState, as_json: bool) -> None:
-    """Reclaim jobs whose lease expired (their worker died) now."""
-    swept = state.queue(create=False).sweep(force=True)
+    """Reclaim jobs whose lease expired (their worker died), confirmed over lease/4 + 1s."""
+    confirm = state.config.core.lease / 4 + 1  # a live worker's keeper extends by then
+    swept = state.queue(create=False).sweep(force=True, confirm=confirm)
     if as_json:
         emit_json([{"action": item.action, "job": item.job.to_json()} for item in swept])
         return

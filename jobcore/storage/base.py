@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from jobcore.models import Event, Job, Lease, NewJob, Outcome
 
@@ -52,6 +52,14 @@ class Swept:
 
     job: Job
     action: str
+
+
+class Claim(NamedTuple):
+    """A claim as one look at the store saw it (`sweep(only=...)` acts on it only if still so)."""
+
+    job_id: str
+    lease_id: str
+    lease_expires_at: int
 
 
 @dataclass(slots=True)
@@ -160,13 +168,21 @@ class Storage(Protocol):
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         """Apply owner transitions fenced by `lease_id`, in one transaction."""
 
-    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+    def sweep(
+        self,
+        *,
+        force: bool = False,
+        hold_ms: int | None = None,
+        only: Sequence[Claim] | None = None,
+    ) -> list[Swept]:
         """Reclaim, release, fail or cancel claimed jobs whose lease expired; prune old events.
 
         One sweeper per store at a time: the sweep takes the store-level lock
         `sweep` for `hold_ms` (a worker passes its sweep interval; default: the
         backend's) and returns [] while another holder has it, unless `force`
         (an operator's `jobcore sweep`). The same holder may sweep again at once.
+        With `only`, just those of these claims whose lease is still expired and
+        whose `lease_id` and `lease_expires_at` are still as given.
         """
 
     def acquire_lock(self, name: str, holder: str, ttl_ms: int) -> bool:

@@ -24,11 +24,7 @@ from typing import Any
 import apsw
 
 from jobcore import transitions as T
-from jobcore.errors import (
-    SchemaTooNew,
-    StorageError,
-    StorageUnavailable,
-)
+from jobcore.errors import SchemaTooNew, StorageError, StorageUnavailable
 from jobcore.models import (
     Completed,
     Failed,
@@ -41,7 +37,7 @@ from jobcore.models import (
 )
 from jobcore.owned import own
 from jobcore.storage import sqlite_statements as S
-from jobcore.storage.base import Inserted, Recorded, Swept
+from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
@@ -55,6 +51,7 @@ from jobcore.storage.sqlite_statements import (
     MARK_STARTED_SQL,
     OWNER_SQL,
     PROMOTE_SQL,
+    SWEEP_ONLY_SQL,
     SWEEP_SQL,
 )
 from jobcore.storage.sqlite_walindex import WalIndexHeader
@@ -584,7 +581,13 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         )
 
     @boundary
-    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+    def sweep(
+        self,
+        *,
+        force: bool = False,
+        hold_ms: int | None = None,
+        only: Sequence[Claim] | None = None,
+    ) -> list[Swept]:
         conn = self._conn()
         now = self.now()
         if not force:  # read first: a sweep held elsewhere costs no write lock
@@ -598,8 +601,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             if not self._acquire(conn, "sweep", self.holder, hold, now, force):
                 return []
             self._holds_sweep = True
-            for sql, error, action in SWEEP_SQL:
-                for row in rows_of(conn, sql, {"now": now, "error": error}):
+            for sql, error, action in SWEEP_SQL if only is None else SWEEP_ONLY_SQL:
+                for row in rows_of(conn, sql, {"now": now, "error": error, "only": S.listed(only)}):
                     swept.append(Swept(row_to_job(row), action))
             more = self._prune_events(conn, now)
         deadline = time.monotonic() + PRUNE_BUDGET_S

@@ -9,9 +9,11 @@ fragment, so the SQL cannot drift from `transitions.apply`. Named parameters:
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
+from jobcore.storage.base import Claim
 from jobcore.transitions import (
     CANCEL_WAITING,
     CLAIM,
@@ -154,12 +156,26 @@ def by_id(t: Transition, returning: str = "*") -> str:
     )
 
 
-def set_based(t: Transition, index: str) -> str:
-    """`t` applied to every row its guard selects (the sweep), through `index`."""
+def set_based(t: Transition, index: str, extra: str = "") -> str:
+    """`t` applied to every row its guard (and `extra`) selects (the sweep), through `index`."""
     return (
         f"UPDATE jobs INDEXED BY {index}\n   SET {set_clause(t)}\n"
-        f" WHERE {where_clause(t, by_id=False)}\nRETURNING *"
+        f" WHERE {where_clause(t, by_id=False)}{extra}\nRETURNING *"
     )
+
+
+ONLY_CLAIMS = (
+    "\n   AND EXISTS (SELECT 1 FROM json_each(:only) AS o"
+    " WHERE json_extract(o.value, '$[0]') = jobs.id"
+    " AND json_extract(o.value, '$[1]') = jobs.lease_id"
+    " AND json_extract(o.value, '$[2]') = jobs.lease_expires_at)"
+)
+"""The sweep restricted to the claims `:only` lists (JSON [id, lease_id, lease_expires_at])."""
+
+
+def listed(only: Sequence[Claim] | None) -> str | None:
+    """The `:only` parameter of ONLY_CLAIMS (None without a list)."""
+    return None if only is None else json.dumps([list(claim) for claim in only])
 
 
 def promote(t: Transition) -> str:
@@ -295,6 +311,9 @@ def _owner_statements() -> dict[str, tuple[str, str]]:
 
 OWNER_SQL = _owner_statements()
 SWEEP_SQL = [(set_based(t, "jobs_leases"), t.error, action) for t, action in SWEEP]
+SWEEP_ONLY_SQL = [
+    (set_based(t, "jobs_leases", ONLY_CLAIMS), t.error, action) for t, action in SWEEP
+]
 PROMOTE_SQL = promote(PROMOTE)
 EXTEND_SQL = by_id(EXTEND, "cancel_requested")
 MARK_STARTED_SQL = by_id(MARK_STARTED, "id")

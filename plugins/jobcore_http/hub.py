@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobcore import wakeup
+from jobcore.clockjump import SweepGuard
 from jobcore.errors import JobTimeout
 from jobcore.models import Failed, Job, Lease, Retrying
 from jobcore.queue import Queue
@@ -52,6 +53,8 @@ class Hub:
         )
         self.feed = EventFeed(self.storage, self.store)
         self.registry = Registry(self.store, self.storage, lease_ms=self.lease_ms)
+        self.sweep_guard = SweepGuard(self.storage.now, lease, logger=log)
+        self.sweep_guard.check()  # the first reading: a step of the clock from now on is seen
         self.stopping = threading.Event()
         self.stop_signal = AsyncSignal()
         self.longpolls: dict[str, int] = {}  # agent -> claims waiting now (event loop only)
@@ -153,7 +156,8 @@ class Hub:
             try:
                 self.registry.flush()
                 self.enforce_timeouts()
-                if time.monotonic() >= next_sweep:
+                self.sweep_guard.check()  # a forward step of the store's clock holds the sweep
+                if time.monotonic() >= next_sweep and self.sweep_guard.may_sweep():
                     next_sweep = time.monotonic() + sweep_every
                     self.sweep()
             except Exception as exc:

@@ -12,7 +12,7 @@ import psycopg
 
 from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job
-from jobcore.storage.base import Swept
+from jobcore.storage.base import Claim, Swept
 from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
 from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
@@ -91,17 +91,35 @@ class PostgresAdmin:
                 (name, holder),
             )
 
-    def sweep(self, *, force: bool = False, hold_ms: int | None = None) -> list[Swept]:
+    def sweep(
+        self,
+        *,
+        force: bool = False,
+        hold_ms: int | None = None,
+        only: Sequence[Claim] | None = None,
+    ) -> list[Swept]:
         swept: list[Swept] = []
+        params: dict[str, Any] = {}
+        if only is not None:
+            params = {
+                "only_ids": [c.job_id for c in only],
+                "only_leases": [c.lease_id for c in only],
+                "only_expiries": [c.lease_expires_at for c in only],
+            }
         with self._write() as conn:
             hold = self.sweep_hold_ms if hold_ms is None else hold_ms
             if not self._take_lock(conn, "sweep", self._holder, hold, force):
                 return []
             for transition, action in SWEEP:
                 sql = self._statement(
-                    ("sweep", transition.name), sweep_statement, transition, self._d, SWEEP_LIMIT
+                    ("sweep", transition.name, only is not None),
+                    sweep_statement,
+                    transition,
+                    self._d,
+                    SWEEP_LIMIT,
+                    only is not None,
                 )
-                for row in conn.execute(sql, self._params()).fetchall():
+                for row in conn.execute(sql, self._params(**params)).fetchall():
                     swept.append(Swept(row_to_job(row), action))
             more = self._prune_events(conn)
         deadline = time.monotonic() + EVENT_PRUNE_BUDGET_S

@@ -265,11 +265,19 @@ def owner_statement(transition: Transition, d: Dialect, slim: bool = False) -> s
     return with_event(transition, d, update, names)
 
 
-def sweep_statement(transition: Transition, d: Dialect, limit: int) -> str:
-    """Apply a sweep transition to at most `limit` expired leases (skipping locked rows)."""
+def sweep_statement(transition: Transition, d: Dialect, limit: int, only: bool = False) -> str:
+    """Apply a sweep transition to at most `limit` expired leases (skipping locked rows);
+    `only`: just the claims listed as unchanged by `%(only_ids)s`, `%(only_leases)s`
+    and `%(only_expiries)s`."""
+    listed = (
+        " AND (j.id, j.lease_id, j.lease_expires_at) IN (SELECT * FROM unnest("
+        "%(only_ids)s::text[], %(only_leases)s::text[], %(only_expiries)s::bigint[]))"
+        if only
+        else ""
+    )
     update = (
         f"UPDATE {d.table('jobs')} j SET {set_clause(transition, d)} "
-        f"FROM (SELECT id FROM {d.table('jobs')} j WHERE {guard_clause(transition, d)} "
+        f"FROM (SELECT id FROM {d.table('jobs')} j WHERE {guard_clause(transition, d)}{listed} "
         f"ORDER BY j.lease_expires_at LIMIT {int(limit)} FOR UPDATE SKIP LOCKED) AS v "
         f"WHERE j.id = v.id RETURNING {columns('j')}"
     )

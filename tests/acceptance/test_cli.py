@@ -368,7 +368,7 @@ def test_sweep_reclaims_expired_leases(run: Run, db: Path) -> None:
     storage.close()
     stats = json.loads(run("stats", "--json").stdout)
     assert [job["id"] for job in stats["stuck"]] == [job_id]
-    result = run("sweep")
+    result = run("sweep", env={"JOBCORE_LEASE": "1s"})  # confirms over lease/4 + 1s
     assert result.stdout.strip() == f"reclaimed {job_id} (noop, attempt 1)"
     shown = json.loads(run("show", job_id, "--json").stdout)
     assert shown["status"] == "pending" and shown["errors"][0]["error"] == "lease expired"

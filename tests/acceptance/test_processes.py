@@ -218,7 +218,7 @@ def test_max_jobs_exits_when_its_job_lost_the_lease(cluster: Cluster) -> None:
         try:
             time.sleep(1.5)
             # Paused inside a heartbeat's transaction, it holds the write lock: try again.
-            swept = cluster.cli("sweep", env={"JOBCORE_BUSY_TIMEOUT": "1s"})
+            swept = cluster.cli("sweep", env={"JOBCORE_BUSY_TIMEOUT": "1s", "JOBCORE_LEASE": "1s"})
         finally:
             worker.send_signal(signal.SIGCONT)
         if swept.returncode == 0:

@@ -66,7 +66,7 @@ def test_a_worker_killed_right_after_its_claim_commit_charges_no_attempt(tmp_pat
     assert not log.exists(), "no handler began before the worker died"
     assert {job["status"] for job in _jobs(env, tmp_path)} == {"claimed"}
     time.sleep(1.2)  # past the lease
-    swept = _cli(env, tmp_path, "sweep")
+    swept = _cli({**env, "JOBCORE_LEASE": "1s"}, tmp_path, "sweep")
     assert swept.returncode == 0, swept.stderr
     for job in _jobs(env, tmp_path):
         assert (job["status"], job["attempts"], job["errors"]) == ("pending", 0, []), job

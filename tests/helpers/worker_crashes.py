@@ -67,7 +67,7 @@ def crash_until_failed(tmp: Path, db: str, *, jobs: int = 2, max_attempts: int =
             for proc in workers:
                 assert proc.wait(60) in (0, -9), log.read_text()[-3000:]
             time.sleep(LEASE + 0.2)  # the dead workers' leases run out
-            _cli(env, tmp, "sweep")
+            _cli({**env, "JOBCORE_LEASE": f"{LEASE}s"}, tmp, "sweep")  # confirms in LEASE/4 + 1s
             shown = [queue.get(job_id) for job_id in ids]
             if all(job.status == "failed" for job in shown):
                 break

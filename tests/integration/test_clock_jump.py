@@ -8,15 +8,17 @@ extends its own leases first and sweeps again only one lease period later.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
 
 import jobcore_test_plugin as tp
+import pytest
 from testenv import wait_for
 
 from jobcore import JobStatus, Queue, Worker
-from jobcore.clockjump import ClockJumps
+from jobcore.clockjump import ClockJumps, SweepGuard
 from jobcore.plugins import make_plugin_manager
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing.helpers import make_config
@@ -82,3 +84,22 @@ def test_clock_jumps_are_store_advance_beyond_elapsed_time() -> None:
     assert jumps.check() == 9000
     wall[0] -= 60_000
     assert jumps.check() == 0  # a step back only lengthens leases
+
+
+def test_sweep_guard_holds_sweeps_one_lease_after_a_step(caplog: pytest.LogCaptureFixture) -> None:
+    """The rule every periodic sweeper follows (a worker's keeper, the hub)."""
+    wall, mono = [1_000_000], [50.0]
+    guard = SweepGuard(lambda: wall[0], lease_s=4.0, monotonic=lambda: mono[0])
+    assert guard.check() == 0 and guard.may_sweep()  # the first reading
+    wall[0] += 900  # within lease/4
+    assert guard.check() == 0 and guard.may_sweep()
+    wall[0] += 40_000
+    mono[0] += 1.0
+    with caplog.at_level(logging.WARNING, logger="jobcore"):
+        assert guard.check() == 39_000  # the step, less the elapsed second
+    assert "the store's clock stepped 39.0s ahead of elapsed time" in caplog.text
+    mono[0] += 3.9
+    wall[0] += 3900
+    assert guard.check() == 0 and not guard.may_sweep()  # still within one lease
+    mono[0] += 0.1
+    assert guard.may_sweep()

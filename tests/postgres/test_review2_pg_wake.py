@@ -167,7 +167,8 @@ def test_review2_worker_process_hears_every_transition_that_makes_work(
             other.insert([ghost_job])
             [_ghost] = other.claim(worker="ghost", limit=1, lease_ms=1)
         time.sleep(0.3)  # its lease has expired; the live worker heard only that commit
-        done = subprocess.run([*JOBCORE, "sweep"], env=env, cwd=tmp_path, capture_output=True)
+        swept_env = {**env, "JOBCORE_LEASE": "1s"}  # it confirms over lease/4 + 1s
+        done = subprocess.run([*JOBCORE, "sweep"], env=swept_env, cwd=tmp_path, capture_output=True)
         assert done.returncode == 0, done.stderr
         wait_for(lambda: status(ghost_job.id) is JobStatus.COMPLETED, timeout=10)
         # the outbox: a job inserted on the application's own connection

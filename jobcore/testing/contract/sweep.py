@@ -16,7 +16,7 @@ from jobcore.models import (
     Released,
     Retrying,
 )
-from jobcore.storage.base import Storage
+from jobcore.storage.base import Claim, Storage
 from jobcore.testing.contract.base import (
     HOUR,
     LEASE,
@@ -54,6 +54,26 @@ class SweepAndEventRules(ContractBase):
         for item in swept.values():
             assert item.job == storage.get(item.job.id)
         assert storage.sweep(force=True) == []
+
+    def test_sweep_only_listed_claims_still_unchanged(
+        self, storage: Storage, clock: FakeClock
+    ) -> None:
+        """`only`: a one-shot sweeper's confirmed look. A claim extended, re-claimed or
+        not listed since is left alone; an unlisted expired one too."""
+        storage.insert([new_job() for _ in range(5)])
+        dead, live, other_lease, other_expiry, unlisted = self.claim(storage, limit=5)
+        clock.now = T0 + LEASE + 1
+        looked = [Claim(j.id, str(j.lease_id), T0 + LEASE) for j in (dead, live)]
+        storage.extend_leases([lease_of(live)], lease_ms=LEASE)  # a live worker, after the look
+        looked += [
+            Claim(other_lease.id, "another lease", T0 + LEASE),
+            Claim(other_expiry.id, str(other_expiry.lease_id), T0 + LEASE - 1),
+        ]
+        swept = storage.sweep(force=True, only=looked)
+        assert [(item.job.id, item.action) for item in swept] == [(dead.id, "reclaimed")]
+        assert storage.sweep(force=True, only=[]) == []
+        left = {item.job.id for item in storage.sweep(force=True)}
+        assert left == {other_lease.id, other_expiry.id, unlisted.id}
 
     def test_sweep_gives_back_a_job_that_never_started(
         self, storage: Storage, clock: FakeClock
