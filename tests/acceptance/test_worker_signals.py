@@ -1,5 +1,5 @@
-"""Signals reach a worker whose loop waits for another process's write lock (DESIGN §6:
-a second SIGTERM means now, however busy the database is)."""
+"""SIGTERM twice quickly (DESIGN §6: a second signal means now) reaches a `jobcore run`
+whose loop waits for another process's write lock, and one that is already winding down."""
 
 from __future__ import annotations
 
@@ -76,3 +76,40 @@ def test_two_quick_sigterms_during_a_held_write_lock_still_mean_now(
     assert claimed == [], claimed
     text = log.read_text()
     assert "stopping now" in text, text
+
+
+SLOW_STOP_PLUGIN = """
+import time
+from pathlib import Path
+from jobcore import hookimpl
+
+@hookimpl
+def jobcore_worker_stopped(worker):
+    Path(__file__).with_name("stopping").write_text(worker)
+    time.sleep(3)
+"""
+
+
+def test_a_second_sigterm_while_the_worker_winds_down_is_not_a_kill(tmp_path: Path) -> None:
+    """The loop already ended (handlers restored); a second, quick SIGTERM is part of the
+    same stop: exit 0 with the summary line, not death by the signal (status -15)."""
+    (tmp_path / "slow_stop.py").write_text(SLOW_STOP_PLUGIN)
+    env = subprocess_env(JOBCORE_DB=str(tmp_path / "jobs.db"))
+    env["JOBCORE_PLUGINS"] = "jobcore_test_plugin,slow_stop"
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [*JOBCORE, "run"], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(lambda: " started: " in log.read_text(), timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        wait_for((tmp_path / "stopping").exists, timeout=30)  # the stop hooks run now
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert " finished: " in log.read_text()
