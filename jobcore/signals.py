@@ -22,14 +22,21 @@ def install(
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         again = stopping()
-        log.warning(
-            "received %s: %s",
-            signal.Signals(signum).name,
-            "stopping now: releasing unfinished jobs"
-            if again
-            else f"finishing running jobs (up to {shutdown_timeout:g}s; again to stop now)",
-        )
         stop(not again)
+        # Not logged here: this handler may run in the middle of this thread's own log
+        # write (a second signal during the first one's line) and would wait for ever for
+        # the lock that write holds. Another thread writes the line once it is free.
+        threading.Thread(
+            target=log.warning,
+            args=(
+                "received %s: %s",
+                signal.Signals(signum).name,
+                "stopping now: releasing unfinished jobs"
+                if again
+                else f"finishing running jobs (up to {shutdown_timeout:g}s; again to stop now)",
+            ),
+            name="jobcore-signal-log",
+        ).start()
 
     previous: dict[int, Any] = {}
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -201,6 +201,11 @@ class Worker:
             self._woken = True
             self._cond.notify_all()
 
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (a signal or `stop`)."""
+        return self._stopping
+
     def wake(self) -> None:
         with self._cond:
             self._woken = True

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+from typing import Any
+
 import click
 
 from jobcore.cli import CliState, cli, pass_state
@@ -73,8 +77,31 @@ def run(
         max_jobs=max_jobs,
         install_signal_handlers=True,
     )
+    _late_signals_belong_to_the_stop(worker)
     code = worker.run()
+    if worker.stopping:  # Python resets its own handlers as it exits; ignored ones stay ignored
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
     summary = ", ".join(f"{name} {count}" for name, count in worker.stats.items() if count)
     click.echo(f"worker {worker.worker_id} finished: {summary or 'no jobs'}")
     if code:
         raise SystemExit(code)
+
+
+def _late_signals_belong_to_the_stop(worker: Worker) -> None:
+    """The worker restores the handlers it found once its loop ends, well before this process
+    exits (stop hooks, the summary line, closing the store). A second SIGTERM/SIGINT sent
+    quickly then found the default action: death by the signal instead of a clean exit. This
+    process ends right after the worker, so a signal arriving once it is stopping is part of
+    that stop; before it, the handler that was there acts as before."""
+    previous: dict[int, Any] = {}
+
+    def late(signum: int, frame: FrameType | None) -> None:
+        if worker.stopping:
+            return
+        signal.signal(signum, previous[signum])
+        signal.raise_signal(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.getsignal(signum) or signal.SIG_DFL
+        signal.signal(signum, late)

@@ -41,6 +41,7 @@ from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
+from jobcore.storage.sqlite_busy import busy_waiter
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
 from jobcore.storage.sqlite_identity import FileIdentity
 from jobcore.storage.sqlite_outbox import AppConnections
@@ -151,7 +152,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
             conn = apsw.Connection(self.path, flags=flags, statementcachesize=STATEMENT_CACHE)
-            conn.set_busy_timeout(self.busy_timeout_ms)
+            conn.set_busy_handler(busy_waiter(self.busy_timeout_ms))  # signals still run
             mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
             if mode != "wal":  # switching needs the write lock: only when not in WAL yet
                 mode = str(rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]).lower()
