@@ -85,8 +85,14 @@ class Keeper:
                     self._extend_leases()
                     next_heartbeat = mono + lease_s / 4
                 if mono >= next_sweep:
-                    self._sweep()
-                    next_sweep = mono + lease_s / 2
+                    # look again right before sweeping: a step while this turn ran (or while
+                    # the process was stopped in it) holds this sweep too
+                    if guard.check("extending this worker's leases now and "):
+                        self._extend_leases()
+                        next_sweep = max(next_sweep, guard.held_until)
+                    else:
+                        self._sweep()
+                        next_sweep = mono + lease_s / 2
                 backoff = 0.0
             except Exception as exc:
                 self.swept_once = True
