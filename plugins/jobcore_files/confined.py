@@ -75,14 +75,15 @@ class _Openat2:
     @property
     def available(self) -> bool:
         """True when a probe call works (no ENOSYS, no seccomp refusal)."""
-        if self._available is None:
-            self._available = False
+        if self._available is None:  # executors may probe at once: set it only when known
+            works = False
             if self.number is not None:
                 try:
-                    os.close(self(-100, ".", _DIR_FLAGS & ~os.O_NOFOLLOW, 0))  # AT_FDCWD
-                    self._available = True
+                    os.close(self(-100, "/", _DIR_FLAGS & ~os.O_NOFOLLOW, 0))  # AT_FDCWD
+                    works = True
                 except OSError:
                     pass
+            self._available = works
         return self._available
 
 
