@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import sys
 import tempfile
@@ -499,6 +500,11 @@ def main(argv: list[str] | None = None) -> None:
         "--dir", help="folder for the database files (default: a temporary folder on local disk)"
     )
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("huey") is None:
+        sys.exit(
+            "Error: these benchmarks compare jobcore with Huey, which is not installed here: "
+            "pip install huey (or run them with `tox -e bench`, which installs it)"
+        )
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.reps:
         sizes = dataclasses.replace(sizes, reps=args.reps)
