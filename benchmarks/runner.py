@@ -490,7 +490,9 @@ def targets(results: Results) -> list[tuple[str, str, bool]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition (under a minute)"
+        "--quick",
+        action="store_true",
+        help="small sizes, one repetition (run times: benchmarks/README.md)",
     )
     parser.add_argument("--reps", type=int, help="repetitions (default 5, quick 1)")
     parser.add_argument(
