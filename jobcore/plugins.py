@@ -366,7 +366,10 @@ def import_plugin_module(module_name: str) -> Any:
     """Import a module named by `JOBCORE_PLUGINS` (or `modules=`), looking in the current
     directory too, as `python -m` does; appended last, so it never shadows an installed module.
     """
-    cwd = os.getcwd()
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed: only the import path is left
+        return importlib.import_module(module_name)
     if "" not in sys.path and cwd not in sys.path:
         try:
             found = importlib.util.find_spec(module_name.split(".", 1)[0]) is not None
@@ -383,10 +386,13 @@ def _module_error_reason(module_name: str, exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name is not None:
         top = module_name.split(".", 1)[0]
         if exc.name in (module_name, top) or module_name.startswith(exc.name + "."):
+            try:
+                where = f"the current directory {os.getcwd()} and the import path"
+            except OSError:
+                where = "the import path"
             return (
-                f"module {module_name!r} not found (looked in the current directory "
-                f"{os.getcwd()} and on the import path); check the name, or run from the "
-                "folder that holds it"
+                f"module {module_name!r} not found (looked in {where}); check the name, "
+                "or run from the folder that holds it"
             )
     return _import_error_reason(exc)
 

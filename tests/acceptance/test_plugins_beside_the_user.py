@@ -73,3 +73,24 @@ def test_a_module_not_found_is_named_without_an_install_hint(tmp_path: Path) -> 
         timeout=60,
     )
     assert enqueue.returncode == 1 and "pip install no_such" not in enqueue.stderr
+
+
+def test_a_removed_working_directory_is_not_a_crash(tmp_path: Path) -> None:
+    script = console_script(tmp_path / "bin")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (
+        "import os, subprocess, sys\n"
+        f"os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})\n"
+        f"sys.exit(subprocess.run([{str(script)!r}, '--db', {str(tmp_path / 'j.db')!r}, 'plugins']).returncode)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=subprocess_env(JOBCORE_PLUGINS="no_such_plugin_module"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "no_such_plugin_module" in line)
+    assert "not found (looked in the import path)" in line, line
