@@ -30,7 +30,7 @@ from jobcore.timeutil import now_ms
 
 
 def otel_available() -> bool:
-    """The `otel` extra is installed (jobcore[all]), so its rows can run."""
+    """The `otel` extra is installed (the `all` extra), so its rows can run."""
     return all(
         importlib.util.find_spec(name) is not None
         for name in ("jobcore_otel", "opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")

@@ -28,6 +28,7 @@ import pluggy
 
 from jobcore import hookspecs
 from jobcore.errors import ConfigError, JobcoreError, StorageError
+from jobcore.install import DISTRIBUTION, install_command
 from jobcore.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ Status = Literal["loaded", "unavailable"]
 
 def jobcore_version() -> str | None:
     try:
-        return version("jobcore")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
         return None
 
@@ -310,7 +311,7 @@ class JobcorePluginManager(pluggy.PluginManager):
         state = f"is unavailable ({reason})" if reason else "is not loaded"
         return (
             f"{message}: the {provider!r} plugin handles it and {state}; install it: "
-            f"pip install 'jobcore[{provider}]' (from a checkout: pip install -e '.[{provider}]')"
+            f"{install_command(provider)}"
         )
 
     def unknown_job_type(self, type_name: str, registered: Iterable[str]) -> str:
@@ -327,11 +328,7 @@ class JobcorePluginManager(pluggy.PluginManager):
             return message
         message = f"unknown job type {type_name!r}: the {provider!r} plugin provides it"
         extra = FIRST_PARTY_EXTRAS.get(provider)
-        install = (
-            f"pip install 'jobcore[{extra}]' (from a checkout: pip install -e '.[{extra}]')"
-            if extra
-            else "pip install jobcore (from a checkout: pip install -e .)"
-        )
+        install = install_command(extra)
         if info is None:
             return f"{message} and is not installed: {install}"
         reason = re.split(r" \(install|; install", info.reason or "")[0]
@@ -349,16 +346,20 @@ def require(module: str, *, extra: str) -> None:
     """
     if importlib.util.find_spec(module) is None:
         raise ModuleNotFoundError(
-            f"No module named {module!r}; install the extra: pip install 'jobcore[{extra}]' "
-            f"(from a checkout: pip install -e '.[{extra}]')",
+            f"No module named {module!r}; install the extra: {install_command(extra)}",
             name=module,
         )
 
 
-def _import_error_reason(exc: BaseException) -> str:
+def _import_error_reason(exc: BaseException, plugin: str | None = None) -> str:
     reason = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ModuleNotFoundError) and exc.name and "install" not in str(exc):
-        reason += f" (install the plugin's extra, e.g. pip install -e '.[all]', or pip install {exc.name.split('.')[0]})"
+        # never suggest `pip install <module>`: the index may hold a stranger's package by that name
+        extra = FIRST_PARTY_EXTRAS.get(plugin or "")
+        if extra:
+            reason += f" (install the plugin's extra: {install_command(extra)})"
+        else:
+            reason += f" (module {exc.name!r} was not found on this environment's import path)"
     return one_line(reason)
 
 
@@ -462,7 +463,7 @@ def make_plugin_manager(
                 plugin = ep.load()
             except (Exception, SystemExit) as exc:
                 log.debug("plugin %s is unavailable: %s", ep.name, exc)
-                pm.mark_unavailable(ep.name, _import_error_reason(exc), version)
+                pm.mark_unavailable(ep.name, _import_error_reason(exc, ep.name), version)
                 continue
             pm.register_plugin(plugin, ep.name, version=version, source="entry point")
 

@@ -16,6 +16,7 @@ import click
 
 from jobcore.cli.errors import errors_as_click
 from jobcore.config import Config
+from jobcore.install import DISTRIBUTION, missing_command_hint
 from jobcore.logs import configure_logging
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager
 from jobcore.queue import Queue
@@ -119,6 +120,16 @@ class JobcoreGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self.commands.get(cmd_name) or self._plugin_commands(ctx).get(cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = click.utils.make_str(args[0]) if args else None
+        if name is not None and self.get_command(ctx, name) is None:
+            hint = missing_command_hint(name)
+            if hint is not None and not ctx.resilient_parsing:
+                ctx.fail(f"No such command {name!r}. {hint}")
+        return super().resolve_command(ctx, args)
+
 
 def pass_state(fn: F) -> F:
     """Pass the `CliState` as the first argument; expected failures become `Error: …`, exit 1."""
@@ -149,7 +160,7 @@ def pass_state(fn: F) -> F:
     help="Least severe log level on stderr (default: $JOBCORE_LOG_LEVEL, else `log_level` "
     "of the config file, else info); `debug` adds details such as why a plugin is unavailable.",
 )
-@click.version_option(package_name="jobcore")
+@click.version_option(package_name=DISTRIBUTION)
 @click.pass_context
 def cli(
     ctx: click.Context,

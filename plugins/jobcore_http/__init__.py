@@ -2,7 +2,7 @@
 
 An HTTP API (FastAPI on uvicorn) in front of one store, for producers that
 are not Python, remote agents (`jobcore agent`) and the dashboard. Needs the
-extra: `pip install 'jobcore[http]'`.
+extra `http` (from the checkout: `pip install -e '.[http]'`).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def _check_protocol(env: Mapping[str, str], signal: str) -> None:
         if protocol is not None:
             if protocol != "http/protobuf":
                 raise ConfigError(
-                    f"bad setting {key}: {protocol!r}; jobcore[otel] exports http/protobuf"
+                    f"bad setting {key}: {protocol!r}; the otel extra exports http/protobuf"
                 )
             return
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jobcore import Config, hookimpl
 from jobcore.config import PositiveSeconds
 from jobcore.errors import StorageError
+from jobcore.install import install_command
 
 if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
@@ -57,7 +58,7 @@ def jobcore_storage_backend(url: str, config: Config, create: bool) -> PostgresS
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise StorageError(
             f"PostgreSQL storage needs psycopg and psycopg_pool ({exc}); "
-            "install them with: pip install 'jobcore[postgres]'"
+            f"install them with: {install_command('postgres')}"
         ) from None
     return PostgresStorage(
         url,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from testenv import subprocess_env
 
-JOBCORE_VERSION = version("jobcore")
+JOBCORE_VERSION = version("jobcore-queue")
 
 PLUGINS = {
     # written for a newer jobcore: a hook this one does not define

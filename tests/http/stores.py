@@ -24,7 +24,7 @@ def _pg_hub_database() -> Iterator[str]:
     try:
         import psycopg
     except ImportError as exc:
-        unavailable(f"psycopg is not installed ({exc}); pip install 'jobcore[postgres]'")
+        unavailable(f"psycopg is not installed ({exc}); pip install -e '.[postgres]'")
     name = f"jobcore_hub_{os.getpid()}_{secrets.token_hex(3)}"
     try:
         with psycopg.connect(SERVER, autocommit=True, connect_timeout=3) as conn:
