@@ -388,11 +388,11 @@ def _module_error_reason(module_name: str, exc: BaseException) -> str:
         top = module_name.split(".", 1)[0]
         if exc.name in (module_name, top) or module_name.startswith(exc.name + "."):
             try:
-                where = f"the current directory {os.getcwd()} and the import path"
+                where = f"in the current directory {os.getcwd()} nor on the import path"
             except OSError:
-                where = "the import path"
+                where = "on the import path"
             return (
-                f"module {module_name!r} not found (looked in {where}); check the name, "
+                f"No module named {module_name!r} (not found {where}); check the name, "
                 "or run from the folder that holds it"
             )
     return _import_error_reason(exc)

@@ -93,4 +93,4 @@ def test_a_removed_working_directory_is_not_a_crash(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if "no_such_plugin_module" in line)
-    assert "not found (looked in the import path)" in line, line
+    assert "(not found on the import path)" in line, line
