@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+ROOT = str(Path(__file__).parent)
 
 try:
     from docsgen.examples import sybil
@@ -21,7 +24,7 @@ except ModuleNotFoundError as missing:  # only the doc pages need it: tests/ sti
             )
 
     def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.File | None:
-        relative = file_path.relative_to(Path(__file__).parent)
+        relative = file_path.relative_to(ROOT)
         if relative.suffix == ".md" and (
             relative.name == "README.md" or relative.parts[0] == "docs"
         ):
@@ -29,3 +32,8 @@ except ModuleNotFoundError as missing:  # only the doc pages need it: tests/ sti
         return None
 else:
     pytest_collect_file = sybil.pytest()
+
+# pytest put this folder first on sys.path to import this file: take it off again, so the
+# test suite imports jobcore as installed (tox: the built wheel), not from the checkout
+if sys.path and sys.path[0] == ROOT:
+    del sys.path[0]

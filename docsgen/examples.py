@@ -5,7 +5,8 @@ the blocks of one page in order, in one scratch folder, like a reader typing the
 terminal. A shell block runs in bash (`set -eo pipefail`) and must exit 0; the variables it
 sets and the folder it ends in carry over to the page's next blocks, and what it starts in
 the background (`jobcore serve &`) is stopped when the page is done. A Python block runs in
-the page's namespace, in the shell's current folder. `jobcore` on PATH is this checkout's.
+the page's namespace, in the shell's current folder. `jobcore` on PATH is the one the test
+run imports (`python -m jobcore`: in tox, the wheel built from this checkout).
 
 A block that cannot run here is a fragment and says so where readers see it:
 ```` ```sh title="Fragment: <why>" ```` (Sybil runs only blocks whose info string is
@@ -66,9 +67,6 @@ class Page:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBCORE_", "OTEL_"))}
         env["PATH"] = os.pathsep.join(
             [str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]
-        )
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(ROOT), str(ROOT / "plugins"), env.get("PYTHONPATH")])
         )
         env["HOME"] = str(self.base / "home")
         env["XDG_CACHE_HOME"] = str(self.base / "cache")
