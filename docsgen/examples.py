@@ -68,6 +68,7 @@ class Page:
         env["PATH"] = os.pathsep.join(
             [str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]
         )
+        (self.base / "home").mkdir()
         env["HOME"] = str(self.base / "home")
         env["XDG_CACHE_HOME"] = str(self.base / "cache")
         env["XDG_STATE_HOME"] = str(self.base / "state")
