@@ -56,15 +56,36 @@ def meanings() -> dict[str, dict[str, str]]:
     return flat
 
 
+def _parsed_by(field: Any, parser: Any) -> bool:
+    """Whether `field` (or a member of its union) is parsed by `parser` (a BeforeValidator)."""
+
+    def of(items: Any) -> bool:
+        return any(getattr(item, "func", None) is parser for item in items)
+
+    if of(field.metadata) or of(getattr(field.annotation, "__metadata__", ())):
+        return True
+    return any(of(getattr(arg, "__metadata__", ())) for arg in typing.get_args(field.annotation))
+
+
 def _is_duration(field: Any) -> bool:
     from jobcore.timeutil import parse_duration
 
-    def of(items: Any) -> bool:
-        return any(getattr(item, "func", None) is parse_duration for item in items)
+    return _parsed_by(field, parse_duration)
 
-    if of(field.metadata):
-        return True
-    return any(of(getattr(arg, "__metadata__", ())) for arg in typing.get_args(field.annotation))
+
+def _is_size(field: Any) -> bool:
+    try:
+        from jobcore_http.settings import parse_size
+    except ImportError:  # the http extra is missing: then no model uses it either
+        return False
+    return _parsed_by(field, parse_size)
+
+
+def _bytes(value: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size and value % size == 0:
+            return f"{value // size}{unit}"
+    return str(value)
 
 
 def _seconds(value: float) -> str:
@@ -86,12 +107,17 @@ def _default(field: Any) -> str:
         return f'`"{value}"`'
     if isinstance(value, float) and _is_duration(field):
         return f"`{_seconds(value)}`"
+    if isinstance(value, int) and _is_size(field):
+        return f"`{_bytes(value)}`"
     return f"`{value!r}`"
 
 
 def _type(field: Any) -> str:
+    optional = type(None) in typing.get_args(field.annotation)
     if _is_duration(field):
-        return "duration"
+        return "duration \\| none" if optional else "duration"
+    if _is_size(field):
+        return "size (bytes, `512KiB`, `1MiB`, …)"
     names = []
     if typing.get_origin(field.annotation) is typing.Literal:
         return " \\| ".join(f'`"{choice}"`' for choice in typing.get_args(field.annotation))
