@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import sys
 import tempfile
@@ -489,7 +490,9 @@ def targets(results: Results) -> list[tuple[str, str, bool]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition (under a minute)"
+        "--quick",
+        action="store_true",
+        help="small sizes, one repetition (run times: benchmarks/README.md)",
     )
     parser.add_argument("--reps", type=int, help="repetitions (default 5, quick 1)")
     parser.add_argument(
@@ -499,6 +502,11 @@ def main(argv: list[str] | None = None) -> None:
         "--dir", help="folder for the database files (default: a temporary folder on local disk)"
     )
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("huey") is None:
+        sys.exit(
+            "Error: these benchmarks compare jobcore with Huey, which is not installed here: "
+            "pip install huey (or run them with `tox -e bench`, which installs it)"
+        )
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.reps:
         sizes = dataclasses.replace(sizes, reps=args.reps)

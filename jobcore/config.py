@@ -30,6 +30,7 @@ PositiveSeconds = Annotated[
 ]
 
 DEFAULT_CONFIG_FILE = "jobcore.toml"
+CONFIG_ENV = "JOBCORE_CONFIG"  # the config file's path, when `--config` is not given
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -63,6 +64,10 @@ class CoreSettings(BaseModel):
     claim_batch: Annotated[int, Field(ge=1)] = 100
     allow_unregistered_types: bool = False
     log_format: Literal["text", "json"] = "text"
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"],
+        BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value),
+    ] = "info"
 
 
 class TypeSettings(BaseModel):
@@ -157,7 +162,10 @@ class Config:
         env: Mapping[str, str] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Config:
-        """Read `path` (or `./jobcore.toml` if present) and merge env and options over it."""
+        """Read `path` (else `$JOBCORE_CONFIG`, else `./jobcore.toml` if present) and merge
+        env and options over it."""
+        if path is None:
+            path = (os.environ if env is None else env).get(CONFIG_ENV) or None
         if path is None:
             default = Path(DEFAULT_CONFIG_FILE)
             path = default if default.is_file() else None
@@ -170,6 +178,8 @@ class Config:
                     file = tomllib.load(handle)
             except FileNotFoundError:
                 raise ConfigError(f"config file {name} does not exist") from None
+            except IsADirectoryError:
+                raise ConfigError(f"config file {name} is a folder, not a file") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
             own(path, "config")  # never a files job's target

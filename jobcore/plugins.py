@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -362,6 +363,41 @@ def _import_error_reason(exc: BaseException, plugin: str | None = None) -> str:
     return one_line(reason)
 
 
+def import_plugin_module(module_name: str) -> Any:
+    """Import a module named by `JOBCORE_PLUGINS` (or `modules=`), looking in the current
+    directory too, as `python -m` does; appended last, so it never shadows an installed module.
+    """
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed: only the import path is left
+        return importlib.import_module(module_name)
+    if "" not in sys.path and cwd not in sys.path:
+        try:
+            found = importlib.util.find_spec(module_name.split(".", 1)[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            sys.path.append(cwd)
+            importlib.invalidate_caches()
+    return importlib.import_module(module_name)
+
+
+def _module_error_reason(module_name: str, exc: BaseException) -> str:
+    """Why a named plugin module did not import; a module not found is said so, no install hint."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name is not None:
+        top = module_name.split(".", 1)[0]
+        if exc.name in (module_name, top) or module_name.startswith(exc.name + "."):
+            try:
+                where = f"in the current directory {os.getcwd()} nor on the import path"
+            except OSError:
+                where = "on the import path"
+            return (
+                f"No module named {module_name!r} (not found {where}); check the name, "
+                "or run from the folder that holds it"
+            )
+    return _import_error_reason(exc)
+
+
 def _names(value: str) -> list[str]:
     return [name.strip() for name in value.split(",") if name.strip()]
 
@@ -436,10 +472,10 @@ def make_plugin_manager(
         if module_name in blocked or module_name in pm.infos:
             continue
         try:
-            module = importlib.import_module(module_name)
+            module = import_plugin_module(module_name)
         except (Exception, SystemExit) as exc:
             log.debug("plugin %s is unavailable: %s", module_name, exc)
-            pm.mark_unavailable(module_name, _import_error_reason(exc))
+            pm.mark_unavailable(module_name, _module_error_reason(module_name, exc))
             continue
         module_version = getattr(module, "__version__", None)
         pm.register_plugin(

@@ -43,12 +43,14 @@ class CliState:
         config_file: str | None,
         log_format: str | None,
         pm: JobcorePluginManager,
+        log_level: str | None = None,
     ) -> None:
         self.db = db
         self.config_file = config_file
         self.log_format = log_format
         self.pm = pm
         self._options: dict[str, Any] = {"db": db, "log_format": log_format}
+        self._options["log_level"] = log_level
         self._config: Config | None = None
         self._queues: list[Queue] = []
 
@@ -149,16 +151,14 @@ def pass_state(fn: F) -> F:
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
-    help="Config file (default: ./jobcore.toml if present).",
+    help="Config file (default: $JOBCORE_CONFIG, else ./jobcore.toml if present).",
 )
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="Format of logs on stderr.")
 @click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default="info",
-    envvar="JOBCORE_LOG_LEVEL",
-    show_default=True,
-    help="Least severe log level on stderr; `debug` adds details such as why a plugin is unavailable.",
+    help="Least severe log level on stderr (default: $JOBCORE_LOG_LEVEL, else `log_level` "
+    "of the config file, else info); `debug` adds details such as why a plugin is unavailable.",
 )
 @click.version_option(package_name=DISTRIBUTION)
 @click.pass_context
@@ -167,14 +167,21 @@ def cli(
     db: str | None,
     config_file: str | None,
     log_format: str | None,
-    log_level: str,
+    log_level: str | None,
 ) -> None:
     """jobcore: a durable job queue on SQLite."""
-    state = CliState(db=db, config_file=config_file, log_format=log_format, pm=plugin_manager(ctx))
+    state = CliState(
+        db=db,
+        config_file=config_file,
+        log_format=log_format,
+        log_level=log_level.lower() if log_level else None,
+        pm=plugin_manager(ctx),
+    )
     ctx.obj = state
     ctx.call_on_close(state.close)
     with errors_as_click(state.db_name):
-        configure_logging(state.config.core.log_format, level=LOG_LEVELS[log_level.lower()])
+        core = state.config.core
+        configure_logging(core.log_format, level=LOG_LEVELS[core.log_level])
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -10,10 +10,18 @@ from collections.abc import Callable
 
 import click
 
-from jobcore import JobType, hookimpl
+from jobcore import Config, JobType, hookimpl
 from jobcore.plugins import require
 
 require("httpx", extra="agent")
+
+
+@hookimpl
+def jobcore_configure(config: Config) -> None:
+    """Validate `[plugins.agent]` / `JOBCORE_AGENT_*` at start (a bad one is one `Error:`)."""
+    from jobcore_agent.settings import AgentSettings
+
+    config.plugin_settings("agent", AgentSettings)
 
 
 @hookimpl

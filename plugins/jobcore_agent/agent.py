@@ -154,9 +154,12 @@ class Agent:
     def _set_fatal(self, exc: HubAuthError) -> None:
         with self._cond:
             if self._fatal is None:
-                self._fatal = (
-                    f"the hub refused this agent's token ({exc}); "
-                    "create a new agent token with `jobcore tokens create --scope agent`"
+                # a 403 names its own fix (a token bound to another worker id, a scope too
+                # small); a 401 is a token the hub does not know (revoked, mistyped)
+                self._fatal = f"the hub refused this agent's token ({exc})" + (
+                    ""
+                    if exc.status == 403
+                    else "; create a new agent token with `jobcore tokens create --scope agent`"
                 )
             self._cond.notify_all()
 

@@ -128,7 +128,10 @@ def tls_options(command: Any) -> Any:
     type=click.Path(dir_okay=False),
     help="File holding an agent-scope token (else $JOBCORE_AGENT_TOKEN).",
 )
-@click.option("--worker-id", help="This agent's id (default: the host name).")
+@click.option(
+    "--worker-id",
+    help="This agent's id (default: the host name); its token must be made for this id.",
+)
 @click.option("--types", "types", multiple=True, help="Only these job types (repeatable).")
 @click.option("--queue", "queues", multiple=True, help="Only these queues (repeatable).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="Jobs run at once (default 4).")

@@ -35,6 +35,12 @@ def sync_aws(payload: SyncAws, ctx: JobContext) -> dict[str, Any]:
 
 
 @hookimpl
+def jobcore_configure(config: Config) -> None:
+    """Validate `[plugins.aws]` / `JOBCORE_AWS_*` at start (a bad one is one `Error:`)."""
+    config.plugin_settings("aws", AwsSettings)
+
+
+@hookimpl
 def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
     register(
         JobType(

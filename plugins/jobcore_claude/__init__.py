@@ -11,7 +11,7 @@ from jobcore_files.paths import check_path
 from jobcore_files.writer import sha256
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from jobcore import JobContext, JobType, Payload, hookimpl
+from jobcore import Config, JobContext, JobType, Payload, hookimpl
 from jobcore.plugins import require
 from jobcore_claude.settings import ClaudeSettings
 
@@ -82,6 +82,12 @@ def run_extraction(payload: ClaudeExtraction, ctx: JobContext) -> dict[str, Any]
         "backend": settings.backend,
         "model": settings.model,
     }
+
+
+@hookimpl
+def jobcore_configure(config: Config) -> None:
+    """Validate `[plugins.claude]` / `JOBCORE_CLAUDE_*` at start, not on every job."""
+    config.plugin_settings("claude", ClaudeSettings)
 
 
 @hookimpl

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobcore.config import PositiveSeconds
@@ -12,7 +14,7 @@ class ClaudeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: str = Field(default="cli", pattern="^(cli|api)$")
+    backend: Literal["cli", "api"] = "cli"
     bin: str = "claude"
     base_url: str | None = None
     model: str = "claude-sonnet-4-6"

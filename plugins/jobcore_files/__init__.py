@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from jobcore import Config, Job, JobContext, JobType, Payload, PermanentError, hookimpl
+from jobcore import Config, Job, JobContext, JobType, Payload, PermanentError, Queue, hookimpl
 from jobcore_files.confined import Walker
 from jobcore_files.guard import Guard
-from jobcore_files.paths import FilesSettings, check_path, files_root, relative_parts, target_key
+from jobcore_files.paths import (
+    FilesSettings,
+    check_path,
+    files_root,
+    missing_root,
+    relative_parts,
+    target_key,
+)
 from jobcore_files.writer import (
     Place,
     check_place,
@@ -26,6 +34,8 @@ from jobcore_files.writer import (
     write_file,
     write_place,
 )
+
+log = logging.getLogger("jobcore.files")
 
 __all__ = [
     "FilesSettings",
@@ -88,6 +98,20 @@ def delete_file(payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
 def _key(payload: dict[str, Any], config: Config) -> str | None:
     path = payload.get("path")
     return target_key(path, config) if isinstance(path, str) else None
+
+
+@hookimpl
+def jobcore_configure(config: Config) -> None:
+    """Validate `[plugins.files]` / `JOBCORE_FILES_*` at start (a bad one is one `Error:`)."""
+    config.plugin_settings("files", FilesSettings)
+
+
+@hookimpl
+def jobcore_worker_started(worker: str, queue: Queue) -> None:
+    """Warn once at a worker's start when a configured files root does not exist."""
+    problem = missing_root(queue.config)
+    if problem:
+        log.warning("%s", problem)
 
 
 @hookimpl

@@ -31,6 +31,26 @@ def files_root(config: Config) -> Path:
     return Path(os.path.realpath(config.plugin_settings("files", FilesSettings).root))
 
 
+def missing_root(config: Config) -> str | None:
+    """Why a configured files root is unusable because it does not exist, else None.
+
+    The default root (`jobcore-files` in the working directory) is made on demand; a root
+    set by the operator is theirs to create (with the owner and mode they want).
+    """
+    configured = config.plugin_settings("files", FilesSettings).root
+    if configured == DEFAULT_ROOT:
+        return None
+    root = files_root(config)
+    if root.is_dir():
+        return None
+    what = "is not a folder" if root.exists() else "does not exist"
+    return (
+        f"the files root {root} ([plugins.files] root / JOBCORE_FILES_ROOT) {what}: "
+        f"create it (mkdir -p {root}, writable by the worker's user) or set the root to a "
+        "folder that exists; create_file and delete_file jobs fail until then"
+    )
+
+
 def lexical_target(root: Path, path: str, field: str = "path") -> Path:
     """`path` joined to `root` without touching the disk.
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobcore import Config, PermanentError
+from jobcore.errors import JobcoreError
 from jobcore_files.confined import Walker, lstat_at, not_regular, open_regular
 from jobcore_files.guard import Guard
-from jobcore_files.paths import FilesSettings, files_root, relative_parts
+from jobcore_files.paths import DEFAULT_ROOT, FilesSettings, files_root, relative_parts
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)  # Linux: a file with no name until linked
@@ -43,6 +44,10 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+class FilesRootMissing(JobcoreError):
+    """The configured files root is missing: retried, so creating it lets the job through."""
+
+
 @dataclass
 class Place:
     """A job's path below the root, with how to walk it and what it must never touch."""
@@ -51,6 +56,7 @@ class Place:
     parts: list[str]
     walker: Walker
     guard: Guard
+    make_root: bool = True  # the default root is made on demand, a configured one never
 
     @property
     def shown(self) -> str:
@@ -63,16 +69,28 @@ class Place:
     @classmethod
     def of(cls, config: Config, path: str, field: str = "path") -> Place:
         root = files_root(config)
-        resolver = config.plugin_settings("files", FilesSettings).resolve
-        return cls(root, relative_parts(root, path, field), Walker(resolver), Guard.current(config))
+        settings = config.plugin_settings("files", FilesSettings)
+        return cls(
+            root,
+            relative_parts(root, path, field),
+            Walker(settings.resolve),
+            Guard.current(config),
+            make_root=settings.root == DEFAULT_ROOT,
+        )
 
     @contextlib.contextmanager
     def parent(self, *, create: bool) -> Iterator[tuple[int, os.stat_result] | None]:
         """The held folder of the target and its stat; None when a folder on the way is missing."""
         root = str(self.root)
         self.guard.refuse_root(root)
-        if create:
+        if create and self.make_root:
             os.makedirs(root, mode=0o700, exist_ok=True)
+        elif create and not os.path.isdir(root):  # the operator's root: never made here
+            raise FilesRootMissing(
+                f"the files root {root} ([plugins.files] root / JOBCORE_FILES_ROOT) does not "
+                f"exist or is not a folder: create it (mkdir -p {root}, writable by the "
+                "worker's user) or set the root to a folder that exists"
+            )
         try:
             root_fd = os.open(root, _ROOT_FLAGS)
         except FileNotFoundError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from jobcore import hookimpl
+from jobcore import Config, hookimpl
 from jobcore.plugins import require
 
 require("fastapi", extra="http")
@@ -17,6 +17,13 @@ require("uvicorn", extra="http")
 
 
 class HttpPlugin:
+    @hookimpl
+    def jobcore_configure(self, config: Config) -> None:
+        """Validate `[plugins.http]` / `JOBCORE_HTTP_*` at start (a bad one is one `Error:`)."""
+        from jobcore_http.settings import HttpSettings
+
+        config.plugin_settings("http", HttpSettings)
+
     @hookimpl
     def jobcore_register_commands(self, cli: click.Group) -> None:
         from jobcore_http.cli import serve, tokens

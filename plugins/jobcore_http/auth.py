@@ -83,7 +83,10 @@ def acting_as(principal: Principal, worker_id: str) -> None:
     if not principal.may_act_as(worker_id):
         raise ApiError(
             403,
-            f"token {principal.name!r} acts for agent {principal.agent_id!r}, not {worker_id!r}",
+            f"token {principal.name!r} acts for agent {principal.agent_id!r}, not {worker_id!r}: "
+            f"start the agent with --worker-id {principal.agent_id} (an agent's worker id "
+            "defaults to its host name), or give it a token made for its own worker id "
+            f"(jobcore tokens create --scope agent --name {worker_id})",
         )
 
 

@@ -40,6 +40,12 @@ class PostgresSettings(BaseModel):
 
 
 @hookimpl
+def jobcore_configure(config: Config) -> None:
+    """Validate `[plugins.postgres]` / `JOBCORE_POSTGRES_*` at start, whatever the store."""
+    config.plugin_settings("postgres", PostgresSettings)
+
+
+@hookimpl
 def jobcore_storage_backend(url: str, config: Config, create: bool) -> PostgresStorage | None:
     from jobcore_postgres.url import check_schema_name, is_postgres_url
 

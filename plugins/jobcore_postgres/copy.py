@@ -91,7 +91,11 @@ def copy_jobs(source: Storage, target: Storage, *, force: bool = False) -> int:
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def copy(state: CliState, source_url: str, target_url: str, force: bool, as_json: bool) -> None:
-    """Copy every job, with its history, from one store to another (e.g. SQLite to PostgreSQL)."""
+    """Copy every job, with its history, from one store to another (e.g. SQLite to PostgreSQL).
+
+    Hub tokens and the agents registry are not copied: make the tokens again on the
+    target (`jobcore --db URL tokens create …`).
+    """
     if source_url == target_url:
         raise click.UsageError("--from and --to name the same store")
     source = Queue(db=source_url, config=state.config, pm=state.pm, create=False)

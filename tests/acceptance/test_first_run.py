@@ -15,7 +15,7 @@ SCRIPT = ROOT / "examples" / "first_run.sh"
 
 
 def readme_commands() -> list[str]:
-    block = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    block = re.search(r"```sh[^\n]*\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     assert block is not None
     return block.group(1).strip().splitlines()
 

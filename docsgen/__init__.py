@@ -1,0 +1,1 @@
+"""Reference pages generated when the documentation is built (see `hooks.py`)."""
