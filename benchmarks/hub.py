@@ -240,20 +240,27 @@ def json_queue_loop(folder: Path, n: int, clients: int = 4, code: Path = ROOT) -
 
 
 def alternating(
-    reps: int, old: Path | None, measure: Callable[[Path], Measured]
-) -> dict[str, Measured]:
-    """`measure(code)` for the new checkout (and `old`), alternating, `reps` times each:
-    the medians of rate and CPU per job."""
+    reps: int, old: Path | None, measure: Callable[[Path], Measured], baseline: Callable[[], float]
+) -> tuple[dict[str, Measured], float, float]:
+    """`baseline()`, then `measure(code)` for the new checkout (and `old`), in turn, `reps`
+    times: the medians of rate and CPU per job of each hub, the baseline's median rate,
+    and the median of the per-round ratios new/baseline (steadier under changing load)."""
     runs: dict[str, list[Measured]] = {"new": []}
     if old is not None:
         runs["old"] = []
+    bases: list[float] = []
     for _ in range(reps):
+        bases.append(baseline())
         for name in runs:
             runs[name].append(measure(ROOT if name == "new" else old or ROOT))
-    return {
+    ratio = statistics.median(
+        rate / base for (rate, _), base in zip(runs["new"], bases, strict=True)
+    )
+    medians = {
         name: (statistics.median(r for r, _ in got), statistics.median(c for _, c in got))
         for name, got in runs.items()
     }
+    return medians, statistics.median(bases), ratio
 
 
 # -- round trip ------------------------------------------------------------------------
@@ -521,45 +528,48 @@ def main() -> None:
 
     per_s = lambda v: f"{v:,.0f} jobs/s"  # noqa: E731
 
-    def hub_row(name: str, measure: Callable[[Path], Measured], base: float) -> None:
-        got = alternating(args.reps, args.old, measure)
+    def hub_row(
+        name: str, measure: Callable[[Path], Measured], base_name: str, base: Callable[[], float]
+    ) -> float:
+        got, base_rate, ratio = alternating(args.reps, args.old, measure, base)
+        rows.append((base_name, per_s(base_rate)))
+        print(f"{base_name}: {rows[-1][1]}", flush=True)
         rate, cpu = got["new"]
-        text = f"{rate:,.0f} jobs/s ({rate / base:.2f}x), hub CPU {cpu:,.0f} µs/job"
+        text = f"{rate:,.0f} jobs/s (**{ratio:.2f}x**), hub CPU {cpu:,.0f} µs/job"
         if "old" in got:
             old_rate, old_cpu = got["old"]
             text += (
-                f"; before: {old_rate:,.0f} jobs/s ({old_rate / base:.2f}x), {old_cpu:,.0f}"
+                f"; before: {old_rate:,.0f} jobs/s ({old_rate / base_rate:.2f}x), {old_cpu:,.0f}"
                 f" µs/job; new/old {rate / old_rate:.2f}x rate, {cpu / old_cpu:.2f}x CPU"
             )
         rows.append((name, text))
         print(f"{name}: {text}", flush=True)
+        return base_rate
 
-    lib = row("enqueue, library, 1 per transaction", lambda: library_enqueue(folder, n), per_s)
+    lib = lambda: library_enqueue(folder, n)  # noqa: E731
     hub_row(
         "enqueue over HTTP, 1 keep-alive client (x library)",
         lambda code: http_enqueue(folder, n, 1, code),
+        "enqueue, library, 1 per transaction (in the 1-client rounds)",
         lib,
     )
     hub_row(
         "enqueue over HTTP, 16 clients (x library) [target >= 0.8x]",
         lambda code: http_enqueue(folder, n, 16, code),
+        "enqueue, library, 1 per transaction (in the 16-client rounds)",
         lib,
-    )
-    many = row(
-        "enqueue_many of 1,000, library",
-        lambda: library_enqueue_many(folder, 10 * n),
-        per_s,
     )
     hub_row(
         "POST /api/jobs/batch of 1,000, 1 client (x library) [target >= 0.5x]",
         lambda code: http_batch(folder, 10 * n, code),
-        many,
+        "enqueue_many of 1,000, library",
+        lambda: library_enqueue_many(folder, 10 * n),
     )
-    floor = row("raw claim+complete, 1 job per transaction", lambda: raw_floor(folder, n), per_s)
-    hub_row(
+    floor = hub_row(
         "JSON queue GET/PUT loop, 4 clients (x raw floor) [target >= 1x]",
         lambda code: json_queue_loop(folder, n, 4, code),
-        floor,
+        "raw claim+complete, 1 job per transaction",
+        lambda: raw_floor(folder, n),
     )
     if not args.only_producers:
         trip = row("claim -> result via hub, 4 clients", lambda: round_trip(folder, n), per_s)
@@ -588,10 +598,15 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     before = f"; before: {args.old}, alternating, {args.reps} runs each" if args.old else ""
+    note = (
+        "Each hub row runs its baseline, the new hub and the old one in turn; rates are"
+        " medians, the bold ratio the median of each round's new/baseline."
+    )
     lines = [
         "# Hub benchmark" + (" (quick)" if args.quick else ""),
         "",
         f"{os.cpu_count()} CPUs; load average at the end {load} (the machine is shared){before}.",
+        note,
         "",
         "| measurement | result |",
         "|---|---|",
