@@ -1,8 +1,12 @@
-"""Hub benchmarks: `python -m benchmarks.hub [--quick]` (a real `jobcore serve` on loopback).
+"""Hub benchmarks: `python -m benchmarks.hub [--quick] [--old /work/main]` (a real
+`jobcore serve` on loopback).
 
 Measured in one run, on a database under $HOME, synchronous=FULL:
-- enqueue over HTTP (1 keep-alive client; 16 concurrent) against the library's
-  enqueue (one job per transaction, in-process);
+- enqueue over HTTP (1 keep-alive client; 16 concurrent), one job per request,
+  against the library's enqueue (one job per transaction, in-process); and
+  `POST /api/jobs/batch` of 1,000 against the library's `enqueue_many` of 1,000;
+- the JSON queue's own loop (`GET /api/queue`, then `PUT /api/queue/{id}`, one job
+  per request) with 4 clients, against the raw floor below;
 - claim -> result round trips through the hub with 4 claiming clients (noop
   jobs) against the raw floor: claim and complete with plain APSW, one job per
   transaction each (what a hub without group commit could at best do);
@@ -11,6 +15,11 @@ Measured in one run, on a database under $HOME, synchronous=FULL:
 - 500 idle long-polling clients on one hub: its CPU (% of one core) and RSS;
 - what recording events costs a worker's drain, when the store can switch
   events off (reported as n/a otherwise).
+With `--old CHECKOUT` the producer and JSON-queue rows run against that checkout's hub
+too (`CHECKOUT:CHECKOUT/plugins` on its PYTHONPATH), alternating old and new, and report
+both with their ratio. Beside each rate, the hub's CPU per job (steadier than rates on
+a shared machine). Clients are plain `http.client` keep-alive connections, one thread
+each, so the client's own cost stays small beside the hub's.
 Nothing is asserted; figures go to the terminal and benchmarks/results/hub.md.
 """
 
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import signal
@@ -40,9 +50,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "hub.md"
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env(code: Path = ROOT, **extra: str) -> dict[str, str]:
+    """The environment of a process running the jobcore of checkout `code` (and its plugins)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCORE_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(code), str(code / "plugins"), env.get("PYTHONPATH", "")]
+    )
     env.update(extra)
     return env
 
@@ -54,7 +67,7 @@ def _free_port() -> int:
 
 
 class HubProcess:
-    def __init__(self, db: str, **env: str) -> None:
+    def __init__(self, db: str, code: Path = ROOT, **env: str) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
@@ -69,7 +82,7 @@ class HubProcess:
                 "--port",
                 str(self.port),
             ],
-            env=_env(**env),
+            env=_env(code, **env),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -85,6 +98,33 @@ class HubProcess:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
+
+    def cpu(self) -> float:
+        return _cpu_seconds(self.proc.pid)
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection (`http.client`: a small cost per request)."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        self.conn.request(method, path, body=data, headers=headers)
+        answer = self.conn.getresponse()
+        raw = answer.read()
+        if answer.status >= 400:
+            raise RuntimeError(f"{method} {path}: {answer.status} {raw[:200]!r}")
+        return answer.status, json.loads(raw) if raw else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+Measured = tuple[float, float]  # jobs/s, the hub's CPU µs per job
 
 
 def _queue(db: str) -> Any:
@@ -116,22 +156,111 @@ def library_enqueue(folder: Path, n: int) -> float:
         return _rate(n, time.perf_counter() - start)
 
 
-def http_enqueue(folder: Path, n: int, clients: int) -> float:
-    hub = HubProcess(_fresh(folder, f"http-enqueue-{clients}.db"))
+def library_enqueue_many(folder: Path, n: int, size: int = 1000) -> float:
+    with _queue(_fresh(folder, "lib-many.db")) as queue:
+        queue.storage.migrate()
+        start = time.perf_counter()
+        for _ in range(max(1, n // size)):
+            queue.enqueue_many("noop", [{} for _ in range(size)])
+        return _rate(max(1, n // size) * size, time.perf_counter() - start)
+
+
+def _parallel(clients: int, work: Callable[[int], int]) -> tuple[int, float]:
+    """Run `work(index)` in `clients` threads at once: (its summed count, seconds)."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        total = sum(pool.map(work, range(clients)))
+    return total, time.perf_counter() - start
+
+
+def http_enqueue(folder: Path, n: int, clients: int, code: Path = ROOT) -> Measured:
+    hub = HubProcess(_fresh(folder, f"http-enqueue-{clients}.db"), code)
     try:
         per = n // clients
 
-        def one(_: int) -> None:
-            with httpx.Client(base_url=hub.url, timeout=60) as client:
+        def one(_: int) -> int:
+            client = Client(hub.url)
+            try:
                 for _ in range(per):
-                    client.post("/api/jobs", json={"type": "noop"}).raise_for_status()
+                    client.call("POST", "/api/jobs", {"type": "noop"})
+            finally:
+                client.close()
+            return per
 
-        start = time.perf_counter()
-        with ThreadPoolExecutor(clients) as pool:
-            list(pool.map(one, range(clients)))
-        return _rate(per * clients, time.perf_counter() - start)
+        cpu = hub.cpu()
+        total, seconds = _parallel(clients, one)
+        return _rate(total, seconds), (hub.cpu() - cpu) / total * 1e6
     finally:
         hub.stop()
+
+
+def http_batch(folder: Path, n: int, code: Path = ROOT, size: int = 1000) -> Measured:
+    """`POST /api/jobs/batch` of `size` jobs, one client, one request after another."""
+    hub = HubProcess(_fresh(folder, "http-batch.db"), code)
+    try:
+        client = Client(hub.url)
+        body = {"jobs": [{"type": "noop"} for _ in range(size)]}
+        requests = max(1, n // size)
+        cpu, start = hub.cpu(), time.perf_counter()
+        for _ in range(requests):
+            client.call("POST", "/api/jobs/batch", body)
+        seconds = time.perf_counter() - start
+        client.close()
+        return _rate(requests * size, seconds), (hub.cpu() - cpu) / (requests * size) * 1e6
+    finally:
+        hub.stop()
+
+
+def json_queue_loop(folder: Path, n: int, clients: int = 4, code: Path = ROOT) -> Measured:
+    """The JSON queue's worker loop: `GET /api/queue`, then `PUT /api/queue/{id}`."""
+    db = _fresh(folder, "json-loop.db")
+    with _queue(db) as queue:
+        queue.enqueue_many("noop", [{} for _ in range(n)])
+    hub = HubProcess(db, code)
+    try:
+
+        def worker(_: int) -> int:
+            client = Client(hub.url)
+            done = 0
+            try:
+                while True:
+                    status, job = client.call("GET", "/api/queue")
+                    if status == 204:
+                        return done
+                    client.call("PUT", f"/api/queue/{job['id']}", {"status": "completed"})
+                    done += 1
+            finally:
+                client.close()
+
+        cpu = hub.cpu()
+        total, seconds = _parallel(clients, worker)
+        return _rate(total, seconds), (hub.cpu() - cpu) / max(total, 1) * 1e6
+    finally:
+        hub.stop()
+
+
+def alternating(
+    reps: int, old: Path | None, measure: Callable[[Path], Measured], baseline: Callable[[], float]
+) -> tuple[dict[str, Measured], float, float]:
+    """`baseline()`, then `measure(code)` for the new checkout (and `old`), in turn, `reps`
+    times: the medians of rate and CPU per job of each hub, the baseline's median rate,
+    and the median of the per-round ratios new/baseline (steadier under changing load)."""
+    runs: dict[str, list[Measured]] = {"new": []}
+    if old is not None:
+        runs["old"] = []
+    bases: list[float] = []
+    for _ in range(reps):
+        bases.append(baseline())
+        for name in runs:
+            runs[name].append(measure(ROOT if name == "new" else old or ROOT))
+    ratio = statistics.median(
+        rate / base for (rate, _), base in zip(runs["new"], bases, strict=True)
+    )
+    medians = {
+        name: (statistics.median(r for r, _ in got), statistics.median(c for _, c in got))
+        for name, got in runs.items()
+    }
+    return medians, statistics.median(bases), ratio
 
 
 # -- round trip ------------------------------------------------------------------------
@@ -375,8 +504,18 @@ def _queue_schema() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument(
+        "--old",
+        type=Path,
+        default=None,
+        help="a checkout of the previous code (e.g. /work/main): its hub runs too, alternating",
+    )
+    parser.add_argument("--reps", type=int, default=3, help="alternating runs of each hub row")
+    parser.add_argument(
+        "--only-producers", action="store_true", help="the producer and JSON-queue rows only"
+    )
     args = parser.parse_args()
-    n = 300 if args.quick else 3000
+    n = 600 if args.quick else 3000
     idle = 100 if args.quick else 500
     folder = Path(tempfile.mkdtemp(prefix="jobcore-hub-bench-", dir=Path.home()))
     rows: list[tuple[str, str]] = []
@@ -388,44 +527,93 @@ def main() -> None:
         return value
 
     per_s = lambda v: f"{v:,.0f} jobs/s"  # noqa: E731
-    lib = row("enqueue, library, 1 per transaction", lambda: library_enqueue(folder, n), per_s)
-    one = row("enqueue over HTTP, 1 keep-alive client", lambda: http_enqueue(folder, n, 1), per_s)
-    many = row("enqueue over HTTP, 16 clients", lambda: http_enqueue(folder, n, 16), per_s)
-    rows.append(("  ratios vs library", f"{one / lib:.2f}x (1 client), {many / lib:.2f}x (16)"))
-    floor = row("raw claim+complete, 1 job per transaction", lambda: raw_floor(folder, n), per_s)
-    trip = row("claim -> result via hub, 4 clients", lambda: round_trip(folder, n), per_s)
-    trip10 = row(
-        "claim(max_jobs=10) -> results via hub, 4 clients",
-        lambda: round_trip(folder, n, batch=10),
-        per_s,
+
+    def hub_row(
+        name: str, measure: Callable[[Path], Measured], base_name: str, base: Callable[[], float]
+    ) -> float:
+        got, base_rate, ratio = alternating(args.reps, args.old, measure, base)
+        rows.append((base_name, per_s(base_rate)))
+        print(f"{base_name}: {rows[-1][1]}", flush=True)
+        rate, cpu = got["new"]
+        text = f"{rate:,.0f} jobs/s (**{ratio:.2f}x**), hub CPU {cpu:,.0f} µs/job"
+        if "old" in got:
+            old_rate, old_cpu = got["old"]
+            text += (
+                f"; before: {old_rate:,.0f} jobs/s ({old_rate / base_rate:.2f}x), {old_cpu:,.0f}"
+                f" µs/job; new/old {rate / old_rate:.2f}x rate, {cpu / old_cpu:.2f}x CPU"
+            )
+        rows.append((name, text))
+        print(f"{name}: {text}", flush=True)
+        return base_rate
+
+    lib = lambda: library_enqueue(folder, n)  # noqa: E731
+    hub_row(
+        "enqueue over HTTP, 1 keep-alive client (x library)",
+        lambda code: http_enqueue(folder, n, 1, code),
+        "enqueue, library, 1 per transaction (in the 1-client rounds)",
+        lib,
     )
-    rows.append(
-        ("  ratios vs raw floor", f"{trip / floor:.2f}x, {trip10 / floor:.2f}x (batched claims)")
+    hub_row(
+        "enqueue over HTTP, 16 clients (x library) [target >= 0.8x]",
+        lambda code: http_enqueue(folder, n, 16, code),
+        "enqueue, library, 1 per transaction (in the 16-client rounds)",
+        lib,
     )
-    row(
-        "long-poll wake-up (enqueue in another process -> claim answered)",
-        lambda: wakeup_latency(folder, 30 if args.quick else 200),
-        lambda v: f"p50 {v[0]:.1f} ms, p99 {v[1]:.1f} ms",
+    hub_row(
+        "POST /api/jobs/batch of 1,000, 1 client (x library) [target >= 0.5x]",
+        lambda code: http_batch(folder, 10 * n, code),
+        "enqueue_many of 1,000, library",
+        lambda: library_enqueue_many(folder, 10 * n),
     )
-    row(
-        f"{idle} idle long-polling clients",
-        lambda: idle_clients(folder, idle, 5 if args.quick else 15),
-        lambda v: f"hub CPU {v[0]:.1f}% of a core, RSS {v[1]:.0f} MB",
+    floor = hub_row(
+        "JSON queue GET/PUT loop, 4 clients (x raw floor) [target >= 1x]",
+        lambda code: json_queue_loop(folder, n, 4, code),
+        "raw claim+complete, 1 job per transaction",
+        lambda: raw_floor(folder, n),
     )
-    row("events' cost to the worker drain", lambda: events_cost(folder, n), str)
+    if not args.only_producers:
+        trip = row("claim -> result via hub, 4 clients", lambda: round_trip(folder, n), per_s)
+        trip10 = row(
+            "claim(max_jobs=10) -> results via hub, 4 clients",
+            lambda: round_trip(folder, n, batch=10),
+            per_s,
+        )
+        rows.append(
+            (
+                "  ratios vs raw floor",
+                f"{trip / floor:.2f}x, {trip10 / floor:.2f}x (batched claims)",
+            )
+        )
+        row(
+            "long-poll wake-up (enqueue in another process -> claim answered)",
+            lambda: wakeup_latency(folder, 30 if args.quick else 200),
+            lambda v: f"p50 {v[0]:.1f} ms, p99 {v[1]:.1f} ms",
+        )
+        row(
+            f"{idle} idle long-polling clients [target <= 5% of a core]",
+            lambda: idle_clients(folder, idle, 5 if args.quick else 15),
+            lambda v: f"hub CPU {v[0]:.1f}% of a core, RSS {v[1]:.0f} MB",
+        )
+        row("events' cost to the worker drain", lambda: events_cost(folder, n), str)
     RESULTS.parent.mkdir(exist_ok=True)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    before = f"; before: {args.old}, alternating, {args.reps} runs each" if args.old else ""
+    note = (
+        "Each hub row runs its baseline, the new hub and the old one in turn; rates are"
+        " medians, the bold ratio the median of each round's new/baseline."
+    )
     lines = [
         "# Hub benchmark" + (" (quick)" if args.quick else ""),
         "",
-        f"{os.cpu_count()} CPUs; load average at the end {load} (the machine is shared).",
+        f"{os.cpu_count()} CPUs; load average at the end {load} (the machine is shared){before}.",
+        note,
         "",
         "| measurement | result |",
         "|---|---|",
     ]
     lines += [f"| {name} | {value} |" for name, value in rows]
     RESULTS.write_text("\n".join(lines) + "\n")
-    print(json.dumps(dict(rows), indent=2))
+    print(json.dumps(dict(rows), indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobcore.storage import powers
+
 DUE_AGAIN = 0.005  # seconds: first wait to promote again after one left a due job scheduled
 DUE_AGAIN_MAX = 0.1  # seconds: the longest such wait (a job may stay locked for long)
 
@@ -22,7 +24,7 @@ class PromotionClock:
     def __init__(self, storage: Any, poll_interval: float) -> None:
         self.storage = storage
         self.poll_interval = poll_interval
-        self.reads_ahead = callable(getattr(storage, "scheduled_seen", None))
+        self.reads_ahead = powers.reads_ahead(storage)
         self.next_poll = 0.0  # monotonic: the next periodic poll
         self.next_due: float | None = None  # monotonic: the earliest scheduled job is due
         self._ahead_seen = False  # a claim has read it: promotion may be left out until due

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from datetime import UTC, datetime
@@ -52,5 +53,12 @@ def iso(ms: int | None) -> str | None:
     """Format ms since the epoch as ISO-8601 UTC with millisecond precision."""
     if ms is None:
         return None
+    return _iso(ms)
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso(ms: int) -> str:
+    """`iso`, remembered: a job's times repeat across its fields and across the jobs of one
+    batch or listing, and formatting one costs more than the rest of its JSON."""
     stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")

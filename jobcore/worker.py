@@ -48,6 +48,7 @@ from jobcore.notifier import Notifier
 from jobcore.promotion import PromotionClock
 from jobcore.queue import Queue
 from jobcore.registry import JobType, Payload
+from jobcore.storage import powers
 from jobcore.storage.base import Recorded
 from jobcore.supervisor import Supervisor
 
@@ -104,7 +105,7 @@ class Worker:
         if prefetch is None:
             prefetch = core.prefetch
             if "prefetch" not in core.model_fields_set:
-                prefetch = getattr(queue.storage, "default_prefetch", prefetch)
+                prefetch = powers.default_prefetch(queue.storage, prefetch)
         self.prefetch = prefetch
         self.prefetch_below_ms = core.prefetch_below * 1000
         self.prefetch_wait = core.prefetch_wait
@@ -306,9 +307,7 @@ class Worker:
                     # A store that pushes changes may tell work apart from claims and
                     # outcomes (this loop's own commits among them): `wait_for_work`.
                     changed, self._external_change = self._external_change, False
-                    look = storage.wait_for_change
-                    if getattr(storage, "pushes_changes", False):
-                        look = getattr(storage, "wait_for_work", look)
+                    look = powers.change_look(storage)
                     changed = changed or ((free > 0 or len(self.inflight) > 0) and look(0))
                     if changed and len(self.inflight):
                         for job_id in storage.cancel_requested(self.worker_id):
@@ -445,7 +444,7 @@ class Worker:
         watch = (
             (free > 0 or len(self.inflight) > 0)
             and not self._db_backoff
-            and not getattr(self.queue.storage, "pushes_changes", False)
+            and not powers.pushes_changes(self.queue.storage)
         )
         cond = self._cond
         while True:

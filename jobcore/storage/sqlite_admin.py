@@ -1,4 +1,5 @@
-"""The SQLite backend's operator writes, store-level locks and events added by hand."""
+"""The SQLite backend's operator writes, store-level locks, events added by hand, and the
+hub's state beside the jobs (`hub_store()`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import apsw
 
 from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job, compact_json
+from jobcore.storage.hub_state import HubStore
 from jobcore.storage.rows import row_to_job, rows_of
 from jobcore.storage.sqlite_errors import boundary
 from jobcore.storage.sqlite_reads import Q, in_filter
@@ -124,3 +126,11 @@ class SQLiteAdmin:
         with self._write() as conn:
             conn.execute(Q["prune"].replace("{filters}", filters), params)
             return int(conn.changes())
+
+    # -- optional powers (jobcore.storage.powers) --------------------------------------
+
+    def hub_store(self) -> HubStore:
+        """The hub's state in this database file (`jobcore.storage.sqlite_hub`)."""
+        from jobcore.storage.sqlite_hub import SQLiteHubStore
+
+        return SQLiteHubStore(self.path, busy_timeout_ms=self.busy_timeout_ms)

@@ -21,6 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from jobcore_http import errors
 from jobcore_http.auth import bearer_token, principal_of, require, require_any
+from jobcore_http.hotlane import HotLane
 from jobcore_http.hub import Hub
 from jobcore_http.limits import BodyLimit
 from jobcore_http.responses import JSONResponse
@@ -64,6 +65,7 @@ def create_app(hub: Hub) -> FastAPI:
     app.include_router(tokens.router)
     _mount_artifacts(app, hub)
     _mount_dashboard(app, hub)
+    app.add_middleware(HotLane)  # inside BodyLimit: bodies are checked before it reads them
     app.add_middleware(
         BodyLimit,
         max_body=hub.settings.max_body,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from jobcore import wakeup
-from jobcore.errors import StorageError
+from jobcore.errors import JobNotFound, StorageError
 from jobcore.models import (
     Cancelled,
     Completed,
@@ -43,6 +43,7 @@ from jobcore.models import (
 from jobcore.plugins import notify
 from jobcore.queue import Queue
 from jobcore.storage.base import Inserted, Recorded
+from jobcore_http.errors import ApiError
 
 log = logging.getLogger("jobcore.http.engine")
 
@@ -84,7 +85,7 @@ class ClaimRequest:
 
 @dataclass
 class _Write:
-    kind: str  # "insert" | "outcome" | "extend"
+    kind: str  # "insert" | "outcome" | "finish" | "extend"
     value: Any
     future: Future[Any] = field(default_factory=Future)
 
@@ -128,6 +129,12 @@ class Engine:
 
     def record(self, outcome: Outcome) -> Future[Recorded]:
         return self._submit("outcome", outcome)
+
+    def finish(self, job_id: str, outcome_of: Callable[[Job], Outcome]) -> Future[Recorded]:
+        """Read the job and record the outcome `outcome_of` makes of it, in one round (no
+        read of its own before the write). `outcome_of` raises `ApiError` to refuse (that
+        request's answer alone); a job not found answers `JobNotFound`."""
+        return self._submit("finish", (job_id, outcome_of))
 
     def extend(self, lease: Lease) -> Future[bool | None]:
         """Extend a lease; the future says `cancel_requested`, or None if the lease is lost."""
@@ -292,13 +299,21 @@ class Engine:
 
     def _apply(self, writes: list[_Write]) -> list[Any]:
         results: list[Any] = [None] * len(writes)
-        outcomes = [(i, w) for i, w in enumerate(writes) if w.kind == "outcome"]
+        outcomes: list[tuple[int, Outcome]] = []
         leases = [(i, w) for i, w in enumerate(writes) if w.kind == "extend"]
         for i, write in enumerate(writes):
             if write.kind == "insert":
                 results[i] = self.storage.insert(write.value)
+            elif write.kind == "outcome":
+                outcomes.append((i, write.value))
+            elif write.kind == "finish":
+                job_id, outcome_of = write.value
+                try:
+                    outcomes.append((i, outcome_of(self.queue.get(job_id))))
+                except (ApiError, JobNotFound) as exc:  # refused: this request's answer alone
+                    results[i] = exc
         if outcomes:
-            recorded = self.storage.record([w.value for _, w in outcomes])
+            recorded = self.storage.record([outcome for _, outcome in outcomes])
             for (i, _), item in zip(outcomes, recorded, strict=True):
                 results[i] = item
         if leases:
@@ -367,9 +382,10 @@ class Engine:
                 for item in result:
                     if item.created:
                         notify(pm, "jobcore_job_enqueued", job=item.job)
-            elif write.kind == "outcome" and result.state == "recorded":
-                wake = _announce(pm, write.value, result.job) or wake
-                self._claim_ended(write.value.lease.job_id)
+            elif write.kind in ("outcome", "finish") and result.state == "recorded":
+                outcome = write.value if write.kind == "outcome" else result.outcome
+                wake = _announce(pm, outcome, result.job) or wake
+                self._claim_ended(outcome.lease.job_id)
         for jobs in claimed.values():
             for job in jobs:
                 notify(pm, "jobcore_job_claimed", job=job, worker=job.locked_by or "")

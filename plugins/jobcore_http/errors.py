@@ -101,10 +101,25 @@ def not_json_body(request: Request, errors: Any) -> str | None:
     )
 
 
+def answer_for(method: str, path: str, exc: Exception) -> JSONResponse:
+    """The answer to an exception a route raised after its input was validated: what the
+    handlers `install` registers answer (the hub's hot lane answers through it too)."""
+    if isinstance(exc, ApiError):
+        return error_response(exc.status, exc.message, exc.headers)
+    if isinstance(exc, JobcoreError):
+        return error_response(status_of(exc), str(exc))
+    if isinstance(exc, UnicodeError):
+        return error_response(
+            400, "text contains invalid characters (lone surrogates); send valid UTF-8"
+        )
+    log.error("internal error on %s %s", method, path, exc_info=exc)
+    return error_response(500, "internal error in the hub; see its log")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.headers)
+    async def _api(request: Request, exc: ApiError) -> JSONResponse:
+        return answer_for(request.method, request.url.path, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -122,16 +137,13 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status_code, message, getattr(exc, "headers", None))
 
     @app.exception_handler(JobcoreError)
-    async def _jobcore(_: Request, exc: JobcoreError) -> JSONResponse:
-        return error_response(status_of(exc), str(exc))
+    async def _jobcore(request: Request, exc: JobcoreError) -> JSONResponse:
+        return answer_for(request.method, request.url.path, exc)
 
     @app.exception_handler(UnicodeError)
-    async def _unicode(_: Request, exc: UnicodeError) -> JSONResponse:
-        return error_response(
-            400, "text contains invalid characters (lone surrogates); send valid UTF-8"
-        )
+    async def _unicode(request: Request, exc: UnicodeError) -> JSONResponse:
+        return answer_for(request.method, request.url.path, exc)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, "internal error in the hub; see its log")
+        return answer_for(request.method, request.url.path, exc)

@@ -103,10 +103,12 @@ class BodyLimit:
         body = b"".join(chunks)
         # whatever its content type says (a route may parse it as JSON), a body that parses
         # as JSON is checked on its parsed value
-        problem = _not_json(body)
+        problem, parsed = _not_json(body)
         if problem is not None:
             await self._reject(send, 400, problem, close=False)
             return
+        if parsed is not _UNPARSED:
+            scope[PARSED_BODY] = parsed  # the hot lane reads it instead of parsing again
         sent = False
 
         async def replay() -> Message:
@@ -197,19 +199,33 @@ def surrogate_path(value: Any, path: str = "") -> str | None:
     return None
 
 
-def _not_json(body: bytes) -> str | None:
+PARSED_BODY = "jobcore.parsed_body"
+"""Scope key: the request body as `json.loads` parsed it (set when it parsed and passed)."""
+
+_UNPARSED = object()
+
+
+def _not_json(body: bytes) -> tuple[str | None, Any]:
     """Why `body`, parsed as the routes parse it (`json.loads` of the bytes: UTF-8, -16 or
     -32, encoded surrogates passed through), holds what JSON cannot carry (NaN, Infinity,
-    overflowing numbers, lone surrogates in any string or key), or None. Bodies that do not
-    parse at all are left to the route (400 for a JSON route)."""
+    overflowing numbers, lone surrogates in any string or key), or None; and the parsed
+    value when it passed (`_UNPARSED` otherwise). Bodies that do not parse at all are left
+    to the route (400 for a JSON route)."""
     if not body:
-        return None
+        return None, _UNPARSED
     try:
         value = json.loads(body, parse_constant=_no_constant)
     except _Refused as exc:
-        return f"body is not valid JSON ({exc})"
+        return f"body is not valid JSON ({exc})", _UNPARSED
     except (ValueError, RecursionError):
-        return None
+        return None, _UNPARSED
+    problem = _not_carried(value)
+    return problem, value if problem is None else _UNPARSED
+
+
+def _not_carried(value: Any) -> str | None:
+    """Why a parsed value holds what JSON cannot carry (lone surrogates, overflowed floats,
+    nesting too deep to check), or None."""
     try:
         json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobcore import wakeup
+from jobcore.storage import powers
 
 log = logging.getLogger("jobcore.http.waiter")
 
@@ -92,7 +93,7 @@ class ChangeWaiter:
 
     def _timeout(self, last_called: dict[Callable[[], None], float]) -> float:
         """How long to wait for a poke: `interval`, or longer while the store pushes."""
-        if not getattr(self.storage, "pushes_changes", False):
+        if not powers.pushes_changes(self.storage):
             return self.interval
         now = time.monotonic()
         due = [last_called.get(cb, now) + every - now for cb, every in self._every.items()]

@@ -1,14 +1,13 @@
 """The hub's tokens and workers registry in the PostgreSQL store (`PostgresStorage.hub_store()`).
 
-Implements the `HubStore` interface of `jobcore_http.store` on the storage's
-pool and schema (tables `hub_tokens`, `hub_workers`, created by the schema's
+Implements the core's `HubStore` contract (`jobcore.storage.hub_state`) on the
+storage's pool and schema (tables `hub_tokens`, `hub_workers`, created by the schema's
 migrations), so several `jobcore serve` hubs on one database share tokens and
-know each other's agents. The record types come from `jobcore_http.store`.
+know each other's agents.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ import psycopg
 
 from jobcore.errors import IllegalTransition
 from jobcore.models import Job
+from jobcore.storage.hub_state import LIMITED_HASH, JobFilter, Page, TokenRecord, WorkerRecord
 from jobcore_postgres.reads import select_jobs
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ class PostgresHubStore:
 
     def __init__(self, storage: PostgresStorage) -> None:
         self.storage = storage
-        self._types = importlib.import_module("jobcore_http.store")
         self._tokens = storage._d.table("hub_tokens")
         self._workers = storage._d.table("hub_workers")
 
@@ -72,10 +71,10 @@ class PostgresHubStore:
 
     # -- tokens ------------------------------------------------------------------
 
-    def _token(self, row: Sequence[Any]) -> Any:
-        return self._types.TokenRecord.from_row(row)
+    def _token(self, row: Sequence[Any]) -> TokenRecord:
+        return TokenRecord.from_row(row)
 
-    def add_token(self, record: Any) -> None:
+    def add_token(self, record: TokenRecord) -> None:
         try:
             with self.storage._write() as conn:
                 conn.execute(
@@ -99,16 +98,16 @@ class PostgresHubStore:
                 ) from None
             raise
 
-    def token_by_hash(self, digest: str) -> Any:
+    def token_by_hash(self, digest: str) -> TokenRecord | None:
         with self.storage._connection() as conn:
             row = conn.execute(
                 f"SELECT {_TOKEN_COLUMNS} FROM {self._tokens} "
                 "WHERE hash IN (%s, %s) AND revoked_at IS NULL",
-                (digest, self._types.LIMITED_HASH + digest),
+                (digest, LIMITED_HASH + digest),
             ).fetchone()
         return None if row is None else self._token(row)
 
-    def list_tokens(self) -> list[Any]:
+    def list_tokens(self) -> list[TokenRecord]:
         with self.storage._connection() as conn:
             rows = conn.execute(
                 f"SELECT {_TOKEN_COLUMNS} FROM {self._tokens} ORDER BY id"
@@ -125,7 +124,7 @@ class PostgresHubStore:
 
     # -- workers -----------------------------------------------------------------
 
-    def upsert_worker(self, record: Any) -> bool:
+    def upsert_worker(self, record: WorkerRecord) -> bool:
         with self.storage._write() as conn:
             row = conn.execute(
                 f"INSERT INTO {self._workers} AS w (worker_id, name, cores, ram_gb, tags, types, "
@@ -184,13 +183,13 @@ class PostgresHubStore:
             ).fetchall()
         return [str(row[0]) for row in rows]
 
-    def list_workers(self) -> list[Any]:
+    def list_workers(self) -> list[WorkerRecord]:
         with self.storage._connection() as conn:
             rows = conn.execute(
                 f"SELECT {_WORKER_COLUMNS} FROM {self._workers} ORDER BY worker_id"
             ).fetchall()
         return [
-            self._types.WorkerRecord(
+            WorkerRecord(
                 worker_id=row[0],
                 name=row[1],
                 cores=row[2],
@@ -208,9 +207,9 @@ class PostgresHubStore:
     # -- jobs ------------------------------------------------------------------------
 
     def search_jobs(
-        self, where: Any, *, before: str | None, limit: int, budget_ms: int = 200
-    ) -> Any:
-        """One page (`jobcore_http.store.Page`). Filters no index serves (type, queue,
+        self, where: JobFilter, *, before: str | None, limit: int, budget_ms: int = 200
+    ) -> Page:
+        """One page (`jobcore.storage.hub_state.Page`). Filters no index serves (type, queue,
         worker, q) walk down the ids in windows within `budget_ms`, a window still running
         at the deadline stopped by `statement_timeout` (the page then ends above it)."""
         from jobcore_postgres.rows import row_to_job
@@ -247,7 +246,7 @@ class PostgresHubStore:
             with self.storage._connection() as conn:
                 jobs = [row_to_job(row) for row in conn.execute(sql, params).fetchall()]
             more = len(jobs) > limit
-            return self._types.Page(jobs[:limit], jobs[limit - 1].id if more else None)
+            return Page(jobs[:limit], jobs[limit - 1].id if more else None)
         conds = "".join(f" AND {cond}" for cond in rest)
         deadline = time.monotonic() + budget_ms / 1000
         found: list[Job] = []
@@ -262,7 +261,7 @@ class PostgresHubStore:
                     params,
                 ).fetchall()[0]
                 if not count:
-                    return self._types.Page(found[:limit], None)
+                    return Page(found[:limit], None)
                 params["low"] = low
                 params["limit"] = limit + 1 - len(found)
                 sql = select_jobs(
@@ -272,18 +271,18 @@ class PostgresHubStore:
                 )
                 rows = _rows_until(conn, sql, params, None if first else deadline)
             if rows is None:  # stopped at the deadline: go on from this window's top
-                return self._types.Page(found, params["before"])
+                return Page(found, params["before"])
             first = False
             found.extend(row_to_job(row) for row in rows)
             if len(found) > limit:
-                return self._types.Page(found[:limit], found[limit - 1].id)
+                return Page(found[:limit], found[limit - 1].id)
             if count < window:
-                return self._types.Page(found, None)
+                return Page(found, None)
             params["before"] = low
             below = " AND id < %(before)s"
             now = time.monotonic()
             if now >= deadline:
-                return self._types.Page(found, low)
+                return Page(found, low)
             if (now - started) * 4 < deadline - now:
                 window = min(window * 2, 5000)
 

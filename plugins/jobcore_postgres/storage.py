@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.types.json import set_json_loads
@@ -68,6 +68,9 @@ from jobcore_postgres.statements import (
     promote_statement,
 )
 from jobcore_postgres.url import PostgresTarget, parse_url
+
+if TYPE_CHECKING:
+    from jobcore_postgres.hub_store import PostgresHubStore
 
 log = logging.getLogger("jobcore.postgres")
 
@@ -652,8 +655,9 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
                 self._check_pool()
             raise translate(exc, self.where) from exc
 
-    def hub_store(self) -> Any:
-        """The hub's tokens and workers registry in this store (`jobcore_http.store.HubStore`)."""
+    def hub_store(self) -> PostgresHubStore:
+        """The hub's tokens and workers registry in this store (`jobcore.storage.hub_state.HubStore`,
+        an optional power: `jobcore.storage.powers.KeepsHubState`)."""
         from jobcore_postgres.hub_store import PostgresHubStore
 
         return PostgresHubStore(self)

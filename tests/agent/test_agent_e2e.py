@@ -158,7 +158,8 @@ def test_hub_down_mid_job_result_is_buffered_and_delivered_once(
         agent = Agent(hub, "a1")
         agents.append(agent)
         wait_until(started.exists)
-        hub.stop(signal.SIGKILL)  # the hub crashes mid-job (SIGTERM: see CONTRACT_CHANGES)
+        # the hub crashes mid-job (SIGTERM would end it cleanly: docs/storage-backends.md)
+        hub.stop(signal.SIGKILL)
         wait_until(lambda: log.exists() and log.read_text())  # finished while the hub was away
         wait_until(lambda: "not delivered yet" in agent.log())
         hub.start()

@@ -23,6 +23,10 @@ connection to the same store, for the outbox and for holding the write lock)
 and `busy_storage` (a handle whose writes give up quickly while another
 connection holds the write lock).
 
+The hub's state (`hub_store()`) and the optional powers a backend declares
+(`jobcore.storage.powers`) are checked too (`HubStateRules`);
+docs/storage-backends.md lists what a backend implements.
+
 Every rule of `jobcore.transitions` is checked, and recorded rows are
 compared with `transitions.apply`, so a backend cannot re-derive the rules
 differently. Time comes from the injected clock: the suite never sleeps to
@@ -42,12 +46,13 @@ from jobcore.testing.contract.base import (
     new_job,
 )
 from jobcore.testing.contract.claims import ClaimRules
+from jobcore.testing.contract.hub_state import HubStateRules
 from jobcore.testing.contract.operators import OperatorRules
 from jobcore.testing.contract.outcomes import OutcomeRules
 from jobcore.testing.contract.sweep import SweepAndEventRules
 
 
-class StorageContract(ClaimRules, OutcomeRules, SweepAndEventRules, OperatorRules):
+class StorageContract(ClaimRules, OutcomeRules, SweepAndEventRules, OperatorRules, HubStateRules):
     """Conformance tests; subclasses provide the `storage_factory` fixture."""
 
 

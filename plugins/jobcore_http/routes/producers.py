@@ -16,6 +16,7 @@ from jobcore_http.bulk import bulk_change
 from jobcore_http.engine import settle
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
+from jobcore_http.hub import Hub
 from jobcore_http.models import (
     BatchIn,
     BatchOut,
@@ -32,6 +33,7 @@ from jobcore_http.models import (
 )
 from jobcore_http.responses import JSONResponse
 from jobcore_http.store import MAX_QUERY_CHARS, JobFilter
+from jobcore_http.tokens import Principal
 from jobcore_http.views import attempts_detail, job_json, normalize_statuses, split_values
 
 router = APIRouter(prefix="/api")
@@ -66,9 +68,15 @@ async def enqueue(
     idempotency_key: Annotated[str | None, Header(max_length=1000)] = None,
 ) -> JSONResponse:
     """Enqueue one job; 201 when created, 200 with `created: false` for a duplicate key."""
-    hub = hub_of(request)
+    return await enqueue_one(hub_of(request), caller(request), body, idempotency_key)
+
+
+async def enqueue_one(
+    hub: Hub, principal: Principal, body: EnqueueIn, idempotency_key: str | None
+) -> JSONResponse:
+    """`POST /api/jobs` once its input is validated (the route's and the hot lane's)."""
     job = build_job(hub.queue, body, idempotency_key)
-    may_enqueue(caller(request), [job])
+    may_enqueue(principal, [job])
     [item] = await settle(hub.engine.insert([job]))
     return JSONResponse(created_json(item), status_code=201 if item.created else 200)
 
@@ -82,7 +90,11 @@ async def enqueue(
 )
 async def enqueue_batch(request: Request, body: BatchIn) -> JSONResponse:
     """Enqueue many jobs in one transaction: all or nothing."""
-    hub = hub_of(request)
+    return await enqueue_batch_of(hub_of(request), caller(request), body)
+
+
+async def enqueue_batch_of(hub: Hub, principal: Principal, body: BatchIn) -> JSONResponse:
+    """`POST /api/jobs/batch` once its input is validated (the route's and the hot lane's)."""
     jobs = []
     for index, item in enumerate(body.jobs):
         try:
@@ -95,7 +107,7 @@ async def enqueue_batch(request: Request, body: BatchIn) -> JSONResponse:
             if isinstance(exc, JobcoreError):
                 exc.args = (f"jobs.{index}: {exc}",)
             raise
-    may_enqueue(caller(request), jobs, "jobs.")
+    may_enqueue(principal, jobs, "jobs.")
     inserted = await settle(hub.engine.insert(jobs))
     return JSONResponse({"jobs": [created_json(item) for item in inserted]}, status_code=201)
 

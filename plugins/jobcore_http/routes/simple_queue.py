@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
-from fastapi.concurrency import run_in_threadpool
 
 from jobcore.models import Completed, Failed, Job, JobStatus, Lease, Outcome
 from jobcore_http.auth import agent_id_of, hub_of, require
 from jobcore_http.authorize import caller, claimable, may_enqueue
 from jobcore_http.engine import settle
 from jobcore_http.errors import ApiError
+from jobcore_http.hub import Hub
 from jobcore_http.models import (
     ErrorOut,
     QueueAddIn,
@@ -72,7 +72,11 @@ async def next_job(
     request: Request, principal: Annotated[Principal, Depends(require("agent"))]
 ) -> Response:
     """Claim the next job (as the token's agent); 204 when none is waiting."""
-    hub = hub_of(request)
+    return await next_job_for(hub_of(request), principal)
+
+
+async def next_job_for(hub: Hub, principal: Principal) -> Response:
+    """`GET /api/queue` for a caller already authenticated (the route's and the hot lane's)."""
     worker = agent_id_of(principal)
     hub.registry.seen(worker, hub.now())
     types, queues = claimable(principal, (), ())
@@ -92,21 +96,28 @@ async def update(
     principal: Annotated[Principal, Depends(require("agent"))],
 ) -> dict[str, bool]:
     """Complete (`status: completed`, `result`) or fail (`status: failed`, `error`) a claimed job."""
-    hub = hub_of(request)
-    job = await run_in_threadpool(hub.queue.get, job_id)
-    if job.status is not JobStatus.CLAIMED:
-        raise ApiError(404, f"job {job_id} is not claimed (it is {job.status})")
-    if principal.scope != "admin" and job.locked_by != agent_id_of(principal):
-        raise ApiError(
-            409, f"job {job_id} is claimed by {job.locked_by!r}, not {agent_id_of(principal)!r}"
-        )
-    lease = Lease.of(job)
-    outcome: Outcome = (
-        Completed(lease=lease, result=body.result)
-        if body.status == "completed"
-        else Failed(lease, body.error or "failed")
-    )
-    recorded = await settle(hub.engine.record(outcome))
+    return await update_job(hub_of(request), principal, job_id, body)
+
+
+async def update_job(
+    hub: Hub, principal: Principal, job_id: str, body: QueueUpdateIn
+) -> dict[str, bool]:
+    """`PUT /api/queue/{id}` once its input is validated (the route's and the hot lane's):
+    the job is read, checked and its outcome recorded in one round of the hub's writer."""
+
+    def outcome_of(job: Job) -> Outcome:
+        if job.status is not JobStatus.CLAIMED:
+            raise ApiError(404, f"job {job_id} is not claimed (it is {job.status})")
+        if principal.scope != "admin" and job.locked_by != agent_id_of(principal):
+            raise ApiError(
+                409, f"job {job_id} is claimed by {job.locked_by!r}, not {agent_id_of(principal)!r}"
+            )
+        lease = Lease.of(job)
+        if body.status == "completed":
+            return Completed(lease=lease, result=body.result)
+        return Failed(lease, body.error or "failed")
+
+    recorded = await settle(hub.engine.finish(job_id, outcome_of))
     if recorded.job is None:
         raise ApiError(404, f"job {job_id} is no longer claimed")
     return {"success": True}
