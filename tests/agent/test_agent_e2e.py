@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sha256, solver_source
 from hubenv import JOBCORE, Agent, Hub, env, wait_until
+
+from conftest import sha256, solver_source
 
 pytest.importorskip("fastapi")
 

@@ -150,7 +150,10 @@ def test_server_restart_mid_drain_loses_nothing(cluster: Cluster) -> None:
     cluster.enqueue_lines([{"log": str(log), "sleep": 0.005}] * total)
     procs = [cluster.worker("--concurrency", "4", "--lease", "5s") for _ in range(2)]
     wait_for(lambda: cluster.counts().get("completed", 0) >= 300, timeout=120)
-    subprocess.run(restart, check=True, capture_output=True, timeout=120)
+    try:
+        subprocess.run(restart, check=True, capture_output=True, timeout=120)
+    finally:  # whatever happened, leave the machine's server running for everything after
+        subprocess.run([*restart[:-1], "start"], capture_output=True, timeout=120)
     after_restart = cluster.counts()  # the storage reconnects too
     assert after_restart.get("completed", 0) < total  # the restart came mid-drain
     wait_for(lambda: cluster.counts() == {"completed": total}, timeout=240)
