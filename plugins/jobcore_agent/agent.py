@@ -201,6 +201,7 @@ class Agent:
             for thread in threads:
                 if thread.name != "agent-claimer":  # may sit in a long-poll; it is a daemon
                     thread.join(timeout=5)
+            self._save_ready()  # settled after the reporter's last batch: kept for the next run
             self._outbox_call(self.outbox.close)
 
     def _finish(self) -> int:
@@ -209,6 +210,7 @@ class Agent:
                 for claim in self._claims.values():
                     claim.run.ctx.request_stop("shutdown")
             raise AgentFatal(self._fatal)
+        self._save_ready()
         try:
             left = self.outbox.count(self.worker_id)
         except Exception as exc:

@@ -165,7 +165,7 @@ class ReportsIn(Strict):
     answered `refused` alone), so they are taken here as plain objects."""
 
     worker_id: Name
-    reports: Annotated[list[Any], Field(max_length=MAX_REPORTS)] = Field(
+    reports: Annotated[list[ReportIn | Any], Field(max_length=MAX_REPORTS)] = Field(
         description="`ReportIn` items, answered in order"
     )
 

@@ -187,6 +187,12 @@ def test_a_read_token_and_an_oversized_batch_are_refused(
     ) as client:
         answer = client.post("/api/jobs/reports", json={"worker_id": "agent-a", "reports": []})
         assert answer.status_code == 403, answer.text
+    spec = fleet.admin.get("/openapi.json").json()  # documented with its shapes
+    route = spec["paths"]["/api/jobs/reports"]["post"]
+    assert "ReportsIn" in str(route["requestBody"]) and "ReportsOut" in str(route["responses"])
+    schemas = spec["components"]["schemas"]
+    assert "ReportIn" in str(schemas["ReportsIn"]) and "ReportOut" in str(schemas["ReportsOut"])
+    assert {"job_id", "lease_id", "kind"} <= set(schemas["ReportIn"]["required"])
     many = [{"job_id": "x", "lease_id": "y", "kind": "release"}] * 1001
     answer = fleet.a.post("/api/jobs/reports", json={"worker_id": "agent-a", "reports": many})
     assert answer.status_code in (400, 422), answer.text
