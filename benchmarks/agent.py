@@ -6,6 +6,10 @@ Measures, in one run on a temporary folder:
 - an idle agent's requests (counted by a pass-through proxy) and CPU use;
 - draining `noop` jobs through the hub with 4 started agents (from the batch enqueue
   to the last completion), against one local `Worker` (4 threads) on its own store.
+`--compare` measures only the drains, for each `--code NAME=PATH` checkout in turn
+(baselines in the same run): 4 agents x concurrency 4 through one hub against one
+`jobcore run --concurrency 4` on its own store, with the jobs arriving while they wait
+and from a backlog, on SQLite and (`--postgres URL`) PostgreSQL; jobs/s and CPU ms per job.
 Targets (issue 10): p50 <= 20 ms, p99 <= 100 ms; idle <= 1 request / 25 s and < 1% of a core.
 Nothing is asserted; the targets are reported as met or not.
 """
@@ -13,6 +17,7 @@ Nothing is asserted; the targets are reported as met or not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -34,9 +39,15 @@ from faultproxy import FaultProxy  # noqa: E402
 JOBCORE = [sys.executable, "-m", "jobcore"]
 
 
-def _env() -> dict[str, str]:
+CODE: dict[str, str] = {}  # `--code NAME=PATH`: the checkout (and its plugins) to run
+
+
+def _env(code: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCORE_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    if code is not None:  # run another checkout's code (baselines in the same run)
+        env["PYTHONPATH"] = os.pathsep.join([code, os.path.join(code, "plugins"), str(ROOT)])
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["JOBCORE_PLUGINS"] = "benchmarks.plugin"
     return env
 
@@ -71,14 +82,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 class Hub:
-    def __init__(self, tmp: Path) -> None:
-        self.db = str(tmp / "hub.db")
+    def __init__(self, tmp: Path, db: str | None = None, code: str | None = None) -> None:
+        self.db = db or str(tmp / "hub.db")
+        self.code = code
         self.url = f"http://127.0.0.1:{_port()}"
         self.tmp = tmp
         port = self.url.rsplit(":", 1)[1]
         self.proc = subprocess.Popen(
             [*JOBCORE, "--db", self.db, "serve", "--host", "127.0.0.1", "--port", port],
-            env=_env(),
+            env=_env(code),
             stdout=subprocess.DEVNULL,
             stderr=open(tmp / "hub.log", "wb"),  # noqa: SIM115
         )
@@ -97,14 +109,15 @@ class Hub:
         if agent:
             args += ["--agent", agent]
         return subprocess.run(
-            args, env=_env(), capture_output=True, text=True, check=True
+            args, env=_env(self.code), capture_output=True, text=True, check=True
         ).stdout.strip()
 
     def agent(
         self, worker_id: str, url: str | None = None, concurrency: int = 4
     ) -> subprocess.Popen[bytes]:
         token_file = self.tmp / f"token-{worker_id}"
-        token_file.write_text(self.token(f"agent-{worker_id}", "agent", worker_id))
+        if not token_file.exists():
+            token_file.write_text(self.token(f"agent-{worker_id}", "agent", worker_id))
         return subprocess.Popen(
             [
                 *JOBCORE,
@@ -120,7 +133,7 @@ class Hub:
                 "--concurrency",
                 str(concurrency),
             ],
-            env=_env(),
+            env=_env(self.code),
             stdout=subprocess.DEVNULL,
             stderr=open(self.tmp / f"agent-{worker_id}.log", "wb"),
         )
@@ -182,27 +195,6 @@ def idle(hub: Hub, seconds: float) -> tuple[float, float]:
     return requests / seconds * 25, cpu
 
 
-def drain_agents(hub: Hub, n: int, agents: int = 4) -> float:
-    """Jobs per second draining `n` noop jobs through the hub with `agents` started, idle agents."""
-    procs = [hub.agent(f"bench-drain-{i}") for i in range(agents)]
-    try:
-        for i in range(agents):
-            hub.registered(f"bench-drain-{i}")
-        time.sleep(1.0)  # every agent is long-polling
-        done_before = hub.completed()
-        started = time.perf_counter()
-        for start in range(0, n, 1000):
-            batch = [{"type": "noop", "payload": {}} for _ in range(min(1000, n - start))]
-            hub.http.post("/api/jobs/batch", json={"jobs": batch}, timeout=120).raise_for_status()
-        while hub.completed() - done_before < n:
-            time.sleep(0.2)  # `GET /api/stats` is not free: polling it faster slows the hub
-        elapsed = time.perf_counter() - started
-    finally:
-        for proc in procs:
-            _stop(proc)
-    return n / elapsed
-
-
 def drain_local(tmp: Path, n: int) -> float:
     """Jobs per second for one local worker (4 threads, in this process) on its own store."""
     from jobcore import Queue, Worker
@@ -214,21 +206,188 @@ def drain_local(tmp: Path, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
+def _cpu_of(procs: list[subprocess.Popen[bytes]]) -> float:
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(OSError):  # exited already
+            total += _cpu_seconds(proc.pid)
+    return total
+
+
+def _enqueue_hub(hub: Hub, n: int) -> None:
+    for start in range(0, n, 1000):
+        batch = [{"type": "noop", "payload": {}} for _ in range(min(1000, n - start))]
+        hub.http.post("/api/jobs/batch", json={"jobs": batch}, timeout=120).raise_for_status()
+
+
+def drain_fleet(
+    tmp: Path, n: int, *, backlog: bool, db: str | None, code: str | None, agents: int = 4
+) -> dict[str, float]:
+    """4 agents (concurrency 4) draining `n` noop jobs through one hub: jobs per second, and
+    CPU seconds per 1000 jobs of the hub and the agents together.
+
+    `backlog`: the jobs are enqueued before the agents start (clock from their start);
+    else the agents wait first and the jobs arrive while they do (clock from the enqueue).
+    """
+    hub = Hub(tmp, db=db, code=code)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        if backlog:
+            _enqueue_hub(hub, n)
+            for i in range(agents):  # tokens first: starting them is part of the clock
+                (tmp / f"token-bench-drain-{i}").write_text(
+                    hub.token(f"agent-bench-drain-{i}", "agent", f"bench-drain-{i}")
+                )
+        cpu0 = _cpu_of([hub.proc])
+        started = time.perf_counter()
+        procs = [hub.agent(f"bench-drain-{i}") for i in range(agents)]
+        if not backlog:
+            for i in range(agents):
+                hub.registered(f"bench-drain-{i}")
+            time.sleep(1.0)  # every agent is long-polling
+            cpu0 = _cpu_of([hub.proc, *procs])
+            started = time.perf_counter()
+            _enqueue_hub(hub, n)
+        while hub.completed() < n:
+            time.sleep(0.1)
+        elapsed = time.perf_counter() - started
+        cpu = _cpu_of([hub.proc, *procs]) - cpu0
+    finally:
+        for proc in procs:
+            _stop(proc)
+        hub.close()
+    return {"jobs_per_s": n / elapsed, "cpu_ms_per_job": cpu / n * 1000}
+
+
+def drain_worker(
+    tmp: Path, n: int, *, backlog: bool, db: str | None, code: str | None
+) -> dict[str, float]:
+    """One local `jobcore run --concurrency 4` draining `n` noop jobs on its own store."""
+    from jobcore import Queue
+
+    db = db or str(tmp / "local.db")
+    with Queue(db) as queue:
+        if backlog:
+            queue.enqueue_many("noop", [{} for _ in range(n)])
+        args = [*JOBCORE, "--db", db, "run", "--concurrency", "4"]
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [*args, "--until-empty"] if backlog else args,
+            env=_env(code),
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp / "worker.log", "wb"),  # noqa: SIM115
+        )
+        try:
+            if backlog:
+                _, _, usage = os.wait4(proc.pid, 0)  # its CPU, read as it is reaped
+                proc.returncode = 0
+            else:
+                time.sleep(2.0)  # started and waiting
+                started = time.perf_counter()
+                for start in range(0, n, 1000):
+                    queue.enqueue_many("noop", [{} for _ in range(min(1000, n - start))])
+                while queue.storage.count_by_status().get("completed", 0) < n:
+                    time.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            cpu = usage.ru_utime + usage.ru_stime if backlog else _cpu_of([proc])
+        finally:
+            if proc.poll() is None:
+                _stop(proc)
+    return {"jobs_per_s": n / elapsed, "cpu_ms_per_job": cpu / n * 1000}
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _pg_db(url: str) -> str:
+    """A fresh schema on the PostgreSQL server `url` (a store of its own per measurement)."""
+    import secrets
+
+    return f"{url}{'&' if '?' in url else '?'}schema=bench_{secrets.token_hex(4)}"
+
+
+def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Fleet vs local worker, each code (`--code`) in turn, `--rounds` times, one table."""
+    rows: list[dict[str, Any]] = []
+    codes = list(CODE.items()) or [("this", None)]
+    stores = ["sqlite"] + (["postgres"] if args.postgres else [])
+    for round_ in range(args.rounds):
+        for store in stores:
+            for mode in ("arriving", "backlog"):
+                backlog = mode == "backlog"
+                n = args.drain if backlog else args.arriving
+                for name, path in codes if round_ % 2 == 0 else codes[::-1]:
+                    with tempfile.TemporaryDirectory(dir=Path.home()) as folder:
+                        tmp = Path(folder)
+                        db = _pg_db(args.postgres) if store == "postgres" else None
+                        fleet = drain_fleet(tmp, n, backlog=backlog, db=db, code=path)
+                    with tempfile.TemporaryDirectory(dir=Path.home()) as folder:
+                        tmp = Path(folder)
+                        db = _pg_db(args.postgres) if store == "postgres" else None
+                        local = drain_worker(tmp, n, backlog=backlog, db=db, code=path)
+                    row = {
+                        "round": round_,
+                        "store": store,
+                        "mode": mode,
+                        "code": name,
+                        "jobs": n,
+                        "fleet_jobs_per_s": round(fleet["jobs_per_s"], 1),
+                        "fleet_cpu_ms_per_job": round(fleet["cpu_ms_per_job"], 3),
+                        "local_jobs_per_s": round(local["jobs_per_s"], 1),
+                        "local_cpu_ms_per_job": round(local["cpu_ms_per_job"], 3),
+                        "ratio": round(fleet["jobs_per_s"] / local["jobs_per_s"], 3),
+                    }
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200, help="latency samples")
     parser.add_argument("--idle", type=float, default=60.0, help="idle seconds measured")
     parser.add_argument("--drain", type=int, default=2000, help="noop jobs drained")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="only the drains: 4 agents x 4 through a hub vs `jobcore run --concurrency 4`, "
+        "jobs arriving and from a backlog, for each --code",
+    )
+    parser.add_argument("--arriving", type=int, default=2000, help="--compare: jobs arriving")
+    parser.add_argument("--rounds", type=int, default=1, help="--compare: rounds (alternating)")
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="--compare: a checkout to measure (repeatable; e.g. base=/work/main)",
+    )
+    parser.add_argument("--postgres", metavar="URL", help="--compare: also on this PostgreSQL")
     args = parser.parse_args(argv)
+    if args.compare:
+        for item in args.code:
+            name, _, path = item.partition("=")
+            CODE[name] = path
+        return {"rows": compare(args)}
     with tempfile.TemporaryDirectory(dir=Path.home()) as folder:
         tmp = Path(folder)
         hub = Hub(tmp)
         try:
             p50, p99 = latency(hub, args.jobs)
             requests, cpu = idle(hub, args.idle)
-            remote = drain_agents(hub, args.drain) if args.drain else float("nan")
         finally:
             hub.close()
+        # on a hub of its own: the idle agent's proxy above leaves its long-poll open at the
+        # hub, which then hands jobs to that gone agent (they wait out a lease)
+        remote = (
+            drain_fleet(_folder(tmp / "drain"), args.drain, backlog=False, db=None, code=None)[
+                "jobs_per_s"
+            ]
+            if args.drain
+            else float("nan")
+        )
         local = drain_local(tmp, args.drain) if args.drain else float("nan")
     results = {
         "latency_p50_ms": round(p50, 1),

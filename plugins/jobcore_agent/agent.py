@@ -36,6 +36,8 @@ from jobcore_agent.client import (
     HubRejected,
     HubUnavailable,
     Intervals,
+    NoBatchRoute,
+    Reported,
     StaleReport,
 )
 from jobcore_agent.exec_job import ArtifactSource
@@ -45,6 +47,7 @@ from jobcore_agent.wire import job_from_json, make_lease, report_of, sendable
 log = logging.getLogger("jobcore.agent")
 
 DELIVERY_GRACE = 5.0  # seconds a stopping agent keeps trying to deliver before leaving them queued
+MAX_BATCH = 500  # outcomes in one batched report (the hub takes up to 1000 items)
 
 
 class AgentFatal(JobcoreError):
@@ -92,7 +95,7 @@ class Agent:
         self.attempts.timeout_label = "max_runtime_exceeded"  # the hub's word for it (§11)
         self.stop_grace = core.stop_grace
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
-        self.prefetch = min(core.prefetch, concurrency)
+        self.prefetch = min(core.prefetch, 4 * concurrency)
         self.prefetch_below_ms = core.prefetch_below * 1000
         self._recent_ms: float | None = None  # moving average of attempt durations
         self._slots = threading.BoundedSemaphore(concurrency)
@@ -103,7 +106,8 @@ class Agent:
         self._cond = threading.Condition()
         self._claims: dict[str, Claim] = {}  # by key
         self._outbox_ready = threading.Event()
-        self._inflight: set[str] = set()  # outbox keys being delivered by the settling thread
+        self._ready: list[Pending] = []  # settled outcomes not yet in the outbox (the next batch)
+        self._batched = True  # the hub has `POST /api/jobs/reports` (False after a 404/405)
         self._unsaved: dict[str, Pending] = {}  # outcomes the outbox could not take, by key
         self._outbox_broken = False  # an outbox write failed (logged once)
         self._hub_away = False  # the reporter's last delivery failed: leave delivery to it
@@ -200,6 +204,7 @@ class Agent:
             for thread in threads:
                 if thread.name != "agent-claimer":  # may sit in a long-poll; it is a daemon
                     thread.join(timeout=5)
+            self._save_ready()  # settled after the reporter's last batch: kept for the next run
             self._outbox_call(self.outbox.close)
 
     def _finish(self) -> int:
@@ -208,6 +213,7 @@ class Agent:
                 for claim in self._claims.values():
                     claim.run.ctx.request_stop("shutdown")
             raise AgentFatal(self._fatal)
+        self._save_ready()
         try:
             left = self.outbox.count(self.worker_id)
         except Exception as exc:
@@ -310,14 +316,33 @@ class Agent:
     def _free_slots(self) -> int:
         """How many jobs to claim: slots not taken by a claim the hub has no outcome of yet.
 
-        Counting undelivered outcomes too keeps an agent that cannot report
-        (hub slow or away) from claiming jobs whose leases would lapse. While
-        recent attempts are short, up to `prefetch` more are claimed ahead (they
-        wait for a slot), so one claim request brings several jobs.
+        While the hub is away, undelivered outcomes count too: an agent that cannot
+        report does not claim jobs whose leases would lapse. While recent attempts
+        are short, up to `prefetch` more are claimed ahead (they wait for a slot),
+        so one claim request brings several jobs.
         """
+        return max(0, self._room() - self._held())
+
+    def _room(self) -> int:
         short = self._recent_ms is not None and self._recent_ms < self.prefetch_below_ms
-        room = self.concurrency + (self.prefetch if short else 0)
-        return max(0, room - len(self._claims))
+        return self.concurrency + (self.prefetch if short else 0)
+
+    def _held(self) -> int:
+        if self._hub_away:
+            return len(self._claims)
+        return sum(1 for claim in self._claims.values() if not claim.settled)
+
+    def _claim_due(self) -> bool:
+        """Claim when half the room is free, or when no claimed job waits for a slot (the
+        executors would run dry before an answer comes): a claim brings a batch of jobs,
+        not one per finished job, and goes out before the last job of the batch ends."""
+        free = self._free_slots()
+        if free <= 0:
+            return False
+        if free * 2 >= self._room():
+            return True
+        waiting = sum(1 for c in self._claims.values() if not c.settled and not c.run.began_at)
+        return waiting == 0
 
     def _free_slot(self, claim: Claim) -> None:
         """Give back the executor slot a claim holds (under the lock, once)."""
@@ -331,7 +356,7 @@ class Agent:
         while True:
             with self._cond:
                 self._cond.wait_for(
-                    lambda: self._stopping or self._closed or self._fatal or self._free_slots() > 0
+                    lambda: self._stopping or self._closed or self._fatal or self._claim_due()
                 )
                 if self._stopping or self._closed or self._fatal:
                     return
@@ -434,6 +459,7 @@ class Agent:
                 self._free_slot(claim)
                 return
             run.began_at = time.monotonic()
+            self._cond.notify_all()  # the claimer may claim once no claimed job waits
             if run.job.timeout_ms is not None:  # the timeout counts from the handler's start
                 run.deadline = run.began_at + run.job.timeout_ms / 1000
         outcome = self.attempts.execute(run)  # validates the payload, runs, judges; never raises
@@ -476,32 +502,8 @@ class Agent:
             recorded_at=now_ms(),
             tries=0,
         )
-        try:
-            self.outbox.add(
-                lease_id=row.lease_id,
-                job_id=row.job_id,
-                worker_id=row.worker_id,
-                kind=kind,
-                body=body,
-            )
-        except Exception as exc:  # disk full, read-only, I/O error: the hub may still take it
-            self._outbox_trouble(exc)
-            with self._cond:
-                self._unsaved[row.lease_id] = row  # heartbeated and retried until delivered
-        # Deliver right away from this thread (outcomes of several jobs go out in parallel);
-        # the reporter thread retries whatever this could not deliver.
-        with self._cond:
-            direct = not self._fatal and not self._hub_away
-            if direct:
-                self._inflight.add(row.lease_id)
-        if direct:
-            try:
-                delivered = self._deliver(row)
-            finally:
-                with self._cond:
-                    self._inflight.discard(row.lease_id)
-            if delivered:
-                return True
+        with self._cond:  # the reporter saves and sends it with the others of its batch
+            self._ready.append(row)
         self._outbox_ready.set()
         return True
 
@@ -534,18 +536,34 @@ class Agent:
         except Exception as exc:
             self._outbox_trouble(exc)
 
-    def _pending_rows(self) -> list[Pending]:
-        """Undelivered outcomes: the outbox's rows and those it could not take, minus in-flight."""
+    def _save_ready(self) -> None:
+        """Write the outcomes settled since the last batch to the outbox, in one transaction."""
+        with self._cond:
+            fresh, self._ready = self._ready, []
+        if not fresh:
+            return
         try:
-            saved = self.outbox.pending(self.worker_id)
+            self.outbox.add_many(fresh)
+        except Exception as exc:  # disk full, read-only, I/O error: the hub may still take them
+            self._outbox_trouble(exc)
+            with self._cond:
+                for row in fresh:  # heartbeated and retried until delivered
+                    self._unsaved.setdefault(row.lease_id, row)
+
+    def _pending_rows(self) -> list[Pending]:
+        """Undelivered outcomes: the outbox's rows and those it could not take (oldest first)."""
+        try:
+            saved = self.outbox.pending(self.worker_id, limit=MAX_BATCH)
         except Exception as exc:
             self._outbox_trouble(exc)
             saved = []
         with self._cond:
-            busy = set(self._inflight)
             rows = {row.lease_id: row for row in saved}
-            rows.update(self._unsaved)
-        return [row for key, row in rows.items() if key not in busy]
+            for key, row in self._unsaved.items():
+                if len(rows) >= MAX_BATCH:
+                    break
+                rows.setdefault(key, row)
+        return list(rows.values())
 
     def _release_rest(self) -> None:
         """Shutdown's deadline passed: stop what still runs and give those jobs back."""
@@ -570,18 +588,22 @@ class Agent:
             self._cond.notify_all()
 
     def _reporter_main(self) -> None:
+        """Save what settled to the outbox and send it, a batch at a time: the outcomes that
+        settle while one report is in flight go in the next one."""
         backoff = Backoff(self.max_backoff)
         while not self._closed:
             self._outbox_ready.wait(timeout=30.0)
             self._outbox_ready.clear()
             while not self._closed and not self._fatal:
+                self._save_ready()
                 rows = self._pending_rows()
                 if not rows:
                     break
-                if all(self._deliver(row) for row in rows):
+                if self._deliver_batch(rows):
                     backoff.reset()
                     with self._cond:
                         self._hub_away = False
+                        self._cond.notify_all()
                     continue
                 with self._cond:
                     self._hub_away = True
@@ -593,9 +615,80 @@ class Agent:
                         len(rows),
                         delay,
                     )
-                # woken early by a new outcome or by the claimer seeing the hub again
-                self._outbox_ready.wait(delay)
-                self._outbox_ready.clear()
+                self._wait_to_retry(delay)
+
+    def _wait_to_retry(self, delay: float) -> None:
+        """Back off before the next delivery, saving outcomes that settle meanwhile (they
+        must survive a restart during the outage); the claimer seeing the hub again ends it."""
+        until = time.monotonic() + delay
+        while not self._closed and not self._fatal:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self._outbox_ready.wait(left)
+            self._outbox_ready.clear()
+            self._save_ready()
+            with self._cond:
+                if not self._hub_away:  # set back by the claimer: the hub answers again
+                    return
+
+    def _deliver_batch(self, rows: list[Pending]) -> bool:
+        """Send `rows` in one `POST /api/jobs/reports` (single routes to a hub without it, and
+        for rows without a lease id); False when the hub is unavailable (the rows stay)."""
+        single = [row for row in rows if not self._batched or "lease_id" not in row.body]
+        batch = [row for row in rows if row not in single]
+        if batch:
+            items = [_item(row) for row in batch]
+            try:
+                answer = self.client.reports(self.worker_id, items)
+            except NoBatchRoute as exc:
+                log.info("%s; reporting one outcome per request", exc)
+                self._batched = False
+                single.extend(batch)
+            except HubUnavailable as exc:
+                self._outbox_call(self.outbox.tried_many, [row.lease_id for row in batch])
+                log.debug("cannot deliver %d outcome(s) yet (%s)", len(batch), exc)
+                return False
+            except HubAuthError as exc:
+                self._set_fatal(exc)
+                return False
+            except HubError as exc:  # the batch itself refused (too big?): one at a time
+                log.warning("batched report refused (%s); reporting one outcome per request", exc)
+                single.extend(batch)
+            else:
+                self._settle_answers(batch, answer)
+        return all([self._deliver(row) for row in single])
+
+    def _settle_answers(self, rows: list[Pending], answer: Reported) -> None:
+        """Act on the hub's answer per row: delivered or stale rows leave the outbox (in one
+        transaction); a refused result becomes a failure sent with the next batch."""
+        done: list[str] = []
+        for row, result in zip(rows, answer.results, strict=True):
+            state = result.get("state")
+            if state in ("recorded", "already"):
+                self.stats["delivered"] += 1
+            elif state == "stale":
+                self.stats["stale"] += 1
+                log.warning(
+                    "stale %s of job %s dropped: not this agent's live claim", row.kind, row.job_id
+                )
+            elif row.kind == "result":
+                self._refail(row, str(result.get("error") or state))
+                continue
+            else:
+                log.error(
+                    "the hub refused %s of job %s (%s); dropped",
+                    row.kind,
+                    row.job_id,
+                    result.get("error") or state,
+                )
+            done.append(row.lease_id)
+        if done:
+            self._outbox_call(self.outbox.delete_many, done)
+            for key in done:
+                self._forget(key)
+        if answer.drain:
+            self.drain()
 
     def _deliver(self, row: Pending) -> bool:
         """Send one outbox row; False when the hub is unavailable (the row stays)."""
@@ -624,6 +717,23 @@ class Agent:
         self._outbox_call(self.outbox.delete, row.lease_id)
         self._forget(row.lease_id)
         return True
+
+    def _refail(self, row: Pending, why: str) -> Pending:
+        """The hub refused a result: the row becomes a permanent failure (sent next)."""
+        log.error("the hub rejected the result of job %s (%s); failing it", row.job_id, why)
+        body = {
+            "worker_id": row.body.get("worker_id", self.worker_id),
+            "lease_id": row.body.get("lease_id"),
+            "reason": f"the hub rejected the result: {why}",
+            "retryable": False,
+        }
+        body = {key: value for key, value in body.items() if value is not None}
+        failing = replace(row, kind="fail", body=body)
+        with self._cond:
+            if row.lease_id in self._unsaved:
+                self._unsaved[row.lease_id] = failing
+        self._outbox_call(self.outbox.replace, row.lease_id, kind="fail", body=body)
+        return failing
 
     def _fail_rejected(self, row: Pending, exc: Exception) -> bool:
         """The hub refused a result: report the job failed for good instead."""
@@ -700,30 +810,72 @@ class Agent:
     def _heartbeat(self) -> None:
         with self._cond:
             claims = list(self._claims.values())
+        batch = [c for c in claims if self._batched and c.lease_id is not None]
+        if batch and not self._heartbeat_batch(batch):
+            batch = []  # the hub has no batched route: these go one per request too
         for claim in claims:
-            job_id = claim.run.job.id
-            try:
-                answer = self.client.heartbeat(
-                    job_id, worker_id=self.worker_id, lease_id=claim.lease_id
-                )
-            except HubUnavailable as exc:
-                log.debug("heartbeat of job %s failed (%s); the job keeps running", job_id, exc)
-                continue
-            except HubAuthError as exc:
-                self._set_fatal(exc)
+            if claim not in batch and not self._heartbeat_one(claim):
                 return
-            except StaleReport as exc:
-                self._lease_lost(claim, str(exc))
-                continue
-            except HubRejected as exc:
-                log.error("heartbeat of job %s rejected: %s", job_id, exc)
-                continue
-            if answer.get("cancel_requested") and not claim.settled:
+
+    def _heartbeat_batch(self, claims: list[Claim]) -> bool:
+        """Extend every lease in one `POST /api/jobs/reports`; False if the hub lacks it."""
+        items = [
+            {"job_id": c.run.job.id, "lease_id": c.lease_id, "kind": "heartbeat"} for c in claims
+        ]
+        try:
+            answer = self.client.reports(self.worker_id, items)
+        except NoBatchRoute:
+            self._batched = False
+            return False
+        except HubUnavailable as exc:
+            log.debug("heartbeats failed (%s); the jobs keep running", exc)
+            return True
+        except HubAuthError as exc:
+            self._set_fatal(exc)
+            return True
+        except HubError as exc:
+            log.error("heartbeats rejected: %s", exc)
+            return True
+        for claim, result in zip(claims, answer.results, strict=True):
+            state = result.get("state")
+            if result.get("cancel_requested") and not claim.settled:
                 if claim.run.ctx.stop_reason is None:
-                    log.info("cancel requested for job %s; stopping it", job_id)
+                    log.info("cancel requested for job %s; stopping it", claim.run.job.id)
                 claim.run.ctx.request_stop("cancel")
-            if answer.get("drain"):
-                self.drain()
+            elif state == "stale":
+                self._lease_lost(claim, "the hub answered: not this agent's live claim")
+            elif state == "refused":
+                log.error("heartbeat of job %s refused: %s", claim.run.job.id, result.get("error"))
+        if answer.drain:
+            self.drain()
+        return True
+
+    def _heartbeat_one(self, claim: Claim) -> bool:
+        """`POST /api/jobs/{id}/heartbeat`; False when the token was refused (stop beating)."""
+        job_id = claim.run.job.id
+        try:
+            answer = self.client.heartbeat(
+                job_id, worker_id=self.worker_id, lease_id=claim.lease_id
+            )
+        except HubUnavailable as exc:
+            log.debug("heartbeat of job %s failed (%s); the job keeps running", job_id, exc)
+            return True
+        except HubAuthError as exc:
+            self._set_fatal(exc)
+            return False
+        except StaleReport as exc:
+            self._lease_lost(claim, str(exc))
+            return True
+        except HubRejected as exc:
+            log.error("heartbeat of job %s rejected: %s", job_id, exc)
+            return True
+        if answer.get("cancel_requested") and not claim.settled:
+            if claim.run.ctx.stop_reason is None:
+                log.info("cancel requested for job %s; stopping it", job_id)
+            claim.run.ctx.request_stop("cancel")
+        if answer.get("drain"):
+            self.drain()
+        return True
 
     def _lease_lost(self, claim: Claim, why: str) -> None:
         run = claim.run
@@ -750,6 +902,16 @@ class Agent:
     def _restore_signals(self, previous: dict[int, Any]) -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _item(row: Pending) -> dict[str, Any]:
+    """An outbox row as an item of `POST /api/jobs/reports` (its single route's body, with
+    `job_id` and `kind`; the worker id is the batch's)."""
+    body = sendable(row.kind, row.body)
+    item = {key: value for key, value in body.items() if key != "worker_id"}
+    item["job_id"] = row.job_id
+    item["kind"] = row.kind
+    return item
 
 
 __all__ = ["Agent", "AgentContext", "AgentFatal", "Backoff", "Claim"]

@@ -55,6 +55,19 @@ class HubRejected(HubError):
     """Any other 4xx: the request is wrong and repeating it will not help."""
 
 
+class NoBatchRoute(HubError):
+    """The hub has no `POST /api/jobs/reports` (404/405: an older hub): use the single routes."""
+
+
+@dataclass(frozen=True)
+class Reported:
+    """The hub's answer to a batched report: one `{job_id, state, error?, cancel_requested?}`
+    per item, in order, and whether it asks this agent to drain."""
+
+    results: list[dict[str, Any]]
+    drain: bool
+
+
 @dataclass(frozen=True)
 class Intervals:
     """What the hub's register answer chose for this agent, in seconds."""
@@ -270,6 +283,25 @@ class HubClient:
         )
         data: dict[str, Any] = response.json() if response.content else {}
         return data
+
+    def reports(self, worker_id: str, items: list[dict[str, Any]]) -> Reported:
+        """`POST /api/jobs/reports`: many results, failures, releases and heartbeats at once."""
+        try:
+            response = self._http.post(
+                "/api/jobs/reports", json={"worker_id": worker_id, "reports": items}
+            )
+        except httpx.TransportError as exc:
+            raise unavailable("report", exc) from None
+        if response.status_code in (404, 405):
+            raise NoBatchRoute(
+                f"the hub has no batched reports route ({response.status_code})",
+                response.status_code,
+            )
+        data = check(response, f"report of {len(items)} item(s)").json()
+        results = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(results, list) or len(results) != len(items):
+            raise HubUnavailable("report: the hub's answer does not answer every item")
+        return Reported(results=results, drain=_drain(response, data))
 
     # -- artifacts -----------------------------------------------------------------
 

@@ -1,9 +1,18 @@
 """A local SQLite outbox of outcomes not yet delivered to the hub.
 
-An outcome is written here (and committed, synchronous=FULL) before the
-first attempt to deliver it, and deleted only once the hub accepted it or
-said it is stale. So an agent that loses the hub, or is restarted, delivers
-it later. Rows are keyed by the claim's `lease_id`: the first outcome of a
+Outcomes are written here a batch at a time (one transaction for all the
+outcomes that finished while the previous report was in flight) before the
+first attempt to deliver them, and deleted a batch at a time once the hub
+accepted them or said they are stale. So an agent that loses the hub, or is
+restarted, delivers them later.
+
+Durability: WAL with synchronous=NORMAL. A committed batch is in the WAL file
+before the commit returns, so it survives what the outbox is for: a hub
+outage and an agent that exits, crashes or is killed (the OS writes the file
+out). Only a power loss or kernel crash can lose the last batches, and an
+outcome lost that way costs what a crash before the write costs anyway: the
+job's lease expires and it runs again (at-least-once). FULL would add an
+fsync per batch for no case the hub does not already cover. Rows are keyed by the claim's `lease_id`: the first outcome of a
 claim wins, and the hub recognises a repeated delivery by it.
 Several agents may share one outbox file (a shared cache dir); each delivers
 only the rows of its own worker id.
@@ -68,7 +77,7 @@ class Outbox:
         try:
             self._db.setbusytimeout(30_000)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
                 self._db.execute(SCHEMA)
         except apsw.Error as exc:
@@ -103,6 +112,42 @@ class Outbox:
             )
             added = bool(self._db.changes())
         return added
+
+    def add_many(self, rows: list[Pending]) -> set[str]:
+        """Record many outcomes in one transaction; returns the keys newly added (for a claim
+        that already has an outcome here, the first one wins)."""
+        added: set[str] = set()
+        with self._lock, self._db:
+            for row in rows:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO outcomes(lease_id, job_id, worker_id, kind, body,"
+                    " recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        row.lease_id,
+                        row.job_id,
+                        row.worker_id,
+                        row.kind,
+                        json.dumps(row.body),
+                        row.recorded_at,
+                    ),
+                )
+                if self._db.changes():
+                    added.add(row.lease_id)
+        return added
+
+    def delete_many(self, lease_ids: list[str]) -> None:
+        """Forget many delivered (or stale) outcomes in one transaction."""
+        with self._lock, self._db:
+            self._db.executemany(
+                "DELETE FROM outcomes WHERE lease_id = ?", [(key,) for key in lease_ids]
+            )
+
+    def tried_many(self, lease_ids: list[str]) -> None:
+        with self._lock, self._db:
+            self._db.executemany(
+                "UPDATE outcomes SET tries = tries + 1 WHERE lease_id = ?",
+                [(key,) for key in lease_ids],
+            )
 
     def pending(self, worker_id: str, limit: int = 100) -> list[Pending]:
         """This worker's undelivered outcomes, oldest first."""

@@ -25,7 +25,7 @@ from jobcore_http.hotlane import HotLane
 from jobcore_http.hub import Hub
 from jobcore_http.limits import BodyLimit
 from jobcore_http.responses import JSONResponse
-from jobcore_http.routes import agents, events, producers, simple_queue, tokens
+from jobcore_http.routes import agents, events, producers, reports, simple_queue, tokens
 from jobcore_http.tokens import SCOPES, Principal
 
 log = logging.getLogger("jobcore.http")
@@ -59,6 +59,7 @@ def create_app(hub: Hub) -> FastAPI:
     app.state.hub = hub
     errors.install(app)
     app.include_router(events.router)  # before /api/jobs/{id}: /api/jobs/events is an alias
+    app.include_router(reports.router)  # before /api/jobs/{id} routes
     app.include_router(producers.router)
     app.include_router(agents.router)
     app.include_router(simple_queue.router)

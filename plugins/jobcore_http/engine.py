@@ -124,6 +124,21 @@ class Engine:
         self._kick.set()
         return write.future
 
+    def together(
+        self, outcomes: Sequence[Outcome], leases: Sequence[Lease]
+    ) -> tuple[list[Future[Recorded]], list[Future[bool | None]]]:
+        """Hand in many outcomes and lease extensions at once: they land in the same round
+        (one transaction), as one agent's batched report asks."""
+        mine = [_Write("outcome", outcome) for outcome in outcomes]
+        beats = [_Write("extend", lease) for lease in leases]
+        with self._lock:
+            if self._closed or not self._thread.is_alive():
+                raise HubStopping("the hub is shutting down; retry in a moment")
+            self._writes.extend(mine)
+            self._writes.extend(beats)
+        self._kick.set()
+        return [w.future for w in mine], [w.future for w in beats]
+
     def insert(self, jobs: Sequence[NewJob]) -> Future[list[Inserted]]:
         return self._submit("insert", list(jobs))
 

@@ -141,6 +141,35 @@ class ReleaseIn(Strict):
     lease_id: Name | None = None
 
 
+MAX_REPORTS = 1000  # items in one `POST /api/jobs/reports`
+
+
+class ReportIn(Strict):
+    """One item of a batched report: what the single route of `kind` takes, with `job_id`
+    and a required `lease_id` (the batched route serves agents that got lease ids)."""
+
+    job_id: Name
+    lease_id: Name
+    kind: Literal["result", "fail", "release", "heartbeat"]
+    result: Any = None
+    result_hash: Annotated[Text, Field(max_length=200)] | None = None
+    children: Annotated[list[EnqueueIn], Field(max_length=10_000)] | None = None
+    reason: LongText = "failed"
+    retryable: bool = True
+    retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = None
+    progress: Any = None
+
+
+class ReportsIn(Strict):
+    """Many reports of one agent. Items are checked one by one (a malformed item is
+    answered `refused` alone), so they are taken here as plain objects."""
+
+    worker_id: Name
+    reports: Annotated[list[ReportIn | Any], Field(max_length=MAX_REPORTS)] = Field(
+        description="`ReportIn` items, answered in order"
+    )
+
+
 class QueueAddIn(Strict):
     """The simple JSON queue's job: `data` is the payload."""
 
@@ -301,6 +330,24 @@ class HeartbeatOut(BaseModel):
     lease_expires_at: str | None
     cancel_requested: bool
     drain: bool = Field(default=False, description="stop claiming, finish running jobs, exit")
+
+
+class ReportOut(BaseModel):
+    job_id: str
+    state: Literal["recorded", "already", "stale", "refused"] = Field(
+        description="recorded: applied now; already: this lease's same report was recorded "
+        "before; stale: not this agent's live claim, nothing changed; refused: the item is "
+        "malformed or not allowed (see `error`), nothing changed"
+    )
+    error: str | None = None
+    cancel_requested: bool | None = Field(
+        default=None, description="heartbeat items: stop the job (cancelled or timed out)"
+    )
+
+
+class ReportsOut(BaseModel):
+    results: list[ReportOut]
+    drain: bool = Field(default=False, description="the hub asks this agent to drain")
 
 
 class QueueAddOut(BaseModel):

@@ -50,6 +50,7 @@ class FaultProxy:
         }
         self.slow_seconds = slow_seconds
         self.enabled = True
+        self.missing: set[str] = set()  # routes (last path segment) answered 404, as an older hub
         self.faults: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self._rng = random.Random(seed)
@@ -112,6 +113,10 @@ class FaultProxy:
         route = handler.path.split("?")[0].rsplit("/", 1)[-1]
         with self._lock:
             self.requests[route] += 1
+        if route in self.missing:
+            return self._answer(
+                handler, 404, {"content-type": "application/json"}, b'{"detail":"Not Found"}'
+            )
         fault, delay = self._pick()
         if fault is not None:
             with self._lock:

@@ -52,3 +52,25 @@ def test_reconnect_backoff_grows_with_jitter_up_to_its_cap() -> None:
     assert len({round(d, 6) for d in delays[-3:]}) == 3  # jittered, not in lockstep
     backoff.reset()
     assert backoff.next() <= 0.25
+
+
+def test_a_batch_is_added_and_deleted_whole_and_survives_a_killed_writer(tmp_path: Path) -> None:
+    """A batch commits in one transaction; what committed survives its process being killed
+    (synchronous=NORMAL in WAL: the commit is in the OS's cache, not lost with the process)."""
+    script = (
+        "import os, sys; from jobcore_agent.outbox import Outbox, Pending; b = Outbox(sys.argv[1]);"
+        "rows = [Pending(f'L{i}', f'j{i}', 'a', 'result', {'result': i}, i, 0) for i in range(50)];"
+        "added = b.add_many(rows + [Pending('L0', 'j0', 'a', 'fail', {}, 99, 0)]);"
+        "print(len(added), flush=True); os.kill(os.getpid(), 9)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == -9 and done.stdout.strip() == "50", done.stderr
+    box = Outbox(tmp_path)
+    pending = box.pending("a")
+    assert [p.lease_id for p in pending] == [f"L{i}" for i in range(50)]
+    assert pending[0].kind == "result"  # the first outcome of a claim wins
+    box.delete_many([f"L{i}" for i in range(0, 50, 2)])
+    assert [p.lease_id for p in box.pending("a")] == [f"L{i}" for i in range(1, 50, 2)]
+    box.close()
