@@ -4,8 +4,9 @@ PostgreSQL enqueue's time goes, as CPU, which a loaded machine moves far less th
 For each system it enqueues `n` noop jobs (`batch` per call) on a fresh schema and
 reports per job: the client's CPU (this process's user+system time), the server's
 CPU (the serving backend's utime+stime from /proc, so the server must run on this
-machine) and the wall time. Systems: jobcore from this checkout (`jobcore`), the
-same with a part of its schema taken away (`jobcore-no-<part>`: what that part
+machine), the wall time and the WAL written (the whole server's: other sessions' writes
+count too, so compare on a quiet server or take medians). Systems: jobcore from this checkout (`jobcore`), the
+same with its schema changed (`jobcore-<change>`; `no-<part>`: what that part
 costs the server), pgqueuer 1.6 through its `Queries.enqueue` on asyncpg, and a
 raw psycopg INSERT (one column's worth of indexes, no events, no trigger).
 """
@@ -29,12 +30,15 @@ from jobcore.ids import new_id, new_ids
 
 TICK = os.sysconf("SC_CLK_TCK")
 
-# what a `jobcore-no-<part>` variant drops from jobcore's schema (server cost of that part)
-PARTS = {
-    "trigger": "DROP TRIGGER events_notify ON {s}.events",
-    "status-index": "DROP INDEX {s}.jobs_status",
-    "claim-indexes": "DROP INDEX {s}.jobs_claim_queue; DROP INDEX {s}.jobs_claim_type",
-    "event-index": "DROP INDEX {s}.events_delivery",
+# what a `jobcore-<change>` variant changes in jobcore's schema (`no-<part>`: what that part
+# costs the server)
+CHANGES = {
+    "no-trigger": "DROP TRIGGER events_notify ON {s}.events",
+    "no-status-index": "DROP INDEX {s}.jobs_status",
+    "no-claim-indexes": "DROP INDEX {s}.jobs_claim_queue; DROP INDEX {s}.jobs_claim_type",
+    "no-event-index": "DROP INDEX {s}.events_delivery",
+    "c-collation": 'ALTER TABLE {s}.jobs ALTER COLUMN id TYPE text COLLATE "C", '
+    'ALTER COLUMN type TYPE text COLLATE "C", ALTER COLUMN queue TYPE text COLLATE "C"',
 }
 
 
@@ -44,15 +48,28 @@ def backend_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def wal_bytes() -> int:
+    """The server's WAL position, in bytes (all sessions': run on a quiet server)."""
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
+
+
 def measure(pid: int, n: int, batch: int, call: Callable[[], Any]) -> dict[str, float]:
     calls = max(1, n // batch)
+    wal = wal_bytes()
     server, client, wall = backend_cpu(pid), time.process_time(), time.perf_counter()
     for _ in range(calls):
         call()
     wall, client = time.perf_counter() - wall, time.process_time() - client
     server = backend_cpu(pid) - server
     jobs = calls * batch
-    return {"client": client / jobs * 1e6, "server": server / jobs * 1e6, "wall": wall / jobs * 1e6}
+    return {
+        "client": client / jobs * 1e6,
+        "server": server / jobs * 1e6,
+        "wall": wall / jobs * 1e6,
+        "wal": (wal_bytes() - wal) / jobs,
+    }
 
 
 def jobcore(url: str, n: int, batch: int, drop: str | None = None) -> dict[str, float]:
@@ -65,7 +82,7 @@ def jobcore(url: str, n: int, batch: int, drop: str | None = None) -> dict[str, 
     storage.migrate()
     if drop:
         with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
-            conn.execute(PARTS[drop].format(s=storage.schema))
+            conn.execute(CHANGES[drop].format(s=storage.schema))
     pm = make_plugin_manager(load_entrypoints=False, plugins=(("postgres", jobcore_postgres),))
     queue = Queue(url, config=Config(env={}), pm=pm, storage=storage)
     for _ in range(10):  # the pool's connection and the prepared statements
@@ -117,6 +134,7 @@ def pgqueuer(url: str, n: int, batch: int) -> dict[str, float]:
         for _ in range(10):
             await queries.enqueue("noop", None)
         calls = max(1, n // batch)
+        wal = wal_bytes()
         server, client, wall = backend_cpu(pid), time.process_time(), time.perf_counter()
         for _ in range(calls):
             if batch == 1:
@@ -131,6 +149,7 @@ def pgqueuer(url: str, n: int, batch: int) -> dict[str, float]:
             "client": client / jobs * 1e6,
             "server": server / jobs * 1e6,
             "wall": wall / jobs * 1e6,
+            "wal": (wal_bytes() - wal) / jobs,
         }
 
     return asyncio.run(run())
@@ -146,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         "--variant",
         nargs="*",
         default=["jobcore", "pgqueuer", "raw"],
-        help="jobcore, jobcore-no-<part> (parts: " + ", ".join(PARTS) + "), pgqueuer, raw",
+        help="jobcore, jobcore-<change> (" + ", ".join(CHANGES) + "), pgqueuer, raw",
     )
     args = parser.parse_args(argv)
     n = args.n or (3000 if args.batch == 1 else 50 * args.batch)
@@ -162,19 +181,23 @@ def main(argv: list[str] | None = None) -> None:
                 elif name == "pgqueuer":
                     result = pgqueuer(url, n, args.batch)
                 else:
-                    drop = name.removeprefix("jobcore-no-") if name != "jobcore" else None
+                    drop = name.removeprefix("jobcore-") if name != "jobcore" else None
                     result = jobcore(url, n, args.batch, drop)
                 got.setdefault(name, []).append(result)
                 print(f"rep {rep + 1} {name}: {result}", file=sys.stderr, flush=True)
     finally:
         stores.drop()
     print(f"batch {args.batch}, {n} jobs per measurement, {args.reps} reps; medians per job")
-    print("| system | client CPU µs | server CPU µs | wall µs |")
-    print("|---|---|---|---|")
+    print("| system | client CPU µs | server CPU µs | wall µs | WAL bytes |")
+    print("|---|---|---|---|---|")
     for name in args.variant:
         rows = got[name]
-        med = {k: statistics.median(r[k] for r in rows) for k in ("client", "server", "wall")}
-        print(f"| {name} | {med['client']:.1f} | {med['server']:.1f} | {med['wall']:.1f} |")
+        keys = ("client", "server", "wall", "wal")
+        med = {k: statistics.median(r[k] for r in rows) for k in keys}
+        print(
+            f"| {name} | {med['client']:.1f} | {med['server']:.1f} | {med['wall']:.1f} "
+            f"| {med['wal']:.0f} |"
+        )
 
 
 if __name__ == "__main__":
