@@ -29,12 +29,13 @@ it sorts after everything already delivered, and a cursor never skips.
   increment), so the row holding a cursor is the one with the greatest seq at
   or below it, and resuming inside a batch gives the rest of its jobs first.
   The sweep prunes only a prefix of the delivery order (deliverable events
-  past the retention; the newest stays when it is a row of one event) and notes the greatest id it deleted
-  (`events_pruned.upto`, migration 7): a cursor with no row at or below that
-  was pruned, and every event left comes after it in delivery order, so it
-  reads them all from the start; with every row pruned, `last_event_seq()` is
-  that id. A cursor with no row above it was never handed out (0, or a number
-  a client made up): it reads the events with a greater seq.
+  past the retention; the newest stays when it is a row of one event) and
+  notes the greatest id it deleted (`events_pruned.upto`, migration 7): a
+  cursor with no row at or below that was pruned, and every event left comes
+  after it in delivery order, so it reads them all from the start; with every
+  row pruned, `last_event_seq()` is that id. A cursor with no row above it was
+  never handed out (0, or a number a client made up): it reads the events
+  with a greater seq.
 - Cost: an event waits for the oldest write transaction still running in this
   database (an application's long outbox transaction delays events, loses
   none); one `xid8` column and one index per event row (about 0.8 µs more per
