@@ -308,7 +308,8 @@ def raw_enqueue(url: str, n: int, batch: int) -> float:
 
 def raw_enqueue_own_schema(db: str, n: int, batch: int) -> float:
     """The raw floor on jobcore's own schema: the same rows, indexes and `job:enqueued` event
-    rows as jobcore writes, from one plain statement (no validation, no Python objects)."""
+    row (one per batch) as jobcore writes, from one plain statement (no validation, no
+    Python objects)."""
     from jobcore_postgres.storage import PostgresStorage
 
     storage = PostgresStorage(db)
@@ -321,8 +322,8 @@ def raw_enqueue_own_schema(db: str, n: int, batch: int) -> float:
         f"SELECT id, 'noop', 'default', '{{}}', 'pending', 0, 3, {schema}.now_ms(), "
         f"{schema}.now_ms(), {schema}.now_ms() FROM unnest(%s::text[]) id "
         "RETURNING id, created_at) "
-        f"INSERT INTO {schema}.events (at, kind, job_id) "
-        "SELECT created_at, 'job:enqueued', id FROM u"
+        f"INSERT INTO {schema}.events (at, kind, job_ids) "
+        "SELECT min(created_at), 'job:enqueued', array_agg(id) FROM u"
     )
     conn = psycopg.connect(db.split("?")[0], autocommit=True)
     start = time.perf_counter()

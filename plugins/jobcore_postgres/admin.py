@@ -131,7 +131,7 @@ class PostgresAdmin:
     def _prune_events(self, conn: Conn) -> bool:
         """Delete one batch of events older than the retention; True if more may remain."""
         # a prefix of the delivery order, walking events_delivery at most one batch far;
-        # only events already deliverable, never the newest (see event_order)
+        # only events already deliverable, never the newest single event (see event_order)
         row = conn.execute(
             self._statement("prune_events", prune_sql, self._d, EVENT_PRUNE_BATCH),
             self._params(keep=self.event_retention_ms),

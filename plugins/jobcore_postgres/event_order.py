@@ -20,15 +20,22 @@ it sorts after everything already delivered, and a cursor never skips.
   and never past the reader's own transaction, whose events are not committed.
   It comes from the same snapshot as the rows read: a horizon from a later
   snapshot could pass a transaction whose rows this read cannot see.
-- The cursor stays the integer `seq` of the last event delivered (SSE `id:`,
+- The cursor stays the integer id of the last event delivered (SSE `id:`,
   `Last-Event-ID`, `last_event_seq()`): resuming looks its row up for its
-  transaction id and reads on from `(xid, seq)`. The sweep prunes only a
-  prefix of the delivery order (deliverable events past the retention, never
-  the newest) and notes the greatest seq it deleted (`events_pruned.upto`,
-  migration 7): a cursor with no row at or below that was pruned, and every
-  event left comes after it in delivery order, so it reads them all from the
-  start. A cursor with no row above it was never handed out (0, or a number a
-  client made up): it reads the events with a greater seq.
+  transaction id and reads on from `(xid, seq)`. A row is one event, its id
+  the row's `seq`, or (migration 8) a batch enqueue's `job:enqueued` row
+  listing up to `EVENT_IDS_PER_ROW` jobs in `job_ids`: one event per job, ids
+  `seq`, `seq + 1`, ...; rows are that many ids apart (the sequence's
+  increment), so the row holding a cursor is the one with the greatest seq at
+  or below it, and resuming inside a batch gives the rest of its jobs first.
+  The sweep prunes only a prefix of the delivery order (deliverable events
+  past the retention; the newest stays when it is a row of one event) and
+  notes the greatest id it deleted (`events_pruned.upto`, migration 7): a
+  cursor with no row at or below that was pruned, and every event left comes
+  after it in delivery order, so it reads them all from the start; with every
+  row pruned, `last_event_seq()` is that id. A cursor with no row above it was
+  never handed out (0, or a number a client made up): it reads the events
+  with a greater seq.
 - Cost: an event waits for the oldest write transaction still running in this
   database (an application's long outbox transaction delays events, loses
   none); one `xid8` column and one index per event row (about 0.8 µs more per
@@ -54,10 +61,13 @@ transaction was running at the mark or began after it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from jobcore_postgres.schema import EVENT_IDS_PER_ROW
 from jobcore_postgres.statements import Dialect
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -74,22 +84,40 @@ HORIZON = (
 """The transaction id below which every event is committed (or gone) and delivered in order."""
 
 
-def events_after_sql(d: Dialect) -> str:
-    """Events after cursor `%(seq)s` in delivery order, each with its job's type and queue.
+SPAN = "coalesce(cardinality({a}.job_ids), 1)"
+"""How many events row `{a}` holds: one, or one per job of a batch row (migration 8)."""
 
-    Three cases, one statement (each branch gated so only one reads): the cursor's row
-    exists (read on from its `(xid, seq)`); it was pruned (`seq <= events_pruned.upto`:
-    pruning removes a prefix of the delivery order, so every event left comes after
-    it); or it never was an event (a number a client made up: read on by seq).
+
+def _span(alias: str) -> str:
+    return SPAN.format(a=alias)
+
+
+def events_after_sql(d: Dialect) -> str:
+    """Rows holding the events after cursor `%(seq)s`, in delivery order, for `expand`.
+
+    The cursor's row holds it: the row with the greatest seq at or below it, when
+    its events reach it (a batch row's events are seq, seq + 1, ...; rows are
+    `EVENT_IDS_PER_ROW` apart). Three cases, one statement (each branch gated so
+    only one reads): the cursor's row exists (read on from its `(xid, seq)`, that
+    row included: its later events come first); it was pruned (`seq <=
+    events_pruned.upto`: pruning removes a prefix of the delivery order, so every
+    row left comes after it); or it never was an event (a number a client made up:
+    read on by seq). Rows stop once `%(limit)s` events are surely reached; each
+    answers its job's type and queue, or a batch row its jobs' (`types`, `queues`).
     """
     events = d.table("events")
-    found = f"EXISTS (SELECT FROM {events} c WHERE c.seq = %(seq)s)"
+    holder = (
+        f"SELECT h.seq, h.xid FROM (SELECT c.seq, c.xid, c.job_ids FROM {events} c "
+        "WHERE c.seq <= %(seq)s ORDER BY c.seq DESC LIMIT 1) h "
+        f"WHERE %(seq)s < h.seq + {_span('h')}"
+    )
+    found = "EXISTS (SELECT FROM holder)"
     pruned = f"%(seq)s <= (SELECT upto FROM {d.table('events_pruned')})"
-    cols = "e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, e.xid"
-    order = "ORDER BY e.xid, e.seq LIMIT %(limit)s"
+    cols = "e.seq, e.at, e.kind, e.job_id, e.job_ids, e.worker_id, e.data, e.xid"
+    order = "ORDER BY e.xid, e.seq LIMIT %(limit)s + 1"
     after_row = (
-        f"SELECT {cols} FROM {events} e WHERE {found} AND (e.xid, e.seq) > "
-        f"((SELECT c.xid FROM {events} c WHERE c.seq = %(seq)s), %(seq)s) "
+        f"SELECT {cols} FROM {events} e WHERE {found} AND (e.xid, e.seq) >= "
+        "((SELECT xid FROM holder), (SELECT seq FROM holder)) "
         f"AND e.xid < {HORIZON} {order}"
     )
     after_pruned = (
@@ -101,39 +129,93 @@ def events_after_sql(d: Dialect) -> str:
         f"SELECT {cols} FROM {events} e WHERE NOT {found} AND NOT {pruned} "
         f"AND e.seq > %(seq)s AND e.xid < {HORIZON} {order}"
     )
+    # `before`: the events of the rows ahead; a row whose events all come after the
+    # first limit + EVENT_IDS_PER_ROW (the cursor's row may hold that many delivered) is
+    # not needed
+    rows = (
+        f"SELECT r.*, sum({_span('r')}) OVER (ORDER BY r.xid, r.seq ROWS UNBOUNDED PRECEDING) "
+        f"- {_span('r')} AS before "
+        f"FROM (({after_row}) UNION ALL ({after_pruned}) UNION ALL ({by_seq})) r"
+    )
     return (
-        "SELECT e.seq, e.at, e.kind, e.job_id, e.worker_id, e.data, j.type, j.queue "
-        f"FROM (({after_row}) UNION ALL ({after_pruned}) UNION ALL ({by_seq})) e "
-        f"LEFT JOIN {d.table('jobs')} j ON j.id = e.job_id {order}"
+        f"WITH holder AS MATERIALIZED ({holder}) "
+        "SELECT w.seq, w.at, w.kind, w.job_id, w.job_ids, w.worker_id, w.data, j.type, "
+        "j.queue, b.types, b.queues "
+        f"FROM ({rows}) w LEFT JOIN {d.table('jobs')} j ON j.id = w.job_id "
+        "LEFT JOIN LATERAL (SELECT array_agg(bj.type ORDER BY x.k) AS types, "
+        "array_agg(bj.queue ORDER BY x.k) AS queues "
+        f"FROM unnest(w.job_ids) WITH ORDINALITY AS x(id, k) LEFT JOIN {d.table('jobs')} bj "
+        "ON bj.id = x.id) b ON w.job_ids IS NOT NULL "
+        f"WHERE w.before < %(limit)s + {EVENT_IDS_PER_ROW} ORDER BY w.xid, w.seq"
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One event as `expand` hands it out: its id (a cursor), and its job's type and queue."""
+
+    seq: int
+    at: int
+    kind: str
+    job_id: str | None
+    worker_id: str | None
+    data: Any
+    type: str | None
+    queue: str | None
+
+
+def expand(rows: Sequence[Sequence[Any]], cursor: int, limit: int) -> list[Delivered]:
+    """`events_after_sql`'s rows as events, a batch row as one event per job (ids seq,
+    seq + 1, ...), leaving out those of the cursor's row up to the cursor; at most `limit`."""
+    out: list[Delivered] = []
+    for seq, at, kind, job_id, job_ids, worker_id, data, type_name, queue, types, queues in rows:
+        if job_ids is None:
+            if seq != cursor:
+                out.append(Delivered(seq, at, kind, job_id, worker_id, data, type_name, queue))
+        else:
+            # only the cursor's own row holds ids at or below it (no two rows' ids meet)
+            skip = cursor - seq + 1 if seq <= cursor < seq + len(job_ids) else 0
+            for k in range(skip, len(job_ids)):
+                out.append(
+                    Delivered(seq + k, at, kind, job_ids[k], worker_id, data, types[k], queues[k])
+                )
+        if len(out) >= limit:
+            return out[:limit]
+    return out
+
+
 def newest_delivered_sql(d: Dialect) -> str:
-    """The seq of the last event in delivery order that readers may deliver now."""
+    """The id of the last event in delivery order that readers may deliver now; with none
+    stored (all pruned), the greatest id pruned: a cursor that reads every event left."""
     return (
-        f"SELECT seq FROM {d.table('events')} WHERE xid < {HORIZON} "
-        "ORDER BY xid DESC, seq DESC LIMIT 1"
+        f"SELECT coalesce((SELECT seq + {_span('e')} - 1 FROM {d.table('events')} e "
+        f"WHERE xid < {HORIZON} ORDER BY xid DESC, seq DESC LIMIT 1), "
+        f"(SELECT upto FROM {d.table('events_pruned')}))"
     )
 
 
 def prune_sql(d: Dialect, batch: int) -> str:
-    """Delete the longest prefix, in delivery order, of the first `batch` events that are
-    all deliverable, older than `%(keep)s` ms and not the newest delivered; remember the
-    greatest seq deleted (`events_pruned.upto`). Answers how many were deleted.
+    """Delete the longest prefix, in delivery order, of the first `batch` event rows that
+    are all deliverable and older than `%(keep)s` ms; remember the greatest event id
+    deleted (`events_pruned.upto`). Answers how many rows were deleted.
 
-    Only a prefix: a cursor whose row is gone then comes before every event left."""
+    Only a prefix: a cursor whose row is gone then comes before every event left. The
+    newest deliverable row stays when it is one event (the contract lets a store keep
+    its newest event); a batch row goes with the rest, and `newest_delivered_sql` then
+    answers the id remembered."""
     events = d.table("events")
-    old = (
-        f"at < {d.now} - %(keep)s::bigint AND xid < {HORIZON} "
-        f"AND seq <> coalesce(({newest_delivered_sql(d)}), 0)"
+    newest = (
+        f"SELECT n.seq FROM (SELECT seq, job_ids FROM {events} WHERE xid < {HORIZON} "
+        "ORDER BY xid DESC, seq DESC LIMIT 1) n WHERE n.job_ids IS NULL"
     )
+    old = f"at < {d.now} - %(keep)s::bigint AND xid < {HORIZON} AND seq <> coalesce(({newest}), 0)"
     return (
         f"WITH first AS (SELECT seq, xid, at FROM {events} ORDER BY xid, seq LIMIT {batch}), "
         f"marked AS (SELECT seq, bool_and({old}) OVER (ORDER BY xid, seq) AS old FROM first), "
-        f"gone AS (DELETE FROM {events} WHERE seq IN (SELECT seq FROM marked WHERE old) "
-        "RETURNING seq), "
+        f"gone AS (DELETE FROM {events} e WHERE seq IN (SELECT seq FROM marked WHERE old) "
+        f"RETURNING e.seq + {_span('e')} - 1 AS last), "
         f"noted AS (UPDATE {d.table('events_pruned')} SET upto = greatest(upto, "
-        "(SELECT max(seq) FROM gone)) WHERE EXISTS (SELECT FROM gone)) "
+        "(SELECT max(last) FROM gone)) WHERE EXISTS (SELECT FROM gone)) "
         "SELECT count(*) FROM gone"
     )
 

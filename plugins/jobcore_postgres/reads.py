@@ -10,7 +10,7 @@ import psycopg
 
 from jobcore.models import Event, Job
 from jobcore.storage.base import Stats
-from jobcore_postgres.event_order import events_after_sql, newest_delivered_sql
+from jobcore_postgres.event_order import events_after_sql, expand, newest_delivered_sql
 from jobcore_postgres.held_back import HeldBackWatch
 from jobcore_postgres.rows import event_data, row_to_job
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect
@@ -190,14 +190,14 @@ class PostgresReads:
             self._held_back.maybe_check(conn, self._d, self._params())
         return [
             Event(
-                seq=int(s),
-                at=int(at),
-                kind=kind,
-                job_id=job_id,
-                worker_id=worker_id,
-                data=event_data(data, type_name, queue),
+                seq=int(e.seq),
+                at=int(e.at),
+                kind=e.kind,
+                job_id=e.job_id,
+                worker_id=e.worker_id,
+                data=event_data(e.data, e.type, e.queue),
             )
-            for s, at, kind, job_id, worker_id, data, type_name, queue in rows
+            for e in expand(rows, seq, limit)
         ]
 
     def last_event_seq(self) -> int:

@@ -216,7 +216,25 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         DROP INDEX {s}.events_at;
         """,
     ),
+    (
+        "one job:enqueued row per batch, pending rows out of jobs_status",
+        """
+        -- A batch enqueue appends one job:enqueued row for up to 1024 of its jobs: job_ids
+        -- lists them (NULL: a row of one event, job_id's). Readers expand such a row into
+        -- one event per job, with ids seq, seq + 1, ... (jobcore_postgres/event_order.py):
+        -- rows appended from now on are 1024 ids apart, so no two rows' ids meet.
+        ALTER TABLE {s}.events ADD COLUMN job_ids text[];
+        ALTER TABLE {s}.events ALTER COLUMN seq SET INCREMENT BY 1024;
+        -- Pending rows (listed newest first through the primary key; claimed through
+        -- the claim indexes) leave the status index: an enqueue writes one index less.
+        DROP INDEX {s}.jobs_status;
+        CREATE INDEX jobs_status ON {s}.jobs (status, id) WHERE status <> 'pending';
+        """,
+    ),
 )
+
+EVENT_IDS_PER_ROW = 1024
+"""How many jobs one batch `job:enqueued` row lists at most: the ids between two rows' seqs."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

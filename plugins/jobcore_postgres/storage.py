@@ -59,7 +59,7 @@ from jobcore_postgres.rows import (
     row_to_job,
     slim_to_job,
 )
-from jobcore_postgres.schema import channel, migrate
+from jobcore_postgres.schema import EVENT_IDS_PER_ROW, channel, migrate
 from jobcore_postgres.statements import (
     JOB_COLUMNS,
     Dialect,
@@ -486,7 +486,9 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
         arrays to build and unnest); `shared`, jobs that differ only in id, payload
         and key, sent as three arrays and the rest once; `many`, a column per array.
 
-        The answer is each inserted row's (id, status, created_at, run_at), except for
+        A batch appends one `job:enqueued` row per `EVENT_IDS_PER_ROW` jobs
+        (`_enqueued_events`). The answer is each inserted row's (id, status,
+        created_at, run_at), except for
         a `shared` batch without keys: every job is inserted, with the same status and
         times, so one row (NULL, status, created_at, run_at, count) says it all.
         """
@@ -537,14 +539,31 @@ class PostgresStorage(PostgresReads, PostgresAdmin):
             "v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
             f"v.meta::json, v.now, v.now FROM v {conflict}"
             "RETURNING id, status, created_at, run_at), "
-            f"e AS (INSERT INTO {d.table('events')} (at, kind, job_id) "
-            "SELECT u.created_at, 'job:enqueued', u.id FROM u) "
+            f"e AS ({self._enqueued_events(shape)}) "
             + (
                 "SELECT NULL, status, created_at, run_at, count(*) FROM u "
                 "GROUP BY status, created_at, run_at"
                 if shape == "shared" and not keyed
                 else "SELECT id, status, created_at, run_at FROM u"
             )
+        )
+
+    def _enqueued_events(self, shape: str) -> str:
+        """The `job:enqueued` events of the jobs inserted (CTE `u`): a row for one job, a
+        row listing up to `EVENT_IDS_PER_ROW` jobs for a batch (migration 8; readers
+        expand it into one event per job, see `event_order`)."""
+        events = self._d.table("events")
+        if shape == "single":
+            return (
+                f"INSERT INTO {events} (at, kind, job_id) "
+                "SELECT u.created_at, 'job:enqueued', u.id FROM u"
+            )
+        # every row of `u` has the same created_at (the statement's clock); no row, no event
+        return (
+            f"INSERT INTO {events} (at, kind, job_ids) "
+            "SELECT min(c.created_at), 'job:enqueued', array_agg(c.id ORDER BY c.n) "
+            "FROM (SELECT u.id, u.created_at, row_number() OVER () - 1 AS n FROM u) c "
+            f"GROUP BY c.n / {EVENT_IDS_PER_ROW} ORDER BY min(c.n)"
         )
 
     @staticmethod

@@ -219,6 +219,15 @@ def test_the_stores_statements_walk_their_indexes_with_any_statistics(
     storage.prune(before=cutoff, statuses=["completed"], types=["noop"])
     walks(plans.of(f"DELETE FROM {jobcore}.jobs"), "jobs", "jobs_finished")
 
+    # events: a batch's one row, resumed inside it, then the next rows (delivery index)
+    plans.clear()
+    batch = [item.job.id for item in storage.insert([new_job() for _ in range(5)])]
+    newest = storage.last_event_seq()
+    assert [e.job_id for e in storage.events_after(newest - 3)] == batch[-3:]
+    assert len(storage.events_after(0, 3)) == 3
+    walks(plans.of("WITH holder AS"), "events", "events_delivery", also=("events_pkey",))
+    walks(plans.of("WITH holder AS"), "jobs", "jobs_pkey")
+
     for plan in plans.everything:  # nothing else the store ran read a table from end to end
         kinds = {kind for kind, _, _ in scans([plan], "jobs") + scans([plan], "events")}
         assert not kinds & {"Seq Scan", "Bitmap Heap Scan"}, plan["Query Text"]
