@@ -216,6 +216,26 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         DROP INDEX {s}.events_at;
         """,
     ),
+    (
+        # number 8 is PostgreSQL enqueue's (branch pgenq): the lead replaces this placeholder
+        # with it when merging; it changes nothing, so a schema at 9 has both applied
+        "reserved (PostgreSQL enqueue)",
+        "SELECT 1;",
+    ),
+    (
+        "paused queues and job types (DESIGN §16)",
+        """
+        -- every claim statement reads this table (jobcore_postgres/statements.py)
+        CREATE TABLE IF NOT EXISTS {s}.pauses (
+            kind   text NOT NULL CHECK (kind IN ('queue', 'type')),
+            name   text NOT NULL,
+            reason text NOT NULL DEFAULT '',
+            since  bigint NOT NULL,
+            by     text NOT NULL DEFAULT '',
+            PRIMARY KEY (kind, name)
+        );
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -296,6 +296,17 @@ def by_id_statement(transition: Transition, d: Dialect) -> str:
 _PICK_ORDER = "priority DESC, run_at, id"
 
 
+def _not_paused(d: Dialect) -> str:
+    """Pauses (DESIGN §16), read by the claim statement itself: each list is an InitPlan
+    evaluated once per statement, so a claim that starts after a pause commits skips
+    the paused queues and types, and one with nothing paused compares with `{}`."""
+    pauses = d.table("pauses")
+    return "".join(
+        f" AND p.{kind} <> ALL(ARRAY(SELECT name FROM {pauses} WHERE kind = '{kind}'))"
+        for kind in ("queue", "type")
+    )
+
+
 def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
     """Claim up to %(limit)s pending jobs: one CTE picking with SKIP LOCKED, then UPDATE.
 
@@ -303,13 +314,14 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
     queue-leading partial index (a LATERAL per name), never other queues' rows.
     """
     jobs = d.table("jobs")
+    not_paused = _not_paused(d)
     if by_queue or by_type:
         lead = "queue" if by_queue else "type"
         extra = " AND p.type = ANY(%(types)s::text[])" if by_queue and by_type else ""
         pick = (
             f"SELECT c.id, c.priority, c.run_at FROM unnest(%({lead}s)s::text[]) AS f(name), "
             f"LATERAL (SELECT p.id, p.priority, p.run_at FROM {jobs} p "
-            f"WHERE p.status = 'pending' AND p.{lead} = f.name{extra} "
+            f"WHERE p.status = 'pending' AND p.{lead} = f.name{extra}{not_paused} "
             f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
             f"ORDER BY c.{_PICK_ORDER.replace(', ', ', c.')} LIMIT %(limit)s"
         )
@@ -318,7 +330,7 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
         # that a filtered pick can never walk every queue's rows in jobs_claim
         pick = (
             f"SELECT p.id, p.priority, p.run_at FROM {jobs} p "
-            "WHERE p.status = 'pending' AND p.attempts >= 0 "
+            f"WHERE p.status = 'pending'{not_paused} AND p.attempts >= 0 "
             f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
         )
     update = (
