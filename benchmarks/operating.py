@@ -1,6 +1,8 @@
 """Operating a queue (DESIGN §16): what pauses cost the claim, old code vs new, same run.
 
-`python -m benchmarks.operating [--jobs N] [--reps R] [--old /work/main] [--db sqlite|postgres]`
+`python -m benchmarks.operating [--jobs N] [--reps R] [--old /work/main] [--db sqlite|postgres]
+[--claims]`; `--claims` measures one-job claims inside one transaction (CPU per claim)
+instead of drains.
 
 Each repetition drains N pre-enqueued `noop` jobs with one worker process (4
 executor threads) on a fresh store, alternating the code under `--old` (its
@@ -47,6 +49,26 @@ print(json.dumps({"rate": n * 1000 / max(1, last - first), "cpu_us": cpu * 1e6 /
 """
 
 
+CLAIMS = r"""
+import json, sys, time
+from jobcore.testing import make_queue
+db, n, pause = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+modules = ["jobcore_postgres"] if "://" in db else []
+queue = make_queue(db, modules=modules)
+for start in range(0, n, 5000):
+    queue.enqueue_many("noop", [{}] * min(5000, n - start))
+if pause:
+    queue.storage.pause("queue", "elsewhere", reason="bench", by="bench")
+storage = queue.storage
+with storage.transaction():  # no commit per claim: the claim's own cost
+    begin = time.process_time()
+    got = sum(len(storage.claim(worker="w", limit=1, lease_ms=60_000)) for _ in range(n))
+    cpu = time.process_time() - begin
+assert got == n, got
+print(json.dumps({"rate": n / cpu, "cpu_us": cpu * 1e6 / n}))
+"""
+
+
 def _store(kind: str, tmp: Path) -> str:
     if kind == "sqlite":
         return str(tmp / f"bench-{secrets.token_hex(4)}.db")
@@ -65,11 +87,11 @@ def _drop(db: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-def _drain(code: Path, db: str, n: int, pause: bool) -> dict[str, float]:
+def _drain(code: Path, db: str, n: int, pause: bool, script: str = CHILD) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{code / 'plugins'}"}
     env = {k: v for k, v in env.items() if not k.startswith("JOBCORE_")}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, db, str(n), "1" if pause else "0"],
+        [sys.executable, "-c", script, db, str(n), "1" if pause else "0"],
         env=env,
         capture_output=True,
         text=True,
@@ -87,6 +109,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--old", type=Path, default=Path("/work/main"))
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--claims", action="store_true", help="one-job claims in one transaction (CPU per claim)"
+    )
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": [], "new, a queue paused": []}
     with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as folder:
@@ -98,12 +123,14 @@ def main() -> None:
             for label, code, pause in order:
                 db = _store(args.db, Path(folder))
                 try:
-                    runs[label].append(_drain(code, db, args.jobs, pause))
+                    script = CLAIMS if args.claims else CHILD
+                    runs[label].append(_drain(code, db, args.jobs, pause, script))
                 finally:
                     _drop(db)
     base_rate = statistics.median(r["rate"] for r in runs["old"])
     base_cpu = statistics.median(r["cpu_us"] for r in runs["old"])
-    print(f"noop drain, {args.db}, {args.jobs} jobs, 1 worker x 4 threads, {args.reps} reps")
+    what = "one-job claims, CPU" if args.claims else "noop drain, 1 worker x 4 threads"
+    print(f"{what}, {args.db}, {args.jobs} jobs, {args.reps} reps")
     for label, results in runs.items():
         rate = statistics.median(r["rate"] for r in results)
         cpu = statistics.median(r["cpu_us"] for r in results)

@@ -34,6 +34,25 @@ _DEPTHS = (
 )
 
 
+MAX_NAMED = 64
+"""Up to this many queues (or types) with pending jobs, a claim past paused ones names
+them (one index branch each); beyond it, it skips paused rows one by one."""
+
+_PENDING_NAMES = {
+    column: f"""
+WITH RECURSIVE names(name) AS (
+  SELECT (SELECT {column} FROM jobs INDEXED BY jobs_claim_{column}
+           WHERE status = 'pending' ORDER BY {column} LIMIT 1)
+  UNION ALL
+  SELECT (SELECT {column} FROM jobs INDEXED BY jobs_claim_{column}
+           WHERE status = 'pending' AND {column} > names.name ORDER BY {column} LIMIT 1)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL"""
+    for column in ("queue", "type")
+}
+
+
 def _pause(row: tuple[object, ...]) -> Pause:
     kind, name, reason, since, by = row
     return Pause(checked_kind(str(kind)), str(name), str(reason), int(since), str(by))  # type: ignore[call-overload]
@@ -65,7 +84,26 @@ class SQLitePauses:
         if narrowed is None:
             return ()
         queues, types, skip_queues, skip_types = narrowed
+        # Skipping paused rows one by one would read every paused pending job at each
+        # claim: name the queues (or types) that have pending jobs instead, found by
+        # skipping through their index, so paused backlogs are never read.
+        if skip_queues or (skip_types and not queues):
+            column = "queue" if skip_queues else "type"
+            skip = skip_queues or skip_types
+            named = [n for n in self._pending_names(conn, column) if n not in skip]
+            if not named:
+                return ()
+            if len(named) <= MAX_NAMED:
+                if column == "queue":
+                    queues, skip_queues = tuple(named), ()
+                else:
+                    types, skip_types = tuple(named), ()
         return S.claim(queues, types, params, skip_queues, skip_types)
+
+    @staticmethod
+    def _pending_names(conn: apsw.Connection, column: str) -> list[str]:
+        """The queues (or types) that have pending jobs, one index seek each."""
+        return [row[0] for row in conn.execute(_PENDING_NAMES[column])]
 
     @boundary
     def pause(self, kind: str, name: str, *, reason: str, by: str) -> tuple[Pause, bool]:

@@ -25,6 +25,7 @@ from jobcore.transitions import (
     Started,
     Transition,
 )
+from jobcore_postgres import pause_sql
 
 JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Job))
 """The jobs table's columns, in `Job` field order (every field is a column)."""
@@ -296,14 +297,15 @@ def by_id_statement(transition: Transition, d: Dialect) -> str:
 _PICK_ORDER = "priority DESC, run_at, id"
 
 
-def _not_paused(d: Dialect) -> str:
-    """Pauses (DESIGN §16), read by the claim statement itself: each list is an InitPlan
-    evaluated once per statement, so a claim that starts after a pause commits skips
-    the paused queues and types, and one with nothing paused compares with `{}`."""
-    pauses = d.table("pauses")
-    return "".join(
-        f" AND p.{kind} <> ALL(ARRAY(SELECT name FROM {pauses} WHERE kind = '{kind}'))"
-        for kind in ("queue", "type")
+def _by_name(jobs: str, lead: str, names: str, where: str) -> str:
+    """The pick walking, for each name `names` yields, that `lead` (queue or type)'s
+    slice of its leading partial index (a LATERAL per name)."""
+    return (
+        f"SELECT c.id, c.priority, c.run_at FROM ({names}) AS f(name), "
+        f"LATERAL (SELECT p.id, p.priority, p.run_at FROM {jobs} p "
+        f"WHERE p.status = 'pending' AND p.{lead} = f.name{where} "
+        f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
+        f"ORDER BY c.{_PICK_ORDER.replace(', ', ', c.')} LIMIT %(limit)s"
     )
 
 
@@ -312,19 +314,19 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
 
     With queue (or type) filters the pick walks each named queue's slice of the
     queue-leading partial index (a LATERAL per name), never other queues' rows.
+    Paused queues and types are skipped (`pause_sql`, DESIGN §16).
     """
     jobs = d.table("jobs")
-    not_paused = _not_paused(d)
+    not_paused = pause_sql.not_paused(d)
+    types = " AND p.type = ANY(%(types)s::text[])"
     if by_queue or by_type:
         lead = "queue" if by_queue else "type"
-        extra = " AND p.type = ANY(%(types)s::text[])" if by_queue and by_type else ""
-        pick = (
-            f"SELECT c.id, c.priority, c.run_at FROM unnest(%({lead}s)s::text[]) AS f(name), "
-            f"LATERAL (SELECT p.id, p.priority, p.run_at FROM {jobs} p "
-            f"WHERE p.status = 'pending' AND p.{lead} = f.name{extra}{not_paused} "
-            f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
-            f"ORDER BY c.{_PICK_ORDER.replace(', ', ', c.')} LIMIT %(limit)s"
-        )
+        extra = types if by_queue and by_type else ""
+        names = pause_sql.unpaused_filter(d, lead)
+        pick = _by_name(jobs, lead, names, extra + not_paused)
+        if not by_queue:
+            by_queues = _by_name(jobs, "queue", pause_sql.pending_queues(d), types + not_paused)
+            pick = pause_sql.past_paused_queues(d, pick, by_queues)
     else:
         # `attempts >= 0` (always true) is in jobs_claim's predicate and only here, so
         # that a filtered pick can never walk every queue's rows in jobs_claim
@@ -333,6 +335,8 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
             f"WHERE p.status = 'pending'{not_paused} AND p.attempts >= 0 "
             f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
         )
+        by_queues = _by_name(jobs, "queue", pause_sql.pending_queues(d), not_paused)
+        pick = pause_sql.past_paused_queues(d, pick, by_queues)
     update = (
         f"UPDATE {jobs} j SET {set_clause(CLAIM, d)} FROM ranked v "
         f"WHERE j.id = v.id RETURNING {columns('j')}, v.rn"

@@ -124,3 +124,33 @@ def test_a_bad_reason_is_refused(queue_on: Callable[..., Queue]) -> None:
     assert queue.storage.pauses() == []
     made, _ = operating.pause(queue, "queue", "hot", reason="r" * 2000)
     assert len(made.reason) == 500  # clamped
+
+
+@pytest.mark.parametrize("filters", [{}, {"types": ["noop"]}, {"types": ["noop", "shell"]}])
+def test_claims_past_a_paused_queue_keep_claim_order(
+    queue_on: Callable[..., Queue], filters: dict[str, list[str]]
+) -> None:
+    """A claim past a paused queue walks the other queues by name: still highest
+    priority first, then oldest, across them all; and what it claims is all there is."""
+    queue = queue_on()
+    queue.enqueue_many("noop", [{}] * 5, queue="paused", priority=9)
+    low = queue.enqueue("noop", {}, queue="b", priority=1).job.id
+    high = queue.enqueue("noop", {}, queue="c", priority=5).job.id
+    old = queue.enqueue("noop", {}, queue="d", priority=1).job.id
+    newer = queue.enqueue("noop", {}, queue="b", priority=1).job.id
+    operating.pause(queue, "queue", "paused")
+    order = []
+    for _ in range(5):
+        order += [j.id for j in queue.storage.claim(worker="w", limit=1, lease_ms=LEASE, **filters)]
+    assert order == [high, low, old, newer]
+
+
+def test_many_queues_and_a_paused_one(queue_on: Callable[..., Queue]) -> None:
+    """More queues with pending jobs than a claim names one by one (SQLite: 64)."""
+    queue = queue_on()
+    for number in range(80):
+        queue.enqueue("noop", {}, queue=f"q{number:02}")
+    operating.pause(queue, "queue", "q07")
+    operating.pause(queue, "type", "shell")
+    claimed = queue.storage.claim(worker="w", limit=100, lease_ms=LEASE)
+    assert len(claimed) == 79 and "q07" not in {job.queue for job in claimed}

@@ -72,7 +72,9 @@ def test_nothing_is_claimed_from_a_paused_queue_under_load(
         wait_for(lambda: _lines(cold) >= cold_then + 60, timeout=30)  # workers go on claiming
         time.sleep(0.5)
         jobs = queue.list_jobs(queues=["hot"], limit=1000)
-        assert {j.id for j in jobs if j.status != "pending"} == taken
+        # nothing claimed since (a prefetched job that never started may have been given
+        # back: pending again, and not claimed again)
+        assert {j.id for j in jobs if j.status != "pending"} <= taken
         assert max(j.claimed_at or 0 for j in jobs) <= since + 500
         held = [j for j in jobs if j.status == "pending"]
         assert len(held) > 100, "the pause came too late to hold anything back"
