@@ -45,7 +45,9 @@ assert len(jobs) == n, len(jobs)
 first = min(j.claimed_at for j in jobs)
 last = max(j.completed_at for j in jobs)
 cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-print(json.dumps({"rate": n * 1000 / max(1, last - first), "cpu_us": cpu * 1e6 / n}))
+import jobcore
+rate = n * 1000 / max(1, last - first)
+print(json.dumps({"rate": rate, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))
 """
 
 
@@ -65,7 +67,8 @@ with storage.transaction():  # no commit per claim: the claim's own cost
     got = sum(len(storage.claim(worker="w", limit=1, lease_ms=60_000)) for _ in range(n))
     cpu = time.process_time() - begin
 assert got == n, got
-print(json.dumps({"rate": n / cpu, "cpu_us": cpu * 1e6 / n}))
+import jobcore
+print(json.dumps({"rate": n / cpu, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))
 """
 
 
@@ -96,10 +99,12 @@ def _drain(code: Path, db: str, n: int, pause: bool, script: str = CHILD) -> dic
         capture_output=True,
         text=True,
         timeout=1800,
+        cwd=code,  # `python -c` puts the working directory first on sys.path
     )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["code"] == str(code / "jobcore" / "__init__.py"), result
     return result
 
 
