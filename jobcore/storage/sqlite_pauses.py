@@ -94,10 +94,15 @@ class SQLitePauses:
             if not named:
                 return ()
             if len(named) <= MAX_NAMED:
-                if column == "queue":
-                    queues, skip_queues = tuple(named), ()
-                else:
-                    types, skip_types = tuple(named), ()
+                if column == "type":
+                    return S.claim(queues, tuple(named), params, skip_queues, ())
+                if not types:
+                    return S.claim(tuple(named), (), params, (), skip_types)
+                # a claimer of some types reads only the head of each queue (other types'
+                # rows may fill it), then, if that did not fill the claim, its own types'
+                # rows, skipping the paused queues' ones
+                first = S.claim_bounded_by_queue(named, types, params)
+                return (first, *S.claim(queues, types, params, skip_queues, skip_types))
         return S.claim(queues, types, params, skip_queues, skip_types)
 
     @staticmethod

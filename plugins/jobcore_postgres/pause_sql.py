@@ -56,3 +56,34 @@ def past_paused_queues(d: Dialect, usual: str, by_queue: str) -> str:
         f"SELECT * FROM ({usual}) AS usual WHERE NOT {any_paused} "
         f"UNION ALL SELECT * FROM ({by_queue}) AS by_queue WHERE {any_paused}"
     )
+
+
+def bounded_by_queue(d: Dialect, order: str, where: str) -> str:
+    """Pending jobs of the claimer's types among the first rows of each unpaused queue
+    (`4 * limit + 64` of them, read without locking; only the picked rows are locked):
+    other types' rows at the head of a queue are never read to the end."""
+    jobs = d.table("jobs")
+    head = (
+        f"SELECT h.id FROM (SELECT id, type FROM {jobs} WHERE status = 'pending' "
+        f"AND queue = f.name ORDER BY {order} LIMIT 4 * %(limit)s + 64) AS h "
+        "WHERE h.type = ANY(%(types)s::text[])"
+    )
+    return (
+        f"SELECT c.id, c.priority, c.run_at FROM ({pending_queues(d)}) AS f(name), "
+        f"LATERAL (SELECT p.id, p.priority, p.run_at FROM {jobs} p "
+        f"WHERE p.id = ANY(ARRAY({head})) AND p.status = 'pending'{where} "
+        f"ORDER BY p.{order.replace(', ', ', p.')} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
+        f"ORDER BY c.{order.replace(', ', ', c.')} LIMIT %(limit)s"
+    )
+
+
+def heads_then(bounded: str, fallback: str, order: str) -> str:
+    """`bounded`, and only when it found fewer than the limit, `fallback` too (which may
+    find the same rows again: they are merged), best first."""
+    return (
+        f"WITH b AS MATERIALIZED ({bounded}), "
+        f"r AS MATERIALIZED (SELECT * FROM ({fallback}) AS x "
+        "WHERE (SELECT count(*) FROM b) < %(limit)s) "
+        f"SELECT * FROM (SELECT * FROM b UNION SELECT * FROM r) AS u "
+        f"ORDER BY {order} LIMIT %(limit)s"
+    )

@@ -325,7 +325,10 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
         names = pause_sql.unpaused_filter(d, lead)
         pick = _by_name(jobs, lead, names, extra + not_paused)
         if not by_queue:
-            by_queues = _by_name(jobs, "queue", pause_sql.pending_queues(d), types + not_paused)
+            # past a paused queue: the heads of the other queues, then (if need be) this
+            # pick, which skips the paused queues' rows of these types one by one
+            heads = pause_sql.bounded_by_queue(d, _PICK_ORDER, not_paused)
+            by_queues = pause_sql.heads_then(heads, pick, _PICK_ORDER)
             pick = pause_sql.past_paused_queues(d, pick, by_queues)
     else:
         # `attempts >= 0` (always true) is in jobs_claim's predicate and only here, so

@@ -154,3 +154,18 @@ def test_many_queues_and_a_paused_one(queue_on: Callable[..., Queue]) -> None:
     operating.pause(queue, "type", "shell")
     claimed = queue.storage.claim(worker="w", limit=100, lease_ms=LEASE)
     assert len(claimed) == 79 and "q07" not in {job.queue for job in claimed}
+
+
+def test_a_claim_of_some_types_finds_its_job_behind_other_types_past_a_pause(
+    queue_on: Callable[..., Queue],
+) -> None:
+    """Past a paused queue a claimer of some types reads the head of each other queue;
+    its job behind many rows of other types (which it must not claim) is still found."""
+    queue = queue_on(allow_unregistered_types=True)  # `mine`: a type some agent runs
+    queue.enqueue_many("mine", [{}] * 3, queue="paused", priority=9)
+    queue.enqueue_many("noop", [{}] * 300, queue="busy", priority=5)  # not this claimer's
+    wanted = queue.enqueue("mine", {}, queue="busy", priority=1).job.id
+    operating.pause(queue, "queue", "paused")
+    claimed = queue.storage.claim(worker="w", limit=2, lease_ms=LEASE, types=["mine"])
+    assert [job.id for job in claimed] == [wanted]
+    assert queue.storage.claim(worker="w", limit=2, lease_ms=LEASE, types=["mine"]) == []
