@@ -50,7 +50,7 @@ def test_nothing_is_claimed_from_a_paused_queue_under_load(
     store_db: Path | str, tmp_path: Path, queue_on: Callable[..., Queue]
 ) -> None:
     queue = queue_on()
-    hot = _enqueue(store_db, tmp_path, "hot", 400, 0.01)
+    hot = _enqueue(store_db, tmp_path, "hot", 600, 0.04)  # lasts past the pause command
     cold = _enqueue(store_db, tmp_path, "cold", 500, 0.025)
     logs = [(tmp_path / f"worker{n}.log").open("w") for n in range(2)]
     workers = [
@@ -81,7 +81,7 @@ def test_nothing_is_claimed_from_a_paused_queue_under_load(
         assert all(j.attempts == 0 for j in held)
         assert _cli(store_db, "resume", "hot").startswith("resumed queue hot")
         # idle workers are woken by the resume (not by a poll of their own after a while)
-        wait_for(lambda: _lines(hot) >= 400, timeout=60)
+        wait_for(lambda: _lines(hot) >= 600, timeout=90)
     finally:
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
@@ -89,4 +89,4 @@ def test_nothing_is_claimed_from_a_paused_queue_under_load(
         for log in logs:
             log.close()
     assert codes == [0, 0], [(tmp_path / f"worker{n}.log").read_text()[-2000:] for n in range(2)]
-    assert _lines(hot) == 400  # each ran once
+    assert _lines(hot) == 600  # each ran once
