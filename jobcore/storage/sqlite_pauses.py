@@ -1,6 +1,6 @@
 """The SQLite backend's pauses of queues and job types (DESIGN §16), a mixin.
 
-Claims read the `pauses` table inside their own write transaction (`_paused_now`),
+Claims read the `pauses` table inside their own write transaction (`_claim_statements`),
 so a pause holds for every claim that begins after it commits.
 """
 
