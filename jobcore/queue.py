@@ -390,7 +390,9 @@ class Queue:
         return self.storage.list_jobs(statuses=statuses, types=types, queues=queues, limit=limit)
 
     def stats(self) -> Stats:
-        return self.storage.stats()
+        stats = self.storage.stats()
+        stats.paused = self.storage.pauses()  # DESIGN §16: paused queues show plainly
+        return stats
 
     # -- operator transitions ------------------------------------------------------
 

@@ -25,11 +25,21 @@ def stats_json(stats: Stats) -> dict[str, Any]:
         "durations": stats.durations,
         "last_hour": stats.last_hour,
         "duplicates": stats.duplicates,
+        "paused": [pause.to_json() for pause in stats.paused],  # DESIGN §16
     }
 
 
 def stats_text(stats: Stats) -> str:
-    parts = ["Jobs by type and status:"]
+    parts = []
+    # -- paused queues and types first, plainly (DESIGN §16)
+    for pause in stats.paused:
+        why = f": {pause.reason}" if pause.reason else ""
+        since = pause.to_json()["since"]
+        parts.append(f"PAUSED {pause.kind} {pause.name} since {since} by {pause.by}{why}")
+    if stats.paused:
+        parts.append("(`jobcore resume` lets workers claim them again)\n")
+    # -- end paused
+    parts.append("Jobs by type and status:")
     rows = [
         [type_name, *(counts.get(status, 0) for status in STATUS_ORDER)]
         for type_name, counts in sorted(stats.by_type.items())

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from jobcore.models import Event, Job, Lease, NewJob, Outcome
+from jobcore.pauses import Pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class Stats:
     durations: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
     last_hour: dict[str, int] = field(default_factory=dict)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
+    paused: list[Pause] = field(default_factory=list)  # filled by `Queue.stats` (DESIGN §16)
 
 
 @runtime_checkable
@@ -256,3 +258,22 @@ class Storage(Protocol):
         data: dict[str, Any] | None = None,
     ) -> int:
         """Append an event (e.g. `worker:registered`) in its own transaction; returns its seq."""
+
+    # -- pause and resume (DESIGN §16) ----------------------------------------------
+    # Every claim (`claim`, `commit_batch`) reads the pauses inside its own statement
+    # or transaction and skips paused queues' and types' pending jobs.
+
+    def pause(self, kind: str, name: str, *, reason: str, by: str) -> tuple[Pause, bool]:
+        """Pause a queue or a type (`kind`); (the pause as stored, whether this call made it).
+
+        Pausing what is paused already changes nothing and returns the stored pause.
+        """
+
+    def resume(self, kind: str, name: str) -> Pause | None:
+        """Lift a pause; the pause lifted, or None when it was not paused."""
+
+    def pauses(self) -> list[Pause]:
+        """Every pause, by kind then name."""
+
+    def queue_depths(self) -> dict[str, dict[str, int]]:
+        """Unfinished jobs per queue: queue -> status (`scheduled|pending|claimed`) -> n."""

@@ -127,6 +127,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         END;
         """,
     ),
+    (
+        "v4: paused queues and job types (DESIGN §16)",
+        """
+        -- every claim reads this table in its own write transaction (jobcore/pauses.py)
+        CREATE TABLE pauses (
+            kind   TEXT NOT NULL CHECK (kind IN ('queue', 'type')),
+            name   TEXT NOT NULL,
+            reason TEXT NOT NULL DEFAULT '',
+            since  INTEGER NOT NULL,
+            by     TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (kind, name)
+        ) WITHOUT ROWID;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

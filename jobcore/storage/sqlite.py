@@ -395,7 +395,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         if promote:
             conn.execute(PROMOTE_SQL, {"now": now})
         jobs: list[Job] = []
-        for statement in S.claim(queues, types, params):
+        for statement in self._claim_statements(conn, queues, types, params):  # less paused
             jobs += [row_to_job(row) for row in rows_of(conn, statement, params)]
             if len(jobs) >= limit:
                 break

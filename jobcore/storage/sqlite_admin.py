@@ -14,6 +14,7 @@ from jobcore.models import Job, compact_json
 from jobcore.storage.hub_state import HubStore
 from jobcore.storage.rows import row_to_job, rows_of
 from jobcore.storage.sqlite_errors import boundary
+from jobcore.storage.sqlite_pauses import SQLitePauses
 from jobcore.storage.sqlite_reads import Q, in_filter
 from jobcore.storage.sqlite_statements import (
     CANCEL_WAITING_SQL,
@@ -29,8 +30,9 @@ RETURNING holder
 """
 
 
-class SQLiteAdmin:
-    """Operator transitions, locks and `add_event` of `SQLiteStorage` (a mixin)."""
+class SQLiteAdmin(SQLitePauses):
+    """Operator transitions, locks and `add_event` of `SQLiteStorage` (a mixin; its pauses
+    of queues and types, DESIGN §16, come from `SQLitePauses`)."""
 
     path: str
     busy_timeout_ms: int

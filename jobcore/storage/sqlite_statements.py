@@ -202,14 +202,32 @@ def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any])
     return f" AND {column} IN ({', '.join(names)})"
 
 
-def claim_candidates(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> str:
+def _not_in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
+    """`AND column NOT IN (...)`, the values bound as `:{prefix}N` (pauses, DESIGN §16)."""
+    if not values:
+        return ""
+    for index, value in enumerate(values):
+        params[f"{prefix}{index}"] = value
+    return f" AND {column} NOT IN ({', '.join(f':{prefix}{i}' for i in range(len(values)))})"
+
+
+def claim_candidates(
+    queues: Sequence[str],
+    types: Sequence[str],
+    params: dict[str, Any],
+    skip_queues: Sequence[str] = (),
+    skip_types: Sequence[str] = (),
+) -> str:
     """Ids of the next pending jobs in claim order, reading only the filtered queues' rows.
 
     A queue filter reads the queue-leading index once per queue; a type filter
     (without queues) the type-leading index once per type; each branch stops
     after `:limit` rows, so pending rows of other queues/types are never read.
+    `skip_queues`/`skip_types` (paused ones) are left out, read from the index alone.
     """
     pending = "status = 'pending'"
+    pending += _not_in("queue", skip_queues, "xq", params)
+    pending += _not_in("type", skip_types, "xt", params)
     if not queues and not types:
         return f"SELECT id FROM jobs INDEXED BY jobs_claim WHERE {pending} {_ORDER} LIMIT :limit"
     if queues:
@@ -248,7 +266,13 @@ WINDOW = "4 * :limit + 64"
 """How many pending rows (in claim order) the first phase of a multi-value filtered claim reads."""
 
 
-def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -> tuple[str, ...]:
+def claim(
+    queues: Sequence[str],
+    types: Sequence[str],
+    params: dict[str, Any],
+    skip_queues: Sequence[str] = (),
+    skip_types: Sequence[str] = (),
+) -> tuple[str, ...]:
     """The claim statements for these filters, in order (fills `params` with filter values).
 
     Run the first; when it claims fewer than `:limit` jobs, run the next with
@@ -256,8 +280,11 @@ def claim(queues: Sequence[str], types: Sequence[str], params: dict[str, Any]) -
     first looks at the next pending rows of every queue in claim order (a
     bounded window: cheap when most pending work matches), then, only if
     that did not fill the claim, reads each queue's or type's own rows.
+    Pending jobs of `skip_queues` and `skip_types` (paused) are never claimed.
     """
-    statements, filters = _claim_for(tuple(queues), tuple(types))
+    statements, filters = _claim_for(
+        tuple(queues), tuple(types), tuple(skip_queues), tuple(skip_types)
+    )
     params.update(filters)
     return statements
 
@@ -271,14 +298,19 @@ def _update(candidates: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _claim_for(
-    queues: tuple[str, ...], types: tuple[str, ...]
+    queues: tuple[str, ...],
+    types: tuple[str, ...],
+    skip_queues: tuple[str, ...] = (),
+    skip_types: tuple[str, ...] = (),
 ) -> tuple[tuple[str, ...], dict[str, Any]]:
     filters: dict[str, Any] = {}
-    candidates = claim_candidates(queues, types, filters)
+    candidates = claim_candidates(queues, types, filters, skip_queues, skip_types)
     leading = list(dict.fromkeys(queues)) if queues else list(dict.fromkeys(types))
     if len(leading) < 2:
         return (_update(candidates),), filters
     where = _in("queue", queues, "wq", filters) + _in("type", types, "wt", filters)
+    where += _not_in("queue", skip_queues, "xq", filters)
+    where += _not_in("type", skip_types, "xt", filters)
     window = (
         "SELECT id FROM (SELECT id, priority, run_at, queue, type FROM jobs INDEXED BY jobs_claim "
         f"WHERE status = 'pending' {_ORDER} LIMIT {WINDOW}) WHERE 1 = 1{where} {_ORDER} "
@@ -321,3 +353,30 @@ OPERATOR_RETRY_SQL = by_id(OPERATOR_RETRY)
 CANCEL_WAITING_SQL = by_id(CANCEL_WAITING)
 REQUEST_CANCEL_SQL = by_id(REQUEST_CANCEL)
 FAIL_UNRECORDABLE_SQL = by_id(FAIL_UNRECORDABLE)
+
+
+@functools.lru_cache(maxsize=64)
+def _bounded_for(queues: tuple[str, ...], types: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    filters: dict[str, Any] = {}
+    wanted = _in("type", types, "bt", filters)
+    branches = []
+    for number, value in enumerate(queues):
+        filters[f"bq{number}"] = value
+        branches.append(
+            "SELECT * FROM (SELECT id, priority, run_at FROM (SELECT id, priority, run_at, type "
+            f"FROM jobs INDEXED BY jobs_claim_queue WHERE status = 'pending' "
+            f"AND queue = :bq{number} {_ORDER} LIMIT {WINDOW}) WHERE 1 = 1{wanted})"
+        )
+    union = " UNION ALL ".join(branches)
+    return _update(f"SELECT id FROM ({union}) {_ORDER} LIMIT :limit"), filters
+
+
+def claim_bounded_by_queue(
+    queues: Sequence[str], types: Sequence[str], params: dict[str, Any]
+) -> str:
+    """A claim of these types that reads at most the first `WINDOW` pending rows of each
+    of `queues` (pauses, DESIGN §16: queues named past a paused one, where other types'
+    rows must not be read to the end); a claim it does not fill goes on with another."""
+    statement, filters = _bounded_for(tuple(queues), tuple(types))
+    params.update(filters)
+    return statement

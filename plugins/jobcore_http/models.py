@@ -293,6 +293,7 @@ class StatsOut(BaseModel):
     durations: dict[str, dict[str, float | int | None]]
     last_hour: dict[str, int]
     duplicates: list[dict[str, Any]]
+    paused: list[PauseOut] = []
 
 
 class HealthOut(BaseModel):
@@ -381,3 +382,46 @@ class TokensOut(BaseModel):
 
 class TokenCreatedOut(TokenOut):
     token: str = Field(description="shown once; only its SHA-256 is stored")
+
+
+# -- operating a queue (DESIGN §16) ---------------------------------------------------
+
+
+class PauseIn(Strict):
+    """Why the queue or type is paused (shown by `jobcore queues`, stats, the dashboard)."""
+
+    reason: Annotated[Text, Field(max_length=500)] = ""
+
+
+class PauseOut(BaseModel):
+    kind: str
+    name: str
+    reason: str
+    since: str
+    by: str
+
+
+class PausedOut(PauseOut):
+    created: bool = Field(description="false when it was paused already (nothing changed)")
+
+
+class ResumedOut(BaseModel):
+    kind: str
+    name: str
+    resumed: bool = Field(description="false when it was not paused")
+
+
+class QueueOut(BaseModel):
+    queue: str
+    scheduled: int
+    pending: int
+    claimed: int
+    paused: bool
+    reason: str | None
+    since: str | None
+    by: str | None
+
+
+class QueuesOut(BaseModel):
+    queues: list[QueueOut]
+    paused_types: list[PauseOut]

@@ -231,6 +231,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX jobs_status ON {s}.jobs (status, id) WHERE status <> 'pending';
         """,
     ),
+    (
+        "paused queues and job types (DESIGN §16)",
+        """
+        -- every claim statement reads this table (jobcore_postgres/statements.py)
+        CREATE TABLE IF NOT EXISTS {s}.pauses (
+            kind   text NOT NULL CHECK (kind IN ('queue', 'type')),
+            name   text NOT NULL,
+            reason text NOT NULL DEFAULT '',
+            since  bigint NOT NULL,
+            by     text NOT NULL DEFAULT '',
+            PRIMARY KEY (kind, name)
+        );
+        """,
+    ),
 )
 
 EVENT_IDS_PER_ROW = 1024

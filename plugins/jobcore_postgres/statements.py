@@ -25,6 +25,7 @@ from jobcore.transitions import (
     Started,
     Transition,
 )
+from jobcore_postgres import pause_sql
 
 JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Job))
 """The jobs table's columns, in `Job` field order (every field is a column)."""
@@ -296,31 +297,49 @@ def by_id_statement(transition: Transition, d: Dialect) -> str:
 _PICK_ORDER = "priority DESC, run_at, id"
 
 
+def _by_name(jobs: str, lead: str, names: str, where: str) -> str:
+    """The pick walking, for each name `names` yields, that `lead` (queue or type)'s
+    slice of its leading partial index (a LATERAL per name)."""
+    return (
+        f"SELECT c.id, c.priority, c.run_at FROM ({names}) AS f(name), "
+        f"LATERAL (SELECT p.id, p.priority, p.run_at FROM {jobs} p "
+        f"WHERE p.status = 'pending' AND p.{lead} = f.name{where} "
+        f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
+        f"ORDER BY c.{_PICK_ORDER.replace(', ', ', c.')} LIMIT %(limit)s"
+    )
+
+
 def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
     """Claim up to %(limit)s pending jobs: one CTE picking with SKIP LOCKED, then UPDATE.
 
     With queue (or type) filters the pick walks each named queue's slice of the
     queue-leading partial index (a LATERAL per name), never other queues' rows.
+    Paused queues and types are skipped (`pause_sql`, DESIGN §16).
     """
     jobs = d.table("jobs")
+    not_paused = pause_sql.not_paused(d)
+    types = " AND p.type = ANY(%(types)s::text[])"
     if by_queue or by_type:
         lead = "queue" if by_queue else "type"
-        extra = " AND p.type = ANY(%(types)s::text[])" if by_queue and by_type else ""
-        pick = (
-            f"SELECT c.id, c.priority, c.run_at FROM unnest(%({lead}s)s::text[]) AS f(name), "
-            f"LATERAL (SELECT p.id, p.priority, p.run_at FROM {jobs} p "
-            f"WHERE p.status = 'pending' AND p.{lead} = f.name{extra} "
-            f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
-            f"ORDER BY c.{_PICK_ORDER.replace(', ', ', c.')} LIMIT %(limit)s"
-        )
+        extra = types if by_queue and by_type else ""
+        names = pause_sql.unpaused_filter(d, lead)
+        pick = _by_name(jobs, lead, names, extra + not_paused)
+        if not by_queue:
+            # past a paused queue: the heads of the other queues, then (if need be) this
+            # pick, which skips the paused queues' rows of these types one by one
+            heads = pause_sql.bounded_by_queue(d, _PICK_ORDER, not_paused)
+            by_queues = pause_sql.heads_then(heads, pick, _PICK_ORDER)
+            pick = pause_sql.past_paused_queues(d, pick, by_queues)
     else:
         # `attempts >= 0` (always true) is in jobs_claim's predicate and only here, so
         # that a filtered pick can never walk every queue's rows in jobs_claim
         pick = (
             f"SELECT p.id, p.priority, p.run_at FROM {jobs} p "
-            "WHERE p.status = 'pending' AND p.attempts >= 0 "
+            f"WHERE p.status = 'pending'{not_paused} AND p.attempts >= 0 "
             f"ORDER BY p.{_PICK_ORDER} LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
         )
+        by_queues = _by_name(jobs, "queue", pause_sql.pending_queues(d), not_paused)
+        pick = pause_sql.past_paused_queues(d, pick, by_queues)
     update = (
         f"UPDATE {jobs} j SET {set_clause(CLAIM, d)} FROM ranked v "
         f"WHERE j.id = v.id RETURNING {columns('j')}, v.rn"

@@ -49,6 +49,7 @@ from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped, translate
 from jobcore_postgres.event_order import change_mark, changed_since
 from jobcore_postgres.held_back import HeldBackWatch
+from jobcore_postgres.pauses import PostgresPauses
 from jobcore_postgres.reads import PostgresReads
 from jobcore_postgres.rows import (
     _STATUS,
@@ -200,7 +201,7 @@ class _Tx:
     callbacks: list[Callable[[], None]] = field(default_factory=list)
 
 
-class PostgresStorage(PostgresReads, PostgresAdmin):
+class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
     """Jobs in a PostgreSQL schema; see the module docstring."""
 
     default_prefetch = 100

@@ -396,6 +396,7 @@ def test_stats_json_shape(run: Run) -> None:
         "durations",
         "last_hour",
         "duplicates",
+        "paused",  # DESIGN §16
     }
     assert (
         stats["counts"]["completed"] == 1

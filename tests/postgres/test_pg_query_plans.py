@@ -180,11 +180,29 @@ def test_the_stores_statements_walk_their_indexes_with_any_statistics(
     assert {j.queue for j in by_queue} == {"quiet"} and {j.type for j in both} == {"rare"}
     claimed = claim() + claim() + claim()
     assert len(claimed) == 12
-    walks(plans.of("p.attempts >= 0 ORDER BY"), "jobs", "jobs_claim")
-    assert walks(plans.of("p.queue = f.name", "p.type = ANY"), "jobs", "jobs_claim_queue") <= 30
-    for lead in ("queue", "type"):
-        alone = [p for p in plans.of(f"p.{lead} = f.name") if "p.type = ANY" not in p["Query Text"]]
-        assert walks(alone, "jobs", f"jobs_claim_{lead}") == 0  # no other queue's rows
+    # the branch past paused queues (DESIGN §16) is in the plans, never run while none is
+    gated = ("jobs_claim_queue",)
+    walks(plans.of("p.attempts >= 0 ORDER BY"), "jobs", "jobs_claim", also=gated)
+    queue_led = [p for p in plans.of("p.queue = f.name") if "RECURSIVE" not in p["Query Text"]]
+    with_type = [p for p in queue_led if "p.type = ANY" in p["Query Text"]]
+    assert walks(with_type, "jobs", "jobs_claim_queue") <= 30
+    alone = [p for p in queue_led if "p.type = ANY" not in p["Query Text"]]
+    assert walks(alone, "jobs", "jobs_claim_queue") == 0  # no other queue's rows
+    assert walks(plans.of("p.type = f.name"), "jobs", "jobs_claim_type", also=gated) == 0
+    # with a queue paused, claims walk the other queues by name: no paused row is read
+    storage.pause("queue", "busy", reason="", by="test")
+    storage.insert([new_job(queue="busy", priority=5) for _ in range(40)])
+    plans.clear()
+    assert "busy" not in {j.queue for j in claim() + claim(types=["noop", "rare"])}
+    walks(plans.of("p.attempts >= 0 ORDER BY"), "jobs", "jobs_claim_queue", also=("jobs_claim",))
+    removed = [
+        (n["Node Type"], n.get("Index Name"), n.get("Filter"), n["Rows Removed by Filter"])
+        for p in plans.of("RECURSIVE")
+        for n in nodes(p["Plan"])
+        if n.get("Rows Removed by Filter")
+    ]
+    assert sum(row[-1] for row in removed) <= 200, removed  # other types' rows at queue heads
+    storage.resume("queue", "busy")
     promote = plans.of(f"UPDATE {jobcore}.jobs j SET status = 'pending'", "'scheduled'")
     assert walks(promote, "jobs", "jobs_scheduled") == 0
     promoted = storage.get("later1")

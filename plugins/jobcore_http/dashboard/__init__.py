@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from jobcore_http.dashboard import actions, pages, static
+from jobcore_http.dashboard import actions, pages, pauses, static
 from jobcore_http.dashboard.session import scope_from_cookie
 
 router = APIRouter(include_in_schema=False)
 router.include_router(static.router)
 router.include_router(pages.router)
 router.include_router(actions.router)
+router.include_router(pauses.router)  # pause and resume (DESIGN §16)
 
 __all__ = ["router", "scope_from_cookie"]

@@ -31,6 +31,8 @@ router = APIRouter(include_in_schema=False)
 NOTICES = {
     "retry": "Retried {n} job(s).",
     "cancel": "Cancelled {n} job(s) (claimed ones stop when their worker sees the request).",
+    "paused": "Paused: no worker or agent claims its jobs until it is resumed.",
+    "resumed": "Resumed: its waiting jobs are claimed again.",
 }
 
 
@@ -107,6 +109,7 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
             "history_age": None if past is None else _age(past.taken_at, now),
             "stuck": stuck,
             "queues": queue_rows(counts.value, finished),
+            "paused": dash.queue.storage.pauses(),  # DESIGN §16
             "types": sorted(types.items()),
             "hour_chart": bar_chart(
                 series(finished, now, bars=60, minutes_per_bar=1),

@@ -1,0 +1,75 @@
+"""Operating a queue (DESIGN §16): pause and resume queues and job types, list queues.
+
+Callers are the CLI, the hub and applications; the rules (checked names,
+clamped text, waking workers on resume) live here once.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from typing import Any
+
+from jobcore import wakeup
+from jobcore.pauses import MAX_REASON, Pause, checked_kind, checked_name, checked_text
+from jobcore.queue import Queue
+
+MAX_BY = 200
+"""Longest operator name kept with a pause (characters)."""
+
+
+def operator_name() -> str:
+    """Who is pausing from this process: `user@host` (best effort)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment (container without passwd)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def pause(
+    queue: Queue, kind: str, name: str, *, reason: str = "", by: str | None = None
+) -> tuple[Pause, bool]:
+    """Pause a queue or a type; (the pause as stored, whether this call made it).
+
+    Claims that begin after this returns skip the paused work; running jobs finish.
+    """
+    kind = checked_kind(kind)
+    name = checked_name(kind, name)
+    reason = checked_text("reason", reason, MAX_REASON)
+    by = checked_text("by", operator_name() if by is None else by, MAX_BY)
+    return queue.storage.pause(kind, name, reason=reason, by=by)
+
+
+def resume(queue: Queue, kind: str, name: str) -> Pause | None:
+    """Lift a pause (None when it was not paused) and wake this process's idle workers."""
+    kind = checked_kind(kind)
+    name = checked_name(kind, name)
+    lifted = queue.storage.resume(kind, name)
+    if lifted is not None:
+        wakeup.notify(queue.wake_key)
+    return lifted
+
+
+def queue_rows(queue: Queue) -> list[dict[str, Any]]:
+    """Each queue with unfinished jobs or a pause: depth by status, and its pause if any."""
+    depths = queue.storage.queue_depths()
+    paused = {p.name: p for p in queue.storage.pauses() if p.kind == "queue"}
+    rows = []
+    for name in sorted(set(depths) | set(paused)):
+        counts = depths.get(name, {})
+        pause_ = paused.get(name)
+        rows.append(
+            {
+                "queue": name,
+                "scheduled": counts.get("scheduled", 0),
+                "pending": counts.get("pending", 0),
+                "claimed": counts.get("claimed", 0),
+                "paused": pause_ is not None,
+                "reason": pause_.reason if pause_ else None,
+                "since": pause_.to_json()["since"] if pause_ else None,
+                "by": pause_.by if pause_ else None,
+            }
+        )
+    return rows
