@@ -2,6 +2,7 @@
 
 from jobcore.config import Config
 from jobcore.context import JobContext
+from jobcore.declare import job_type
 from jobcore.errors import (
     ConfigError,
     IllegalTransition,
@@ -73,5 +74,6 @@ __all__ = [
     "UnknownJobType",
     "Worker",
     "hookimpl",
+    "job_type",
     "make_plugin_manager",
 ]
