@@ -1,0 +1,86 @@
+"""Running one attempt of an `async def` handler on the worker's event loop (DESIGN §15).
+
+The same judgement as the sync path (`jobcore.attempt.AttemptRunner`): the
+payload validated first, the result bounded, exceptions turned into retry or
+failure by the retry policy, `RetryAfter` and `PermanentError` honoured. The
+handler runs as its own task, so a stop request (timeout, cancel, shutdown, a
+lost lease) cancels it at once: `CancelledError` in the handler, judged by why
+it was asked to stop (shutdown: released without spending the attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from jobcore.attempt import AttemptRunner, describe_error
+from jobcore.inflight import Attempt
+from jobcore.models import Cancelled, Completed, Failed, Outcome, Released
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """An `async def` function, or an object whose `__call__` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method, not callable()
+    )
+
+
+async def run_attempt(
+    runner: AttemptRunner,
+    attempt: Attempt,
+    started: Callable[[asyncio.Future[Any]], None],
+) -> Outcome:
+    """Run the attempt's handler on this loop and judge it; never raises.
+
+    `started(task)` is told the handler's task once it exists (to cancel it later).
+    """
+    try:
+        return await _run(runner, attempt, started)
+    except BaseException as exc:  # the last guard: the loop must go on
+        return Failed(
+            lease=attempt.lease,
+            error=f"jobcore could not judge the attempt: {describe_error(exc)}",
+        )
+
+
+async def _run(
+    runner: AttemptRunner,
+    attempt: Attempt,
+    started: Callable[[asyncio.Future[Any]], None],
+) -> Outcome:
+    job, ctx = attempt.job, attempt.ctx
+    try:
+        ctx.payload = runner.queue.validate_payload(ctx.job_type, job.payload)
+    except BaseException as exc:
+        return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
+    try:
+        if runner._direct:
+            result = ctx.job_type.handler(ctx.payload, ctx)
+        else:  # wrappers run here, on the loop, around the call that makes the coroutine
+            result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            started(task)
+            loop = asyncio.get_running_loop()
+
+            def cancel(_: str) -> None:
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(task.cancel)
+
+            ctx.on_stop(cancel)  # a timeout, cancel request or shutdown: at once
+            result = await task
+        result = runner.bounded_result(job, result)
+    except BaseException as exc:  # CancelledError too: it is the handler's task that ended
+        if isinstance(exc, asyncio.CancelledError) and ctx.stop_reason == "shutdown":
+            return Released(lease=attempt.lease)
+        return runner.failure_outcome(attempt, exc)
+    if ctx.stop_reason == "cancel":
+        return Cancelled(lease=attempt.lease, error="cancelled while running")
+    if ctx.stop_reason == "timeout":
+        return runner.timeout_outcome(attempt)
+    return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+
+
+__all__ = ["is_async_handler", "run_attempt"]
