@@ -1,5 +1,6 @@
 """jobcore: a durable job queue on SQLite with pluggy plugins."""
 
+from jobcore.async_queue import AsyncQueue
 from jobcore.config import Config
 from jobcore.context import JobContext
 from jobcore.declare import job_type
@@ -39,6 +40,7 @@ from jobcore.worker import Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncQueue",
     "Config",
     "ConfigError",
     "IllegalTransition",
