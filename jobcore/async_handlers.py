@@ -11,6 +11,7 @@ it was asked to stop (shutdown: released without spending the attempt).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -66,7 +67,7 @@ async def _run(
             loop = asyncio.get_running_loop()
 
             def cancel(_: str) -> None:
-                if not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
                     loop.call_soon_threadsafe(task.cancel)
 
             ctx.on_stop(cancel)  # a timeout, cancel request or shutdown: at once

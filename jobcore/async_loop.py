@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from jobcore.attempt import AttemptRunner
 from jobcore.executors import Executors
 from jobcore.group_commit import GroupCommit
 from jobcore.inflight import Attempt, InFlight, Phase
+from jobcore.models import Outcome
 from jobcore.queue import Queue
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ class _LoopWaiter(threading.Event):
 
     def set(self) -> None:
         super().set()
-        if not self._loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
             self._loop.call_soon_threadsafe(self._async.set)
 
     async def wait_async(self) -> None:
@@ -88,11 +90,15 @@ class AsyncHandlers:
             self._watchdog.start()
 
     def submit(self, attempt: Attempt) -> None:
-        self.loop.call_soon_threadsafe(self._arrive, attempt)
+        try:
+            self.loop.call_soon_threadsafe(self._arrive, attempt)
+        except RuntimeError:  # the loop is gone (stopping): the worker gives the job back
+            log.warning("job %s: the event loop has stopped; not starting it", attempt.job.id)
 
     def abandon(self, attempt: Attempt) -> None:
         """Its handler outlived its stop grace: cancel its task again and free its slot."""
-        self.loop.call_soon_threadsafe(self._abandon, attempt)
+        with contextlib.suppress(RuntimeError):  # the loop is gone, and the task with it
+            self.loop.call_soon_threadsafe(self._abandon, attempt)
 
     def stop(self, timeout: float = 2.0) -> None:
         """Cancel what still runs on the loop (abandoned handlers) and end its thread."""
@@ -305,6 +311,51 @@ def executors_for(worker: Worker, async_concurrency: int | None) -> Executors:
     )
 
 
+class LoopThread:
+    """An event loop in a thread of its own for a caller that runs each attempt on a thread
+    and waits there (a remote agent): async handlers run on the loop, sync ones in place.
+
+    The same judgement and cancellation as in a worker (`run_attempt`); `abandon` cancels
+    a task again once its stop grace passed (the caller gave up its slot already).
+    """
+
+    def __init__(self, attempts: AttemptRunner) -> None:
+        self.attempts = attempts
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: dict[Attempt, asyncio.Future[Any]] = {}
+
+    def execute(self, attempt: Attempt) -> Outcome:
+        if not is_async_handler(attempt.ctx.job_type.handler):
+            return self.attempts.execute(attempt)
+        loop = self._running_loop()
+
+        def started(task: asyncio.Future[Any]) -> None:
+            self._tasks[attempt] = task
+
+        future = asyncio.run_coroutine_threadsafe(
+            run_attempt(self.attempts, attempt, started), loop
+        )
+        try:
+            return future.result()
+        finally:
+            self._tasks.pop(attempt, None)
+
+    def abandon(self, attempt: Attempt) -> None:
+        task = self._tasks.get(attempt)
+        if task is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(task.cancel)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="jobcore-async", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+
 def claim_room(
     executors: Executors, commit: GroupCommit, free: int, busy: int, types: tuple[str, ...]
 ) -> int:
@@ -320,4 +371,11 @@ def abandoned(executors: Executors, attempt: Attempt) -> bool:
     return isinstance(executors, MixedExecutors) and executors.abandon(attempt)
 
 
-__all__ = ["AsyncHandlers", "MixedExecutors", "abandoned", "claim_room", "executors_for"]
+__all__ = [
+    "AsyncHandlers",
+    "LoopThread",
+    "MixedExecutors",
+    "abandoned",
+    "claim_room",
+    "executors_for",
+]

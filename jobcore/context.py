@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -106,7 +107,7 @@ class JobContext:
             asked: asyncio.Future[None] = loop.create_future()
 
             def wake(_: str) -> None:
-                if not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     loop.call_soon_threadsafe(_settle, asked)
 
             self.on_stop(wake)
