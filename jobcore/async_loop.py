@@ -132,7 +132,7 @@ class AsyncHandlers:
         self.loop.stop()
 
     async def _tick(self) -> None:
-        interval = min(0.1, self.block_warning / 4)
+        interval = min(0.25, self.block_warning / 4)
         while True:
             self._ticked = time.monotonic()
             await asyncio.sleep(interval)
@@ -202,7 +202,7 @@ class AsyncHandlers:
 
     def _watch(self) -> None:
         warned = False
-        interval = min(0.1, self.block_warning / 4)
+        interval = min(0.25, self.block_warning / 4)
         while not self._done.wait(interval):
             stalled = time.monotonic() - self._ticked
             if stalled < self.block_warning:

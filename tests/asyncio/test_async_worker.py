@@ -37,6 +37,7 @@ def test_outcomes_of_async_handlers_beside_sync_ones_in_one_worker(workers: Work
     failing_sync = enqueue(workers, "sync_job", how="error")
     permanent = enqueue(workers, how="permanent")
     later = enqueue(workers, how="retry_after")
+    parent = enqueue(workers, how="child")
     proc = workers.start(
         "--until-empty", "--concurrency", "2", "--async-concurrency", "20", "--backoff-base", "0"
     )
@@ -59,6 +60,8 @@ def test_outcomes_of_async_handlers_beside_sync_ones_in_one_worker(workers: Work
     gave_up = queue.get(permanent)
     assert (gave_up.status, gave_up.attempts) == (JobStatus.FAILED, 1)
     assert gave_up.last_error == "PermanentError: async handler gave up as asked"
+    [child] = [j for j in queue.storage.list_jobs(limit=100) if j.parent_id == parent]
+    assert (child.type, child.status) == ("noop", JobStatus.COMPLETED)
     waiting = queue.get(later)
     assert waiting.status is JobStatus.SCHEDULED
     assert 29_000 <= waiting.run_at - waiting.updated_at <= 31_000

@@ -28,7 +28,7 @@ class AsyncPayload(Payload):
     log: str
     sleep: float = Field(default=0.0, ge=0)
     first_sleep: float = Field(default=0.0, ge=0)  # slept instead of `sleep` on attempt 1
-    how: str = "ok"  # ok | error | permanent | retry_after | ignore_cancel | block | crash
+    how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash
 
 
 @job_type("async_job", max_attempts=3)
@@ -58,6 +58,8 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
         raise PermanentError("async handler gave up as asked")
     if payload.how == "retry_after":
         raise RetryAfter(30)
+    if payload.how == "child":
+        ctx.enqueue("noop", {})  # committed with this job's completion
     note(payload.log, "end", ctx)
     return {"attempt": ctx.attempt, "async": True}
 
