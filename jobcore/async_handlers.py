@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jobcore.attempt import AttemptRunner, describe_error
@@ -62,7 +62,7 @@ async def _run(
         else:  # wrappers run here, on the loop, around the call that makes the coroutine
             result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
         if inspect.isawaitable(result):
-            task = asyncio.ensure_future(result)
+            task = asyncio.ensure_future(_contained(result))
             started(task)
             loop = asyncio.get_running_loop()
 
@@ -74,6 +74,8 @@ async def _run(
             result = await task
         result = runner.bounded_result(job, result)
     except BaseException as exc:  # CancelledError too: it is the handler's task that ended
+        if isinstance(exc, _Escaped):
+            exc = exc.original
         if isinstance(exc, asyncio.CancelledError) and ctx.stop_reason == "shutdown":
             return Released(lease=attempt.lease)
         return runner.failure_outcome(attempt, exc)
@@ -82,6 +84,24 @@ async def _run(
     if ctx.stop_reason == "timeout":
         return runner.timeout_outcome(attempt)
     return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+
+
+class _Escaped(Exception):
+    """A handler's SystemExit or KeyboardInterrupt, carried as an ordinary exception."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(describe_error(original))
+        self.original = original
+
+
+async def _contained(awaitable: Awaitable[Any]) -> Any:
+    """The handler's coroutine, with SystemExit and KeyboardInterrupt turned into `_Escaped`:
+    a task that raises those re-raises them out of the event loop, which would end it for
+    every job on it (DESIGN §6: a handler never takes the worker down)."""
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from exc
 
 
 __all__ = ["is_async_handler", "run_attempt"]

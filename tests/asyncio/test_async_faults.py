@@ -86,3 +86,16 @@ def test_a_crashing_async_handler_is_charged_per_crash_until_it_fails(workers: W
     assert job.attempts == 2
     assert [e["attempt"] for e in job.errors] == [1, 2]
     assert len(workers.noted("start")) == 2
+
+
+def test_system_exit_in_an_async_handler_fails_its_attempt_not_the_loop(
+    sqlite_workers: Workers,
+) -> None:
+    workers = sqlite_workers
+    exits = enqueue(workers, how="exit", max_attempts=1)
+    fine = [enqueue(workers, sleep=0.1) for _ in range(5)]
+    proc = workers.start("--until-empty", "--async-concurrency", "2")
+    assert proc.wait(timeout=60) == 0, workers.output()
+    job = workers.queue.get(exits)
+    assert (job.status, job.last_error) == (JobStatus.FAILED, "SystemExit: 3")
+    assert all(workers.queue.get(i).status is JobStatus.COMPLETED for i in fine)

@@ -37,6 +37,9 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
     note(payload.log, "start", ctx)
     if payload.how == "crash":
         os._exit(3)
+    if payload.how == "exit":
+        await asyncio.sleep(0)
+        raise SystemExit(3)  # must end this attempt only, never the worker's event loop
     seconds = payload.first_sleep if ctx.attempt == 1 and payload.first_sleep else payload.sleep
     if payload.how == "block":
         time.sleep(seconds)  # blocks the event loop on purpose
