@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobcore.async_handlers import is_async_handler, run_attempt
 from jobcore.attempt import AttemptRunner
+from jobcore.errors import JobcoreError
 from jobcore.executors import Executors
 from jobcore.group_commit import GroupCommit
 from jobcore.inflight import Attempt, InFlight, Phase
@@ -297,6 +298,8 @@ def executors_for(worker: Worker, async_concurrency: int | None) -> Executors:
         for name in types
         if (job_type := queue.registry.get(name)) and is_async_handler(job_type.handler)
     )
+    if async_concurrency is not None and async_concurrency < 1:
+        raise JobcoreError(f"async_concurrency must be at least 1, got {async_concurrency}")
     if not async_types:
         return Executors(queue, inflight, attempts)
     core = queue.config.core

@@ -5,10 +5,11 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+import pytest
 from conftest import Workers
 from testenv import wait_for
 
-from jobcore import JobStatus
+from jobcore import Config, ConfigError, JobcoreError, JobStatus, Worker
 
 
 def overlap(notes: list[list[str]], ids: set[str]) -> int:
@@ -102,3 +103,10 @@ def test_sigterm_lets_short_ones_finish_and_releases_the_rest_unspent(workers: W
     assert {line[1] for line in cancelled} == long
     assert {tuple(line[4:]) for line in cancelled} == {("shutdown", "True")}
     assert "released 50" in workers.output()
+
+
+def test_a_bad_async_concurrency_is_refused_saying_so(sqlite_workers: Workers) -> None:
+    with pytest.raises(JobcoreError, match="async_concurrency must be at least 1, got 0"):
+        Worker(sqlite_workers.queue, async_concurrency=0)
+    with pytest.raises(ConfigError, match="async_concurrency"):
+        Config(env={"JOBCORE_ASYNC_CONCURRENCY": "0"})
