@@ -80,10 +80,13 @@ class AsyncPostgres:
     async def pool(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()
         if self._pool is not None and self._loop is not loop:
-            raise StorageError(
-                "this AsyncQueue's PostgreSQL pool belongs to another event loop; "
-                "make one AsyncQueue per event loop"
-            )
+            if self._loop is None or not self._loop.is_closed():
+                raise StorageError(
+                    "this AsyncQueue's PostgreSQL pool belongs to another running event loop; "
+                    "make one AsyncQueue per event loop"
+                )
+            self._pool = None  # its loop ended (one asyncio.run after another): a new pool
+            self._opening = asyncio.Lock()
         async with self._opening:
             if self._pool is None:
                 await self._ready()
@@ -104,8 +107,10 @@ class AsyncPostgres:
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        if pool is not None:
+        if pool is not None and self._loop is asyncio.get_running_loop():
             await pool.close()
+        # a pool of an event loop that has ended cannot be closed from another: its
+        # connections close as it is collected
 
     # -- writes ------------------------------------------------------------------------
 

@@ -81,3 +81,15 @@ def test_conn_on_sqlite_is_refused_saying_why(tmp_path: Any) -> None:
     asyncio.run(main())
     assert queue.storage.count_by_status() == {}
     queue.close()
+
+
+def test_one_async_queue_across_two_asyncio_runs(queue: Queue) -> None:
+    aq = AsyncQueue(queue=queue)
+
+    async def once() -> str:
+        return (await aq.enqueue("noop", {})).job.id
+
+    first, second = asyncio.run(once()), asyncio.run(once())
+    asyncio.run(aq.aclose())
+    assert first != second
+    assert queue.storage.count_by_status().get("pending") == 2
