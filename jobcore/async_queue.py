@@ -74,6 +74,8 @@ class AsyncQueue:
         self._native: Any = None
         self._looked = False
         self._looking = asyncio.Lock()  # bound to the loop of its first use
+        self._waiting: list[tuple[Sequence[NewJob], asyncio.Future[list[Inserted]]]] = []
+        self._committer: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncQueue:
         return self
@@ -126,7 +128,50 @@ class AsyncQueue:
             inserted = await native.insert(jobs)
             self._after_insert(inserted)
             return inserted
-        return await self._off(self.queue.insert, jobs)
+        return await self._grouped(jobs)
+
+    async def _grouped(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+        """On the thread, with the inserts of every other call waiting by then: one
+        transaction, one durable commit for all of them (a store without async access
+        commits one at a time, so 1,000 concurrent calls would wait for 1,000 commits)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[Inserted]] = loop.create_future()
+        self._waiting.append((jobs, answer))
+        if len(self._waiting) == 1:  # a reference, so the task is not collected mid-way
+            self._committer = loop.create_task(self._commit_waiting())
+        return await answer
+
+    async def _commit_waiting(self) -> None:
+        while self._waiting:
+            groups, self._waiting = self._waiting, []
+            try:
+                results = await self._off(self._insert_groups, [jobs for jobs, _ in groups])
+            except BaseException as exc:  # the thread is gone (closed): every caller hears it
+                results = [exc] * len(groups)
+            for (_, answer), result in zip(groups, results, strict=True):
+                if answer.done():
+                    continue  # its caller was cancelled; the jobs may be written (module doc)
+                if isinstance(result, BaseException):
+                    answer.set_exception(result)
+                else:
+                    answer.set_result(result)
+
+    def _insert_groups(self, groups: list[Sequence[NewJob]]) -> list[Any]:
+        """Each group's inserts (or its error): all in one transaction; if that fails,
+        each group alone, so one call's error is that call's alone."""
+        if len(groups) > 1:
+            try:
+                with self.queue.transaction():
+                    return [self.queue.insert(jobs) for jobs in groups]
+            except Exception:
+                log.debug("grouped enqueue failed; each call alone", exc_info=True)
+        results: list[Any] = []
+        for jobs in groups:
+            try:
+                results.append(self.queue.insert(jobs))
+            except Exception as exc:
+                results.append(exc)
+        return results
 
     def _after_insert(self, inserted: Sequence[Inserted]) -> None:
         """Wake-ups and `jobcore_job_enqueued` on this AsyncQueue's thread, off the loop."""

@@ -93,3 +93,18 @@ def test_one_async_queue_across_two_asyncio_runs(queue: Queue) -> None:
     asyncio.run(aq.aclose())
     assert first != second
     assert queue.storage.count_by_status().get("pending") == 2
+
+
+def test_concurrent_enqueues_with_one_idempotency_key_make_one_job(queue: Queue) -> None:
+    async def main() -> list[tuple[str, bool]]:
+        async with AsyncQueue(queue=queue) as aq:
+            made = await asyncio.gather(
+                *(aq.enqueue("noop", {}, idempotency_key="same") for _ in range(20)),
+                *(aq.enqueue("noop", {}) for _ in range(20)),
+            )
+            return [(m.job.id, m.created) for m in made[:20]]
+
+    keyed = asyncio.run(main())
+    assert len({job_id for job_id, _ in keyed}) == 1
+    assert sum(created for _, created in keyed) == 1
+    assert queue.storage.count_by_status().get("pending") == 21
