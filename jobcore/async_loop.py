@@ -72,7 +72,8 @@ class AsyncHandlers:
         self.attempts = attempts
         self.concurrency = concurrency
         self.block_warning = block_warning
-        self.loop = asyncio.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop  # made by `start`: a worker never run holds none
+        self._began_loop = False
         self._waiting: collections.deque[Attempt] = collections.deque()
         self._running: dict[Attempt, asyncio.Future[Any] | None] = {}  # hold a slot
         self._handlers: dict[asyncio.Future[Any], Attempt] = {}  # handler task -> attempt
@@ -86,11 +87,14 @@ class AsyncHandlers:
     # -- from the worker's threads ------------------------------------------------------
 
     def start(self) -> None:
-        if not self._thread.is_alive():
+        if not self._began_loop:
+            self._began_loop = True
+            self.loop = asyncio.new_event_loop()
             self._thread.start()
             self._watchdog.start()
 
     def submit(self, attempt: Attempt) -> None:
+        self.start()  # the worker starts it with its executors; this is a guard
         try:
             self.loop.call_soon_threadsafe(self._arrive, attempt)
         except RuntimeError:  # the loop is gone (stopping): the worker gives the job back
@@ -98,13 +102,15 @@ class AsyncHandlers:
 
     def abandon(self, attempt: Attempt) -> None:
         """Its handler outlived its stop grace: cancel its task again and free its slot."""
+        if not self._began_loop:
+            return
         with contextlib.suppress(RuntimeError):  # the loop is gone, and the task with it
             self.loop.call_soon_threadsafe(self._abandon, attempt)
 
     def stop(self, timeout: float = 2.0) -> None:
         """Cancel what still runs on the loop (abandoned handlers) and end its thread."""
         self._done.set()
-        if not self._thread.is_alive():
+        if not self._began_loop or not self._thread.is_alive():
             return
         self.loop.call_soon_threadsafe(self._shutdown)
         self._thread.join(timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from conftest import Workers
+from async_workers import Workers
 from testenv import wait_for
 
 from jobcore import JobStatus

@@ -6,7 +6,7 @@ import signal
 from typing import Any
 
 import pytest
-from conftest import Workers
+from async_workers import Workers
 from testenv import wait_for
 
 from jobcore import Config, ConfigError, JobcoreError, JobStatus, Worker
