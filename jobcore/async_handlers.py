@@ -36,9 +36,32 @@ async def run_attempt(
     """Run the attempt's handler on this loop and judge it; never raises.
 
     `started(task)` is told the handler's task once it exists (to cancel it later).
+    One coroutine frame per attempt besides the handler's task (memory per job in flight).
     """
+    job, ctx = attempt.job, attempt.ctx
     try:
-        return await _run(runner, attempt, started)
+        try:
+            ctx.payload = runner.queue.validate_payload(ctx.job_type, job.payload)
+        except BaseException as exc:
+            return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
+        try:
+            if runner._direct:
+                result = ctx.job_type.handler(ctx.payload, ctx)
+            else:  # wrappers run here, on the loop, around the call that makes the coroutine
+                result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(_contained(result))
+                started(task)
+                ctx.on_stop(_canceller(task))  # a timeout, cancel request or shutdown: at once
+                result = await task
+            result = runner.bounded_result(job, result)
+        except BaseException as exc:  # CancelledError too: it is the handler's task that ended
+            return _ended_by(runner, attempt, exc)
+        if ctx.stop_reason == "cancel":
+            return Cancelled(lease=attempt.lease, error="cancelled while running")
+        if ctx.stop_reason == "timeout":
+            return runner.timeout_outcome(attempt)
+        return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
     except BaseException as exc:  # the last guard: the loop must go on
         return Failed(
             lease=attempt.lease,
@@ -46,44 +69,23 @@ async def run_attempt(
         )
 
 
-async def _run(
-    runner: AttemptRunner,
-    attempt: Attempt,
-    started: Callable[[asyncio.Future[Any]], None],
-) -> Outcome:
-    job, ctx = attempt.job, attempt.ctx
-    try:
-        ctx.payload = runner.queue.validate_payload(ctx.job_type, job.payload)
-    except BaseException as exc:
-        return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
-    try:
-        if runner._direct:
-            result = ctx.job_type.handler(ctx.payload, ctx)
-        else:  # wrappers run here, on the loop, around the call that makes the coroutine
-            result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
-        if inspect.isawaitable(result):
-            task = asyncio.ensure_future(_contained(result))
-            started(task)
-            loop = asyncio.get_running_loop()
+def _ended_by(runner: AttemptRunner, attempt: Attempt, exc: BaseException) -> Outcome:
+    if isinstance(exc, _Escaped):
+        exc = exc.original
+    if isinstance(exc, asyncio.CancelledError) and attempt.ctx.stop_reason == "shutdown":
+        return Released(lease=attempt.lease)
+    return runner.failure_outcome(attempt, exc)
 
-            def cancel(_: str) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
-                    loop.call_soon_threadsafe(task.cancel)
 
-            ctx.on_stop(cancel)  # a timeout, cancel request or shutdown: at once
-            result = await task
-        result = runner.bounded_result(job, result)
-    except BaseException as exc:  # CancelledError too: it is the handler's task that ended
-        if isinstance(exc, _Escaped):
-            exc = exc.original
-        if isinstance(exc, asyncio.CancelledError) and ctx.stop_reason == "shutdown":
-            return Released(lease=attempt.lease)
-        return runner.failure_outcome(attempt, exc)
-    if ctx.stop_reason == "cancel":
-        return Cancelled(lease=attempt.lease, error="cancelled while running")
-    if ctx.stop_reason == "timeout":
-        return runner.timeout_outcome(attempt)
-    return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+def _canceller(task: asyncio.Future[Any]) -> Callable[[str], None]:
+    """Cancels `task` from whichever thread asks the attempt to stop."""
+    loop = task.get_loop()
+
+    def cancel(_: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
+            loop.call_soon_threadsafe(task.cancel)
+
+    return cancel
 
 
 class _Escaped(Exception):

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jobcore.async_handlers import is_async_handler, run_attempt
 from jobcore.attempt import AttemptRunner
@@ -39,22 +39,35 @@ log = logging.getLogger("jobcore.worker")
 HELD = (Phase.CLAIMED, Phase.STARTING, Phase.STARTED, Phase.STOPPING)
 
 
-class _LoopWaiter(threading.Event):
-    """A waiter `InFlight` sets from any thread that also wakes a coroutine on the loop."""
+class _LoopWaiter:
+    """What `InFlight` sets (from any thread) when a starting attempt may go on: wakes its
+    coroutine on the loop. Duck-types the `set()` of the `threading.Event` executors use,
+    without its lock and condition (memory per in-flight job, DESIGN §15)."""
+
+    __slots__ = ("_flag", "_future", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
         self._loop = loop
-        self._async = asyncio.Event()  # bound to the loop on first wait (3.10+)
+        self._flag = False
+        self._future: asyncio.Future[None] | None = None
 
     def set(self) -> None:
-        super().set()
+        self._flag = True
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            self._loop.call_soon_threadsafe(self._async.set)
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
 
     async def wait_async(self) -> None:
-        await self._async.wait()
-        self._async.clear()
+        """Until `set()` was called (at once if it was since the last wait)."""
+        if not self._flag:
+            self._future = self._loop.create_future()
+            await self._future
+            self._future = None
+        self._flag = False
 
 
 class AsyncHandlers:
@@ -152,7 +165,7 @@ class AsyncHandlers:
         while self._waiting and len(self._running) < self.concurrency:
             attempt = self._waiting.popleft()
             waiter = _LoopWaiter(self.loop)
-            if not self.inflight.begin(attempt, waiter):
+            if not self.inflight.begin(attempt, cast(threading.Event, waiter)):
                 continue  # released or cancelled while it waited for a slot
             self._running[attempt] = None
             self.loop.create_task(self._attempt(attempt, waiter))
