@@ -90,6 +90,7 @@ class AsyncHandlers:
         self._waiting: collections.deque[Attempt] = collections.deque()
         self._running: dict[Attempt, asyncio.Future[Any] | None] = {}  # hold a slot
         self._handlers: dict[asyncio.Future[Any], Attempt] = {}  # handler task -> attempt
+        self._tasks: set[asyncio.Task[None]] = set()  # each attempt's own task
         self._ticked = time.monotonic()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._main, name="jobcore-async", daemon=True)
@@ -168,7 +169,9 @@ class AsyncHandlers:
             if not self.inflight.begin(attempt, cast(threading.Event, waiter)):
                 continue  # released or cancelled while it waited for a slot
             self._running[attempt] = None
-            self.loop.create_task(self._attempt(attempt, waiter))
+            task = self.loop.create_task(self._attempt(attempt, waiter))
+            self._tasks.add(task)  # the loop holds tasks weakly
+            task.add_done_callback(self._tasks.discard)
 
     def _abandon(self, attempt: Attempt) -> None:
         task = self._running.pop(attempt, None)
