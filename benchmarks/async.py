@@ -10,6 +10,9 @@ In one run, alternating the two sides in every repetition (the machine is noisy)
   (default 4 threads); target: async ≥ 0.8 x the sync rate.
 - **memory per in-flight async job**: RSS of a worker holding 2,000 sleeping async jobs
   minus its RSS before it claimed any, per job; target ≤ 10 KB.
+- **procrastinate** (if installed; `tox -e bench-pg` installs it) on PostgreSQL: the same
+  10,000 sleeping tasks, `concurrency=500`, its psycopg pool at 80 connections (the
+  server allows 100), `run_worker_async(wait=False)`. arq is not installed here.
 - **enqueue one per call** on PostgreSQL: `await AsyncQueue.enqueue` vs `Queue.enqueue`,
   2,000 each, one after another; target: async ≥ 0.9 x sync.
 
@@ -100,6 +103,69 @@ def child(db: str, kind: str, concurrency: int, async_concurrency: int, hold: in
             }
         )
     )
+
+
+def procrastinate_child(dsn: str, n: int, concurrency: int) -> None:
+    """procrastinate 3 draining `n` tasks that each `await asyncio.sleep(0.05)`, in this
+    process: its schema applied, the tasks deferred in batches, then one worker with
+    `concurrency` until caught up (`wait=False`); prints JSON like `child`."""
+    from procrastinate import App, PsycopgConnector
+
+    schema = f"p{secrets.token_hex(4)}"
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    connector = PsycopgConnector(
+        conninfo=dsn,
+        kwargs={"options": f"-c search_path={schema}"},
+        min_size=4,
+        max_size=80,  # the server allows 100 connections; jobs share these
+    )
+    app = App(connector=connector)
+    done = 0
+
+    @app.task(name="sleep")
+    async def sleep(seconds: float) -> None:
+        nonlocal done
+        await asyncio.sleep(seconds)
+        done += 1
+
+    async def run() -> dict[str, Any]:
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+            for first in range(0, n, 1000):
+                await sleep.batch_defer_async(*[{"seconds": 0.05}] * min(1000, n - first))
+            cpu0 = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+            start = time.perf_counter()
+            await app.run_worker_async(
+                concurrency=concurrency, wait=False, install_signal_handlers=False
+            )
+            seconds = time.perf_counter() - start
+            cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu0
+        return {"seconds": seconds, "cpu": cpu, "done": done, "kb_per_job": None}
+
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(asyncio.run(run())))
+
+
+def procrastinate_drain(dsn: str, n: int, concurrency: int) -> dict[str, Any] | None:
+    try:
+        import procrastinate  # noqa: F401
+    except ImportError:
+        return None
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.async", "procrastinate", dsn, str(n), str(concurrency)],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["done"] != n:
+        raise RuntimeError(f"procrastinate: {result['done']} of {n}\n{out.stderr[-2000:]}")
+    return result
 
 
 def _env() -> dict[str, str]:
@@ -216,6 +282,13 @@ def main() -> None:
                     got = drain(fresh_db(store, tmp), kind, n, seconds, **options)
                     figures.setdefault(f"{label} s", []).append(got["seconds"])
                     figures.setdefault(f"{label} cpu ms/job", []).append(got["cpu"] * 1000 / n)
+                if store != "sqlite":
+                    peer = procrastinate_drain(store, n, 500)
+                    if peer is not None:
+                        figures.setdefault("procrastinate sleep s", []).append(peer["seconds"])
+                        figures.setdefault("procrastinate sleep cpu ms/job", []).append(
+                            peer["cpu"] * 1000 / n
+                        )
                 held = drain(
                     fresh_db(store, tmp),
                     "bench_async_sleep",
@@ -245,7 +318,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "child":
+    if len(sys.argv) > 1 and sys.argv[1] == "procrastinate":
+        procrastinate_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
     else:
         main()
