@@ -1,7 +1,9 @@
 """jobcore: a durable job queue on SQLite with pluggy plugins."""
 
+from jobcore.async_queue import AsyncQueue
 from jobcore.config import Config
 from jobcore.context import JobContext
+from jobcore.declare import job_type
 from jobcore.errors import (
     ConfigError,
     IllegalTransition,
@@ -38,6 +40,7 @@ from jobcore.worker import Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncQueue",
     "Config",
     "ConfigError",
     "IllegalTransition",
@@ -73,5 +76,6 @@ __all__ = [
     "UnknownJobType",
     "Worker",
     "hookimpl",
+    "job_type",
     "make_plugin_manager",
 ]

@@ -51,6 +51,7 @@ _PLUMBING = (
     os.path.dirname(pluggy.__file__),
     __file__,
     os.path.join("jobcore", "worker.py"),
+    os.path.join("jobcore", "async_handlers.py"),
     os.path.join("jobcore", "builtin", "execute.py"),
 )
 

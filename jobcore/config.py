@@ -56,6 +56,8 @@ class CoreSettings(BaseModel):
     max_payload_bytes: Annotated[int, Field(gt=0)] = 1024 * 1024
     max_result_bytes: Annotated[int, Field(gt=0)] = 256 * 1024
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 4
+    async_concurrency: Annotated[int, Field(ge=1, le=100_000)] = 100  # async def handlers
+    loop_block_warning: PositiveSeconds = 1.0  # warn when their event loop stalls this long
     prefetch: Annotated[int, Field(ge=0, le=10_000)] = 32
     prefetch_below: Seconds = 0.05
     prefetch_wait: PositiveSeconds = 1.0  # a prefetched job waiting longer is given back

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -45,6 +47,7 @@ class JobContext:
         self._request_heartbeat = request_heartbeat
         self._stop_event: threading.Event | None = None  # made on first wait()
         self._stop_reason: str | None = None
+        self._on_stop: list[Callable[[str], None]] | None = None  # see `on_stop`
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -70,11 +73,46 @@ class JobContext:
     def request_stop(self, reason: str) -> None:
         if reason not in STOP_REASONS:
             raise ValueError(f"unknown stop reason {reason!r}")
-        if self._stop_reason is None:
+        first = self._stop_reason is None
+        if first:
             self._stop_reason = reason
         event = self._stop_event
         if event is not None:
             event.set()
+        if first and self._on_stop is not None:
+            for callback in list(self._on_stop):
+                try:
+                    callback(reason)
+                except Exception:  # the caller is the worker's loop: it must go on
+                    logging.getLogger("jobcore.worker").exception(
+                        "job %s: a stop callback failed", self.job.id
+                    )
+
+    def on_stop(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(reason)` from the thread that asks this attempt to stop (once, at
+        the first request; at once if it was asked already). It must not block; it may be
+        called twice when registered at the moment of the request."""
+        if self._on_stop is None:
+            self._on_stop = []
+        self._on_stop.append(callback)
+        reason = self._stop_reason
+        if reason is not None:
+            callback(reason)
+
+    async def stopped(self) -> str:
+        """For `async def` handlers: wait until the job is asked to stop (shutdown, cancel,
+        timeout, lost lease) and return why. Beside `should_stop`; never blocks the loop."""
+        if self._stop_reason is None:
+            loop = asyncio.get_running_loop()
+            asked: asyncio.Future[None] = loop.create_future()
+
+            def wake(_: str) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(_settle, asked)
+
+            self.on_stop(wake)
+            await asked
+        return self._stop_reason or "shutdown"
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; return True early if the job was asked to stop."""
@@ -98,3 +136,8 @@ class JobContext:
         child = self._build_child(type, payload, parent_id=self.job.id, **options)
         self.children.append(child)
         return child
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

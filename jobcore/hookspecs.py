@@ -15,6 +15,13 @@ Kinds of hook:
 * notification (return value ignored; an exception is logged with the
   plugin's name and never fails a job) -- `jobcore_job_*`, `jobcore_worker_*`
 * historic -- `jobcore_configure`, replayed to plugins registered later
+
+Hooks are synchronous, also for `async def` handlers (DESIGN §15). Only
+`jobcore_execute_job` runs on the worker's event loop (for async job types),
+and `jobcore_enqueue_meta` runs there when a handler enqueues children or an
+application enqueues from async code: neither may block (no network or disk
+waits; a blocked loop stalls every async job of the worker and is logged with
+their ids). Notifications run on the worker's notifier thread, never on the loop.
 """
 
 from __future__ import annotations
@@ -91,7 +98,11 @@ def jobcore_execute_job(job: Job, ctx: JobContext) -> Any:
     firstresult; the built-in calls the job type's handler. Implement it with
     ``wrapper=True`` (a generator that yields once) to run code around every
     attempt: the yield returns the result or raises the handler's exception.
-    Runs on the executor thread.
+    Runs on the executor thread. For an `async def` handler it runs on the
+    worker's event loop and must not block it: the result (what a wrapper's
+    yield returns) is then the handler's coroutine, which the worker awaits
+    once the hook returned; to act on the awaited outcome, a wrapper returns
+    a coroutine of its own that awaits the handler's.
     """
 
 
@@ -100,7 +111,8 @@ def jobcore_enqueue_meta(job: NewJob) -> dict[str, Any] | None:
     """Return extra ``meta`` entries to store with ``job`` at enqueue (e.g. trace context).
 
     ``job`` is the validated job about to be written. Runs on the enqueuing
-    thread (for child jobs: the handler's thread). The returned dicts are merged.
+    thread (for child jobs: the handler's thread, which for an `async def`
+    handler is the event loop: it must not block). The returned dicts are merged.
     """
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from jobcore import hookspecs
+from jobcore.declare import adopt_declared
 from jobcore.errors import ConfigError, JobcoreError, StorageError
 from jobcore.install import DISTRIBUTION, install_command
 from jobcore.storage.base import Storage
@@ -146,6 +147,7 @@ class JobcorePluginManager(pluggy.PluginManager):
             log.debug("plugin %s is already registered as %s", name, self.get_name(plugin))
             return False
         try:
+            adopt_declared(plugin)  # a module's @job_type types beside its own hook
             registered = self.register(plugin, name=name)
         except Exception as exc:
             if source == "builtin":

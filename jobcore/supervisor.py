@@ -32,7 +32,7 @@ class Supervisor:
         prefetch_wait: float,
         record: Callable[[Attempt], None],
         finish: Callable[[Attempt], None],
-        replace_executor: Callable[[], None],
+        replace_executor: Callable[[Attempt], None],
     ) -> None:
         self.inflight = inflight
         self.attempts = attempts
@@ -77,7 +77,7 @@ class Supervisor:
                 self.stop_grace,
                 attempt.ctx.stop_reason,
             )
-            self._replace_executor()
+            self._replace_executor(attempt)
             if fallback is None:
                 self._finish(attempt)
             else:

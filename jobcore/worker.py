@@ -26,10 +26,10 @@ import time
 from typing import Any
 
 from jobcore import signals, startup, wakeup
+from jobcore.async_loop import abandoned, claim_room, executors_for
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
 from jobcore.errors import JobcoreError, StorageError
-from jobcore.executors import Executors
 from jobcore.group_commit import GroupCommit, is_transient
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.keeper import MAX_DB_BACKOFF, Keeper
@@ -80,6 +80,7 @@ class Worker:
         queue: Queue,
         *,
         concurrency: int | None = None,
+        async_concurrency: int | None = None,  # `async def` handlers: `jobcore.async_loop`
         prefetch: int | None = None,
         queues: tuple[str, ...] = (),
         types: tuple[str, ...] = (),
@@ -141,7 +142,7 @@ class Worker:
         self._committed_at = 0.0  # monotonic: when the loop's last commit ended
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
-        self.executors = Executors(queue, self.inflight, self.attempts)
+        self.executors = executors_for(self, async_concurrency)
         self.notifier = Notifier(self.pm)
         self.keeper = Keeper(
             queue,
@@ -383,6 +384,7 @@ class Worker:
             return 0
         busy = len(self.inflight) - len(self._unrecorded)  # recorded now, their slots are free
         free = self.concurrency + self._prefetch_room() - busy
+        free = claim_room(self.executors, self.group_commit, free, busy, self.types)  # async ones
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self._claimed_total)
         return max(0, free)
@@ -542,9 +544,9 @@ class Worker:
         self._start_claimed(claimed)
         return len(claimed)
 
-    def _replace_executor(self) -> None:
+    def _replace_executor(self, attempt: Attempt) -> None:
         """A handler was left behind: a fresh executor takes its slot (unless stopping)."""
-        if not self._stopping:
+        if not abandoned(self.executors, attempt) and not self._stopping:  # async: cancelled again
             self.executors.spawn()
 
     def _recorded_apart(self, attempt: Attempt, answer: Recorded) -> None:

@@ -15,6 +15,11 @@ from jobcore.worker import Worker
 
 @cli.command()
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="Executor threads (default 4).")
+@click.option(
+    "--async-concurrency",
+    type=click.IntRange(1, 100_000),
+    help="async def handlers in flight on the event loop (default 100).",
+)
 @click.option("--queue", "queues", multiple=True, help="Only claim from this queue (repeatable).")
 @click.option("--type", "types", multiple=True, help="Only claim this job type (repeatable).")
 @click.option(
@@ -47,6 +52,7 @@ from jobcore.worker import Worker
 def run(
     state: CliState,
     concurrency: int | None,
+    async_concurrency: int | None,
     queues: tuple[str, ...],
     types: tuple[str, ...],
     lease: float | None,
@@ -61,6 +67,7 @@ def run(
     """Run a worker: claim jobs and execute them until stopped (SIGINT/SIGTERM)."""
     overrides = {
         "concurrency": concurrency,
+        "async_concurrency": async_concurrency,
         "lease": lease,
         "poll_interval": poll_interval,
         "shutdown_timeout": shutdown_timeout,

@@ -18,6 +18,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
+from jobcore.async_loop import LoopThread
 from jobcore.attempt import AttemptRunner
 from jobcore.errors import JobcoreError, UnknownJobType
 from jobcore.inflight import Attempt
@@ -93,6 +94,7 @@ class Agent:
             queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
         )
         self.attempts.timeout_label = "max_runtime_exceeded"  # the hub's word for it (§11)
+        self.loop = LoopThread(self.attempts)  # `async def` handlers (DESIGN §15)
         self.stop_grace = core.stop_grace
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
         self.prefetch = min(core.prefetch, 4 * concurrency)
@@ -462,7 +464,7 @@ class Agent:
             self._cond.notify_all()  # the claimer may claim once no claimed job waits
             if run.job.timeout_ms is not None:  # the timeout counts from the handler's start
                 run.deadline = run.began_at + run.job.timeout_ms / 1000
-        outcome = self.attempts.execute(run)  # validates the payload, runs, judges; never raises
+        outcome = self.loop.execute(run)  # validates the payload, runs, judges; never raises
         duration_ms = (time.monotonic() - run.began_at) * 1000
         with self._cond:
             recent = self._recent_ms
@@ -800,6 +802,7 @@ class Agent:
             self._ask_to_stop(claim, "timeout", self.attempts.timeout_outcome(run))
         for claim in given_up:
             if claim.fallback is not None and self._settle(claim, claim.fallback):
+                self.loop.abandon(claim.run)  # an async handler: cancelled again, left behind
                 log.warning(
                     "job %s did not stop within %gs (%s); its slot is given up",
                     claim.run.job.id,

@@ -269,6 +269,12 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
         self._sql: dict[Any, str] = {}
         self._held_back = HeldBackWatch(self.where)
 
+    def async_store(self) -> Any:
+        """This store for `jobcore.AsyncQueue`: psycopg's async pool and connections."""
+        from jobcore_postgres.async_store import AsyncPostgres
+
+        return AsyncPostgres(self)
+
     @property
     def wake_key(self) -> str:
         """Identifies the store for in-process wake-ups."""

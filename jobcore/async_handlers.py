@@ -1,0 +1,109 @@
+"""Running one attempt of an `async def` handler on the worker's event loop (DESIGN §15).
+
+The same judgement as the sync path (`jobcore.attempt.AttemptRunner`): the
+payload validated first, the result bounded, exceptions turned into retry or
+failure by the retry policy, `RetryAfter` and `PermanentError` honoured. The
+handler runs as its own task, so a stop request (timeout, cancel, shutdown, a
+lost lease) cancels it at once: `CancelledError` in the handler, judged by why
+it was asked to stop (shutdown: released without spending the attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jobcore.attempt import AttemptRunner, describe_error
+from jobcore.inflight import Attempt
+from jobcore.models import Cancelled, Completed, Failed, Outcome, Released
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """An `async def` function, or an object whose `__call__` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method, not callable()
+    )
+
+
+async def run_attempt(
+    runner: AttemptRunner,
+    attempt: Attempt,
+    started: Callable[[asyncio.Future[Any]], None],
+) -> Outcome:
+    """Run the attempt's handler on this loop and judge it; never raises.
+
+    `started(task)` is told the handler's task once it exists (to cancel it later).
+    One coroutine frame per attempt besides the handler's task (memory per job in flight).
+    """
+    job, ctx = attempt.job, attempt.ctx
+    try:
+        try:
+            ctx.payload = runner.queue.validate_payload(ctx.job_type, job.payload)
+        except BaseException as exc:
+            return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
+        try:
+            if runner._direct:
+                result = ctx.job_type.handler(ctx.payload, ctx)
+            else:  # wrappers run here, on the loop, around the call that makes the coroutine
+                result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(_contained(result))
+                started(task)
+                ctx.on_stop(_canceller(task))  # a timeout, cancel request or shutdown: at once
+                result = await task
+            result = runner.bounded_result(job, result)
+        except BaseException as exc:  # CancelledError too: it is the handler's task that ended
+            return _ended_by(runner, attempt, exc)
+        if ctx.stop_reason == "cancel":
+            return Cancelled(lease=attempt.lease, error="cancelled while running")
+        if ctx.stop_reason == "timeout":
+            return runner.timeout_outcome(attempt)
+        return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+    except BaseException as exc:  # the last guard: the loop must go on
+        return Failed(
+            lease=attempt.lease,
+            error=f"jobcore could not judge the attempt: {describe_error(exc)}",
+        )
+
+
+def _ended_by(runner: AttemptRunner, attempt: Attempt, exc: BaseException) -> Outcome:
+    if isinstance(exc, _Escaped):
+        exc = exc.original
+    if isinstance(exc, asyncio.CancelledError) and attempt.ctx.stop_reason == "shutdown":
+        return Released(lease=attempt.lease)
+    return runner.failure_outcome(attempt, exc)
+
+
+def _canceller(task: asyncio.Future[Any]) -> Callable[[str], None]:
+    """Cancels `task` from whichever thread asks the attempt to stop."""
+    loop = task.get_loop()
+
+    def cancel(_: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
+            loop.call_soon_threadsafe(task.cancel)
+
+    return cancel
+
+
+class _Escaped(Exception):
+    """A handler's SystemExit or KeyboardInterrupt, carried as an ordinary exception."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(describe_error(original))
+        self.original = original
+
+
+async def _contained(awaitable: Awaitable[Any]) -> Any:
+    """The handler's coroutine, with SystemExit and KeyboardInterrupt turned into `_Escaped`:
+    a task that raises those re-raises them out of the event loop, which would end it for
+    every job on it (DESIGN §6: a handler never takes the worker down)."""
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from exc
+
+
+__all__ = ["is_async_handler", "run_attempt"]

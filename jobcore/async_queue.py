@@ -1,0 +1,220 @@
+"""`AsyncQueue`: the producer side of `Queue` for asyncio code, never blocking the loop (§15).
+
+A class of its own rather than async methods on `Queue`: its calls need an
+event loop's resources (an async connection pool bound to that loop, a thread
+for stores without async access) that a `Queue` used from threads must not
+carry, and `await queue.enqueue(...)` beside a sync `queue.enqueue(...)` of the
+same name on one object would be easy to call wrongly (an un-awaited
+coroutine enqueues nothing).
+
+Where the store offers async access (`Storage.async_store()`: PostgreSQL,
+psycopg's `AsyncConnectionPool`), `enqueue`, `enqueue_many` and `get` run on
+it, and the outbox takes the application's own psycopg `AsyncConnection`, or
+an SQLAlchemy `AsyncSession`/`AsyncConnection` on the psycopg driver, inside
+its transaction. Everything else (SQLite; `cancel` and `retry`, which run
+transitions and their hooks) runs on a thread of this `AsyncQueue`'s own, one
+call at a time. Payloads are validated on the loop (CPU only), so
+`jobcore_enqueue_meta` runs there; `jobcore_job_enqueued` runs on the thread,
+after the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from jobcore.config import Config
+from jobcore.errors import JobNotFound, StorageError
+from jobcore.models import Job, NewJob
+from jobcore.plugins import JobcorePluginManager
+from jobcore.queue import Queue
+from jobcore.storage.base import Inserted
+
+log = logging.getLogger("jobcore.queue")
+
+T = TypeVar("T")
+
+
+async def driver_connection(conn: Any) -> Any:
+    """The psycopg connection under an SQLAlchemy `AsyncSession` or `AsyncConnection`."""
+    if not type(conn).__module__.startswith("sqlalchemy"):
+        return conn
+    if hasattr(conn, "get_raw_connection"):  # AsyncConnection
+        raw = await conn.get_raw_connection()
+        return raw.driver_connection
+    if hasattr(conn, "connection"):  # AsyncSession: its connection, in its transaction
+        return await driver_connection(await conn.connection())
+    return conn
+
+
+class AsyncQueue:
+    """`enqueue`, `enqueue_many`, `get`, `cancel`, `retry` for asyncio code; see the module doc.
+
+    Takes the same arguments as `Queue` (or an existing `queue=`), and its methods the
+    same arguments as `Queue`'s. Use one per event loop; close it with `await aclose()`
+    (or `async with`).
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        queue: Queue | None = None,
+        config: Config | None = None,
+        pm: JobcorePluginManager | None = None,
+        create: bool = True,
+    ) -> None:
+        self.queue = queue if queue is not None else Queue(db, config=config, pm=pm, create=create)
+        self._owns_queue = queue is None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="jobcore-async-queue")
+        self._native: Any = None
+        self._looked = False
+        self._looking = asyncio.Lock()  # bound to the loop of its first use
+        self._waiting: list[tuple[Sequence[NewJob], asyncio.Future[list[Inserted]]]] = []
+        self._committer: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._native is not None:
+            await self._native.close()
+        await self._off(self.queue.close if self._owns_queue else lambda: None)  # hooks ran
+        self._thread.shutdown(wait=False)
+
+    # -- producers ---------------------------------------------------------------------
+
+    async def enqueue(
+        self, type: str, payload: dict[str, Any] | None = None, *, conn: Any = None, **options: Any
+    ) -> Inserted:
+        """`Queue.enqueue`, awaited. `conn`: see the module docstring (the outbox)."""
+        return (await self.insert([self.queue.build(type, payload, **options)], conn=conn))[0]
+
+    async def enqueue_many(
+        self,
+        type: str,
+        payloads: Iterable[dict[str, Any]],
+        *,
+        conn: Any = None,
+        **options: Any,
+    ) -> list[Inserted]:
+        """`Queue.enqueue_many`, awaited: every payload validated first, one transaction."""
+        return await self.insert(self.queue._build_each(type, payloads, options), conn=conn)
+
+    async def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
+        """Write already-validated jobs in one transaction; hooks fire after commit."""
+        if not jobs:
+            return []
+        native = await self._native_store()
+        if conn is not None:
+            if native is None:
+                raise StorageError(
+                    "conn= on an AsyncQueue needs a store with async connections (PostgreSQL: "
+                    "a psycopg AsyncConnection or an SQLAlchemy AsyncSession); on SQLite use "
+                    "Queue.transaction() from a thread"
+                )
+            raw = await driver_connection(conn)
+            inserted: list[Inserted] = await native.insert(jobs, conn=raw)
+            await native.after_commit(raw, partial(self._after_insert, inserted))
+            return inserted
+        if native is not None:
+            inserted = await native.insert(jobs)
+            self._after_insert(inserted)
+            return inserted
+        return await self._grouped(jobs)
+
+    async def _grouped(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+        """On the thread, with the inserts of every other call waiting by then: one
+        transaction, one durable commit for all of them (a store without async access
+        commits one at a time, so 1,000 concurrent calls would wait for 1,000 commits)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[Inserted]] = loop.create_future()
+        self._waiting.append((jobs, answer))
+        if len(self._waiting) == 1:  # a reference, so the task is not collected mid-way
+            self._committer = loop.create_task(self._commit_waiting())
+        return await answer
+
+    async def _commit_waiting(self) -> None:
+        while self._waiting:
+            groups, self._waiting = self._waiting, []
+            try:
+                results = await self._off(self._insert_groups, [jobs for jobs, _ in groups])
+            except BaseException as exc:  # the thread is gone (closed): every caller hears it
+                results = [exc] * len(groups)
+            for (_, answer), result in zip(groups, results, strict=True):
+                if answer.done():
+                    continue  # its caller was cancelled; the jobs may be written (module doc)
+                if isinstance(result, BaseException):
+                    answer.set_exception(result)
+                else:
+                    answer.set_result(result)
+
+    def _insert_groups(self, groups: list[Sequence[NewJob]]) -> list[Any]:
+        """Each group's inserts (or its error): all in one transaction; if that fails,
+        each group alone, so one call's error is that call's alone."""
+        if len(groups) > 1:
+            try:
+                with self.queue.transaction():
+                    return [self.queue.insert(jobs) for jobs in groups]
+            except Exception:
+                log.debug("grouped enqueue failed; each call alone", exc_info=True)
+        results: list[Any] = []
+        for jobs in groups:
+            try:
+                results.append(self.queue.insert(jobs))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    def _after_insert(self, inserted: Sequence[Inserted]) -> None:
+        """Wake-ups and `jobcore_job_enqueued` on this AsyncQueue's thread, off the loop."""
+        try:
+            self._thread.submit(self.queue._after_insert, inserted)
+        except RuntimeError:  # closed meanwhile: run them here rather than drop them
+            self.queue._after_insert(inserted)
+
+    # -- reads and transitions ---------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job:
+        native = await self._native_store()
+        if native is None:
+            return await self._off(self.queue.get, job_id)
+        job: Job | None = await native.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id!r}; `jobcore list` shows recent ids")
+        return job
+
+    async def cancel(self, job_ids: Sequence[str]) -> list[Job]:
+        """`Queue.cancel` on this AsyncQueue's thread."""
+        return await self._off(self.queue.cancel, list(job_ids))
+
+    async def retry(self, job_ids: Sequence[str]) -> list[Job]:
+        """`Queue.retry` on this AsyncQueue's thread."""
+        return await self._off(self.queue.retry, list(job_ids))
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _off(self, call: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, partial(call, *args))
+
+    async def _native_store(self) -> Any:
+        if self._looked:
+            return self._native
+        async with self._looking:
+            if not self._looked:
+                storage = await self._off(lambda: self.queue.storage)  # opening may do I/O
+                make = getattr(storage, "async_store", None)
+                self._native = make() if make is not None else None
+                self._looked = True
+        return self._native
+
+
+__all__ = ["AsyncQueue", "driver_connection"]
