@@ -241,6 +241,7 @@ class Worker:
             wakeup.unsubscribe(key, self.wake)
             signals.restore(previous_handlers)
             return 1
+        self.executors.open_slots(self.worker_id)  # where executors note their starts
         self.notifier.start()
         for _ in range(self.concurrency):
             self.executors.spawn()
