@@ -132,7 +132,7 @@ def fix_scripts(venv: Path) -> None:
             except UnicodeDecodeError:
                 continue
             first, _, rest = text.partition("\n")
-            if first.startswith("#!") and first.endswith("/python") and first != f"#!{python}":
+            if first.startswith("#!") and "/bin/python" in first and first != f"#!{python}":
                 script.write_text(f"#!{python}\n{rest}")
 
 

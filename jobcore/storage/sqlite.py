@@ -98,6 +98,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     and `sweep_hold` are in seconds.
     """
 
+    default_prefetch = 100  # a worker's `prefetch` unless set: see `start_slots`, README
+
     def __init__(
         self,
         path: str | os.PathLike[str],
