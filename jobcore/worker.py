@@ -475,13 +475,16 @@ class Worker:
     def _gather(self) -> None:
         """Let short handlers that the last commit released report first (up to `GATHER`).
 
-        A handler begins only once its start marker committed, so each executor runs one
+        Only where starts are marked in the database (no start slots): there a handler
+        begins only once its start marker committed, so each executor runs one
         job per commit; its report and its next job's marker ride in the next commit. If
         that commit began while they were still running, it would carry one executor's
         work and the next one the rest: twice the commits for the same jobs.
         """
         recent = self._recent_ms
         if recent is None or recent >= GATHER * 1000 or self._db_backoff:
+            return
+        if self.inflight.self_noting:  # executors wait for no commit (start slots)
             return
         since = self._committed_at
         until = since + GATHER
