@@ -186,7 +186,7 @@ def main(ref: str, rows: list[str], reps: int, n: int | None, out: Path) -> None
     started = time.time()
     out.mkdir(parents=True, exist_ok=True)
     print(f"  building {ref} ({sha[:12]}) unless cached in {CACHE}", file=sys.stderr)
-    ref_python = venv_for(sha, out / f"against-{sha[:12]}-pip.log")
+    ref_python = venv_for(sha, CACHE / f"{sha}-pip.log")
     fix_scripts(ref_python.parent.parent)
     figures: dict[tuple[str, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="jobcore-against-", dir=Path.home()) as name:
@@ -243,7 +243,7 @@ def main(ref: str, rows: list[str], reps: int, n: int | None, out: Path) -> None
             )
     text = "\n".join(lines) + "\n"
     print(text)
-    stem = out / f"against-{sha[:12]}"
+    stem = out / f"against-{ref.replace('/', '-')}-{sha[:12]}"
     stem.with_suffix(".md").write_text(text)
     stem.with_suffix(".json").write_text(
         json.dumps(

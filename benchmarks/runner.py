@@ -515,10 +515,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.against:
-        rows = [row.strip() for row in args.rows.split(",") if row.strip()]
+        chosen = [row.strip() for row in args.rows.split(",") if row.strip()]
         reps = args.reps or (1 if args.quick else 5)
         jobs = args.jobs or (2000 if args.quick else None)
-        against.main(args.against, rows, reps, jobs, Path(args.out))
+        against.main(args.against, chosen, reps, jobs, Path(args.out))
         return
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.reps:
