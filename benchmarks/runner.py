@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--reps N] [--out DIR]`: measure, compare, report.
+"""`python -m benchmarks [--quick] [--reps N] [--out DIR] [--against REF --rows A,B]`: measure, compare, report.
 
 Systems are interleaved within each repetition (jobcore, raw, Huey, jobcore,
 raw, Huey, ...) and each figure is the median of the repetitions, shown with
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import cases, cli_cases
+from benchmarks import against, cases, cli_cases
 from benchmarks.otlp_sink import OtlpSink
 from benchmarks.stats import Series, machine
 
@@ -501,7 +501,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dir", help="folder for the database files (default: a temporary folder on local disk)"
     )
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="compare with git REF (built in a temporary worktree and a venv cached per commit):"
+        " the --rows alone, alternately for REF and this checkout, each row's ratio",
+    )
+    parser.add_argument(
+        "--rows",
+        default=",".join(against.DEFAULT_ROWS),
+        help=f"with --against: comma-separated rows among {', '.join(against.ROWS)}"
+        f" (default {','.join(against.DEFAULT_ROWS)})",
+    )
+    parser.add_argument(
+        "--jobs", type=int, help="with --against: jobs per row (default: each row's full size)"
+    )
     args = parser.parse_args(argv)
+    if args.against:
+        chosen = [row.strip() for row in args.rows.split(",") if row.strip()]
+        reps = args.reps or (1 if args.quick else 5)
+        jobs = args.jobs or (2000 if args.quick else None)
+        against.main(args.against, chosen, reps, jobs, Path(args.out))
+        return
     if importlib.util.find_spec("huey") is None:
         sys.exit(
             "Error: these benchmarks compare jobcore with Huey, which is not installed here: "

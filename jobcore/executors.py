@@ -1,10 +1,11 @@
 """The executor threads of a worker: each begins attempts and runs their handlers.
 
 An executor takes a claimed attempt from the ready queue, asks `InFlight` to
-begin it (refused once the loop released or cancelled it), waits until the
-loop's group commit made its start durable (DESIGN §6, crash accounting), runs
-the handler and reports the outcome, beginning its next attempt in the same
-step so that attempt's start marker rides in the commit of this outcome. An
+begin it (refused once the loop released or cancelled it), records its start
+in its start slot (or, without slots, waits until the loop's group commit made
+its start marker durable: DESIGN §6, crash accounting), runs the handler and
+reports the outcome, beginning its next attempt in the same step (without
+slots, so that attempt's start marker rides in the commit of this outcome). An
 executor whose handler outlived its stop grace is replaced by a fresh thread;
 the old one ends once its handler returns.
 """
@@ -17,8 +18,9 @@ import threading
 
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.inflight import Attempt, InFlight
-from jobcore.models import Failed, Outcome
+from jobcore.models import Failed, Lease, Outcome, replace_job
 from jobcore.queue import Queue
+from jobcore.start_slots import StartSlots
 
 log = logging.getLogger("jobcore.worker")
 
@@ -35,11 +37,23 @@ class Executors:
         self._ready: stdqueue.SimpleQueue[Attempt | None] = stdqueue.SimpleQueue()
         self._threads: set[threading.Thread] = set()
         self._stopped = False
+        self.slots: StartSlots | None = None  # `open_slots`: executors note their starts
+        self._spawned = 0
 
     def spawn(self) -> None:
-        thread = threading.Thread(target=self._main, name="jobcore-executor", daemon=True)
+        slot, self._spawned = self._spawned, self._spawned + 1  # a replacement gets a new one
+        thread = threading.Thread(
+            target=self._main, args=(slot,), name="jobcore-executor", daemon=True
+        )
         self._threads.add(thread)
         thread.start()
+
+    def open_slots(self, worker: str) -> None:
+        """Note starts in start slots when the store offers them (`jobcore.start_slots`);
+        otherwise the loop marks each start in a group commit before its handler begins."""
+        opener = getattr(self.queue.storage, "start_slots", None)
+        self.slots = opener(worker) if opener is not None else None
+        self.inflight.self_noting = self.slots is not None
 
     def submit(self, attempt: Attempt) -> None:
         self._ready.put(attempt)
@@ -49,8 +63,10 @@ class Executors:
         self._stopped = True  # one waiting for a start marker gives up: the loop is gone
         for _ in list(self._threads):
             self._ready.put(None)
+        if self.slots is not None:
+            self.slots.close()  # a clean end: none of what it leaves unrecorded crashed it
 
-    def _main(self) -> None:
+    def _main(self, slot: int) -> None:
         """Begin attempts and report their outcomes; never dies while the worker runs."""
         waiter = threading.Event()
         begun: Attempt | None = None  # begun with the previous report
@@ -63,6 +79,8 @@ class Executors:
                     continue  # released or cancelled before it began
             else:
                 attempt, begun = begun, None
+            if self.slots is not None:
+                self._note(attempt, slot)
             if not self._started(attempt, waiter):
                 continue  # given back, cancelled or lost before its start was marked
             try:
@@ -86,6 +104,19 @@ class Executors:
                 )
                 if attempt.replaced:
                     return  # a fresh executor took this slot
+
+    def _note(self, attempt: Attempt, slot: int) -> None:
+        """Record the start in this executor's slot before the handler may begin."""
+        assert self.slots is not None
+        lease = attempt.lease
+        started_ms = self.queue.storage.now()
+        if self.slots.note(slot, lease.lease_id, started_ms):
+            if lease.job is not None:  # its outcome's statement records when it began
+                job = replace_job(lease.job, started_at=started_ms)
+                attempt.lease = Lease(lease.job_id, lease.lease_id, lease.worker, job)
+            self.inflight.noted(attempt)
+        else:
+            self.inflight.needs_marker(attempt)
 
     def _next_ready(self) -> Attempt | None:
         """The next attempt if one is ready now (a stop request is put back for `_main`)."""

@@ -8,12 +8,13 @@
        │           │                                  `stop_grace`
        └───────────┴───────────────► reported          released or cancelled before it ran
 
-An executor that takes an attempt moves it to `starting`; the loop's next group
-commit records its start marker, and only once that committed does the handler
-begin (`started`). So a handler that takes its worker down (SIGKILL, the OOM
-killer) always costs its job an attempt, while a job that waited for an
-executor (prefetched) and never began costs nothing (DESIGN §6, crash
-accounting).
+An executor that takes an attempt moves it to `starting`, and its handler
+begins (`started`) only once its start is recorded where the sweep looks: in
+the executor's start slot (`jobcore.start_slots`, stores on this machine's
+disk: `self_noting`), or else by the loop's next group commit (a start
+marker). So a handler that takes its worker down (SIGKILL, the OOM killer)
+always costs its job an attempt, while a job that waited for an executor
+(prefetched) and never began costs nothing (DESIGN §6, crash accounting).
 
 An attempt is `done` once its outcome is committed or there is nothing left to
 record (its lease was lost: claimed, starting, started or stopping go straight
@@ -108,6 +109,9 @@ class InFlight:
         self._attempts: dict[str, Attempt] = {}
         self._inbox: list[Attempt] = []  # reported by executors since the loop last looked
         self._began: list[Attempt] = []  # taken by executors, start marker not yet asked for
+        # Executors record starts themselves (start slots): no marker from the loop unless
+        # an executor asks for one (`needs_marker`).
+        self.self_noting = False
 
     # -- executors -------------------------------------------------------------------
 
@@ -163,8 +167,22 @@ class InFlight:
             return False
         self._move(attempt, Phase.STARTING)
         attempt.waiter = waiter
-        self._began.append(attempt)
+        if not self.self_noting:
+            self._began.append(attempt)
         return True
+
+    def noted(self, attempt: Attempt) -> None:
+        """Its executor recorded its start in its start slot: the handler may begin."""
+        with self._lock:
+            if attempt.phase is Phase.STARTING:
+                attempt.start_marked = True
+
+    def needs_marker(self, attempt: Attempt) -> None:
+        """Its start slot could not be written: the loop's next commit marks it instead."""
+        with self._lock:
+            if attempt.phase is Phase.STARTING and not attempt.start_marked:
+                self._began.append(attempt)
+                self._cond.notify_all()
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -34,16 +34,7 @@ from jobcore.group_commit import GroupCommit, is_transient
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.keeper import MAX_DB_BACKOFF, Keeper
 from jobcore.limits import check_arguments
-from jobcore.models import (
-    Cancelled,
-    Completed,
-    Failed,
-    Job,
-    JobStatus,
-    Lease,
-    Released,
-    Retrying,
-)
+from jobcore.models import Cancelled, Completed, Failed, Job, JobStatus, Lease, Released, Retrying
 from jobcore.notifier import Notifier
 from jobcore.promotion import PromotionClock
 from jobcore.queue import Queue
@@ -243,6 +234,7 @@ class Worker:
             wakeup.unsubscribe(key, self.wake)
             signals.restore(previous_handlers)
             return 1
+        self.executors.open_slots(self.worker_id)  # where executors note their starts
         self.notifier.start()
         for _ in range(self.concurrency):
             self.executors.spawn()
@@ -475,13 +467,16 @@ class Worker:
     def _gather(self) -> None:
         """Let short handlers that the last commit released report first (up to `GATHER`).
 
-        A handler begins only once its start marker committed, so each executor runs one
+        Only where starts are marked in the database (no start slots): there a handler
+        begins only once its start marker committed, so each executor runs one
         job per commit; its report and its next job's marker ride in the next commit. If
         that commit began while they were still running, it would carry one executor's
         work and the next one the rest: twice the commits for the same jobs.
         """
         recent = self._recent_ms
         if recent is None or recent >= GATHER * 1000 or self._db_backoff:
+            return
+        if self.inflight.self_noting:  # executors wait for no commit (start slots)
             return
         since = self._committed_at
         until = since + GATHER

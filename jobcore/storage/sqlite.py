@@ -23,6 +23,7 @@ from typing import Any
 
 import apsw
 
+from jobcore import start_slots
 from jobcore import transitions as T
 from jobcore.errors import SchemaTooNew, StorageError, StorageUnavailable
 from jobcore.models import (
@@ -41,11 +42,12 @@ from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
-from jobcore.storage.sqlite_busy import busy_waiter
+from jobcore.storage.sqlite_connect import open_connection
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
 from jobcore.storage.sqlite_identity import FileIdentity
 from jobcore.storage.sqlite_outbox import AppConnections
 from jobcore.storage.sqlite_reads import Q, SQLiteReads
+from jobcore.storage.sqlite_starts import adopt_starts
 from jobcore.storage.sqlite_statements import (
     EXTEND_SQL,
     FAIL_UNRECORDABLE_SQL,
@@ -61,8 +63,6 @@ from jobcore.timeutil import now_ms
 log = logging.getLogger("jobcore.storage")
 
 LEASE_EXPIRED = T.LEASE_EXPIRED
-STATEMENT_CACHE = 128
-"""Prepared statements kept per connection (the generated ones outnumber APSW's default 16)."""
 PRUNE_CHUNK = 20_000
 """Events deleted per transaction, so pruning never holds the write lock for long."""
 PRUNE_BUDGET_S = 2.0
@@ -97,6 +97,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     `clock` (ms UTC) replaces this machine's clock, for tests. `event_retention`
     and `sweep_hold` are in seconds.
     """
+
+    default_prefetch = 100  # a worker's `prefetch` unless set: see `start_slots`, README
 
     def __init__(
         self,
@@ -149,19 +151,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
     # -- connections ---------------------------------------------------------------
 
     def _open(self) -> apsw.Connection:
-        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-        try:
-            conn = apsw.Connection(self.path, flags=flags, statementcachesize=STATEMENT_CACHE)
-            conn.set_busy_handler(busy_waiter(self.busy_timeout_ms))  # signals still run
-            mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
-            if mode != "wal":  # switching needs the write lock: only when not in WAL yet
-                mode = str(rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]).lower()
-            if mode != "wal":
-                raise StorageUnavailable(f"cannot put {self.path} in WAL mode (got {mode!r})")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute("PRAGMA foreign_keys=ON")
-        except apsw.Error as exc:
-            raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
+        conn = open_connection(self.path, self.synchronous, self.busy_timeout_ms)
         with self._all_lock:
             self._all.add(conn)
         self._identity.remember()
@@ -485,6 +475,8 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             "error": None,
             "delay_ms": T.outcome_delay_ms(outcome),
             "result": compact_json(outcome.result) if isinstance(outcome, Completed) else None,
+            # when its executor noted the start in a start slot only (not marked here)
+            "started_at": lease.job.started_at if lease.job is not None else None,
         }
         # With the claimed row at hand the statement returns only what may have changed
         # since the claim; the new row is derived from the table (`transitions.apply`).
@@ -602,6 +594,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             if not self._acquire(conn, "sweep", self.holder, hold, now, force):
                 return []
             self._holds_sweep = True
+            adopt_starts(conn, self.path, now, only)  # before the sweep tells started apart
             for sql, error, action in SWEEP_SQL if only is None else SWEEP_ONLY_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error, "only": S.listed(only)}):
                     swept.append(Swept(row_to_job(row), action))
@@ -612,6 +605,11 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             with self._write() as conn:
                 more = self._prune_events(conn, now)
         return swept
+
+    def start_slots(self, worker: str) -> start_slots.StartSlots | None:
+        """Where `worker`'s executors note each start (`jobcore.start_slots`); None when its
+        file cannot be made (the worker then marks starts in the database)."""
+        return start_slots.StartSlots.open(self.path, worker)
 
     def _prune_events(self, conn: apsw.Connection, now: int) -> bool:
         """Delete one chunk of events older than the retention; True if more may remain."""

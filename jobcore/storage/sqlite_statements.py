@@ -45,9 +45,14 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def set_clause(t: Transition) -> str:
-    """The SET list of `t` (right-hand sides read the row as it was, as SQL defines)."""
+def set_clause(t: Transition, *, owner: bool = False) -> str:
+    """The SET list of `t` (right-hand sides read the row as it was, as SQL defines).
+
+    `owner`: the statement also takes `:started_at`, when the attempt began if its
+    executor noted that in a start slot only (`jobcore.start_slots`), else NULL.
+    """
     error = ":error" if t.error is not None else "NULL"
+    started_at = "coalesce(started_at, :started_at)" if owner else "started_at"
     sets: list[str] = []
     if t.to_status == RETRY_TARGET:
         sets.append("status = CASE WHEN :delay_ms > 0 THEN 'scheduled' ELSE 'pending' END")
@@ -88,7 +93,7 @@ def set_clause(t: Transition) -> str:
         ],
     }[t.lock]
     sets += {
-        Started.KEEP: [],
+        Started.KEEP: [f"started_at = {started_at}"] if owner else [],
         Started.NOW: ["started_at = coalesce(started_at, :now)"],
         Started.CLEAR: ["started_at = NULL"],
         Started.CLAIM: ["started_at = :started_at"],
@@ -109,7 +114,7 @@ def set_clause(t: Transition) -> str:
         sets.append(
             "history = json_insert(history, '$[#]', json_object("
             "'attempt', attempts, 'lease_id', lease_id, 'worker', locked_by, "
-            "'started_at', started_at, 'ended_at', :now, "
+            f"'started_at', {started_at}, 'ended_at', :now, "
             f"'outcome', {_quote(t.history)}, 'error', {error}))"
         )
     if t.finishes:
@@ -148,10 +153,10 @@ def where_clause(t: Transition, *, by_id: bool) -> str:
     return "\n   AND ".join(parts)
 
 
-def by_id(t: Transition, returning: str = "*") -> str:
+def by_id(t: Transition, returning: str = "*", *, owner: bool = False) -> str:
     """`t` applied to one row, chosen by `:id` (fenced by `:lease_id` and `:worker` for owners)."""
     return (
-        f"UPDATE jobs\n   SET {set_clause(t)}\n WHERE {where_clause(t, by_id=True)}\n"
+        f"UPDATE jobs\n   SET {set_clause(t, owner=owner)}\n WHERE {where_clause(t, by_id=True)}\n"
         f"RETURNING {returning}"
     )
 
@@ -337,7 +342,10 @@ def _owner_statements() -> dict[str, tuple[str, str]]:
             else:
                 assert t.history is not None, t.name
                 started = "json_extract(history, '$[#-1].started_at')"
-            out[t.name] = (by_id(t, "*"), by_id(t, f"{started}, cancel_requested"))
+            out[t.name] = (
+                by_id(t, "*", owner=True),
+                by_id(t, f"{started}, cancel_requested", owner=True),
+            )
     return out
 
 

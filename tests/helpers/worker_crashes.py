@@ -19,7 +19,7 @@ JOBCORE = [sys.executable, "-m", "jobcore"]
 LEASE = 0.4  # seconds: the workers' lease, so a dead worker's jobs come back soon
 
 
-def _cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [*JOBCORE, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
     )
@@ -27,7 +27,7 @@ def _cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProc
     return done
 
 
-def _worker(env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
     """`jobcore run --until-empty` whose pid every job it runs finds in `$WORKER_PID`.
 
     `exec` keeps the shell's pid, so `$$` is the worker's, however the shell plugin
@@ -63,11 +63,11 @@ def crash_until_failed(tmp: Path, db: str, *, jobs: int = 2, max_attempts: int =
         ]
         log = tmp / "workers.log"
         for _round in range(3 * max_attempts):
-            workers = [_worker(env, tmp, log) for _ in range(jobs)]
+            workers = [start_worker(env, tmp, log) for _ in range(jobs)]
             for proc in workers:
                 assert proc.wait(60) in (0, -9), log.read_text()[-3000:]
             time.sleep(LEASE + 0.2)  # the dead workers' leases run out
-            _cli({**env, "JOBCORE_LEASE": f"{LEASE}s"}, tmp, "sweep")  # confirms in LEASE/4 + 1s
+            run_cli({**env, "JOBCORE_LEASE": f"{LEASE}s"}, tmp, "sweep")  # confirms in LEASE/4 + 1s
             shown = [queue.get(job_id) for job_id in ids]
             if all(job.status == "failed" for job in shown):
                 break

@@ -8,6 +8,7 @@ import jobcore_postgres
 from jobcore_postgres.storage import PostgresStorage
 
 from jobcore import Worker
+from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing import make_queue
 
 
@@ -30,9 +31,9 @@ def test_a_prefetch_setting_or_argument_wins_over_the_stores(pg_url: str) -> Non
         queue.close()
 
 
-def test_sqlite_keeps_the_core_default(tmp_path: Path) -> None:
+def test_sqlite_takes_its_own_default(tmp_path: Path) -> None:
     queue = make_queue(tmp_path / "q.db")
     try:
-        assert Worker(queue).prefetch == 32
+        assert Worker(queue).prefetch == SQLiteStorage.default_prefetch == 100
     finally:
         queue.close()

@@ -1,0 +1,47 @@
+"""One repetition of one `--against` row, by whichever jobcore this interpreter imports.
+
+`python -m benchmarks.against_row ROW N DIR` prints one JSON line: the row's
+`rate` (jobs/s) and, for drains, `cpu_per_job` (µs of the draining process's CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from benchmarks import cases, cli_cases
+from benchmarks.otlp_sink import OtlpSink
+
+
+def measure(row: str, n: int, tmp: Path) -> dict[str, float]:
+    if row == "library":
+        drained = cli_cases.library_drain(tmp, n, 4)
+    elif row in ("cli", "cli-no-otel"):
+        extra = {"JOBCORE_DISABLE_PLUGINS": "otel"} if row == "cli-no-otel" else {}
+        drained = cli_cases.cli_drain(tmp, cli_cases.drain_db(tmp, "cli.db", n), n, 4, **extra)
+    elif row == "cli-otlp":
+        sink = OtlpSink()
+        try:
+            otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
+            path = cli_cases.traced_drain_db(tmp, "cli-otel.db", n, **otel)
+            drained = cli_cases.cli_drain(tmp, path, n, 4, **otel)
+            spans = sink.span_count()
+        finally:
+            sink.close()
+        return {"rate": drained.rate, "cpu_per_job": drained.cpu_per_job, "spans": spans}
+    elif row == "normal":
+        rate, _ = cases.jobcore_drain(tmp, "NORMAL", n, 1, 4)
+        return {"rate": rate}
+    elif row == "enqueue":
+        return {"rate": cases.jobcore_enqueue(tmp, "FULL", n)}
+    elif row == "batch":
+        return {"rate": cases.jobcore_batch(tmp, "FULL", n)}
+    else:
+        raise SystemExit(f"Error: unknown row {row!r}")
+    return {"rate": drained.rate, "cpu_per_job": drained.cpu_per_job}
+
+
+if __name__ == "__main__":
+    row, count, folder = sys.argv[1:4]
+    print(json.dumps(measure(row, int(count), Path(folder))))

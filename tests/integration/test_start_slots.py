@@ -1,0 +1,159 @@
+"""Start slots (DESIGN §6, crash accounting, `jobcore.start_slots`) on a real SQLite file:
+the sweep charges exactly the dead worker's claims its executors had begun."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobcore import JobContext, JobType, Payload, Queue, Worker, hookimpl, start_slots
+from jobcore.models import Lease
+from jobcore.start_slots import SLOT, StartSlots
+from jobcore.storage.sqlite import SQLiteStorage
+
+LEASE_MS = 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_800_000_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def claimed_pair(tmp_path: Path) -> tuple[SQLiteStorage, Clock, list[Lease]]:
+    """Two jobs claimed (not marked started) by a worker that then died."""
+    clock = Clock()
+    storage = SQLiteStorage(str(tmp_path / "jobs.db"), clock=clock)
+    storage.migrate()
+    with Queue(storage.path) as queue:
+        queue.enqueue_many("noop", [{}, {}])
+    jobs = storage.claim(worker="dead", limit=2, lease_ms=LEASE_MS, start=0)
+    assert [job.started_at for job in jobs] == [None, None]
+    return storage, clock, [Lease.of(job) for job in jobs]
+
+
+def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
+    tmp_path: Path,
+) -> None:
+    storage, clock, (ran, waited) = claimed_pair(tmp_path)
+    slots = StartSlots(storage.path, "dead")
+    assert slots.note(0, ran.lease_id, clock.ms)  # the worker died in this handler
+    clock.ms += LEASE_MS + 1
+    swept = {item.job.id: item.action for item in storage.sweep(force=True)}
+    assert swept == {ran.job_id: "reclaimed", waited.job_id: "released"}
+    charged, free = storage.get(ran.job_id), storage.get(waited.job_id)
+    assert charged is not None and free is not None
+    assert (charged.attempts, [e["error"] for e in charged.errors]) == (1, ["lease expired"])
+    assert charged.history[-1]["started_at"] == clock.ms - LEASE_MS - 1
+    assert (free.attempts, free.errors) == (0, [])
+    storage.close()
+
+
+def test_without_a_start_slot_every_claim_of_a_dead_worker_is_released_uncharged(
+    tmp_path: Path,
+) -> None:
+    storage, clock, leases = claimed_pair(tmp_path)
+    clock.ms += LEASE_MS + 1
+    swept = {item.job.id: item.action for item in storage.sweep(force=True)}
+    assert swept == {lease.job_id: "released" for lease in leases}
+    storage.close()
+
+
+def test_a_slot_naming_an_older_lease_or_garbage_charges_nothing(tmp_path: Path) -> None:
+    storage, clock, leases = claimed_pair(tmp_path)
+    path = start_slots.file_of(storage.path, "dead")
+    path.parent.mkdir(exist_ok=True)
+    older = start_slots.encode("0" * 32, clock.ms)  # a previous claim's lease
+    assert older is not None
+    torn = leases[0].lease_id[:10].encode()  # a write cut short by the crash
+    path.write_bytes(older + torn + b"\0" * (SLOT - len(torn)) + b"x y z\n".ljust(SLOT))
+    clock.ms += LEASE_MS + 1
+    swept = {item.job.id: item.action for item in storage.sweep(force=True)}
+    assert swept == {lease.job_id: "released" for lease in leases}
+    storage.close()
+
+
+def test_a_lease_id_that_does_not_fit_a_slot_is_refused_not_cut(tmp_path: Path) -> None:
+    slots = StartSlots(str(tmp_path / "jobs.db"), "w")
+    assert not slots.note(0, "x" * SLOT, 1)
+    assert not slots.note(0, "has space", 1)
+    assert slots.note(3, "abc", 7)
+    assert start_slots.read(str(tmp_path / "jobs.db"), "w") == {"abc": 7}
+    slots.close()
+    assert not slots.note(0, "abc", 8)  # closed: nothing written, nothing left behind
+    assert not start_slots.folder(str(tmp_path / "jobs.db")).exists()
+
+
+class Seen(Payload):
+    pass
+
+
+def test_a_handler_begins_only_once_its_slot_names_its_attempt(
+    jobcore_make_queue: Callable[..., Queue], jobcore_db: str
+) -> None:
+    """The worker's executors write the slot before the handler runs; the file goes at exit."""
+    db = jobcore_db
+    seen: list[tuple[str, dict[str, int]]] = []
+    worker_ids: list[str] = []
+
+    def look(payload: Seen, ctx: JobContext) -> None:
+        seen.append((ctx.job.lease_id or "", start_slots.read(db, ctx.worker)))
+        worker_ids.append(ctx.worker)
+
+    class Plugin:
+        @hookimpl
+        def jobcore_register_job_types(self, register: Any) -> None:
+            register(JobType(name="look", payload_model=Seen, handler=look))
+
+    queue = jobcore_make_queue(Plugin())
+    queue.enqueue_many("look", [{}] * 5)
+    Worker(queue, concurrency=2, until_empty=True).run()
+    assert len(seen) == 5
+    for lease_id, begun in seen:
+        assert lease_id in begun
+    for job in queue.list_jobs():  # the outcome's statement recorded when it began
+        entry = job.history[-1]
+        assert job.started_at is not None and entry["started_at"] == job.started_at
+        assert entry["started_at"] <= entry["ended_at"]
+    assert not start_slots.file_of(db, worker_ids[0]).exists()
+    assert not start_slots.folder(db).exists()
+
+
+def test_a_worker_whose_slots_cannot_be_made_marks_starts_in_the_database(
+    jobcore_make_queue: Callable[..., Queue], jobcore_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    start_slots.folder(jobcore_db).write_text("not a folder")  # mkdir fails: the marker path
+    queue = jobcore_make_queue()
+    queue.enqueue_many("noop", [{}] * 3)
+    worker = Worker(queue, concurrency=1, until_empty=True)
+    worker.run()
+    assert worker.stats["completed"] == 3
+    assert "cannot create start slots" in caplog.text
+    stored = [job.history[-1]["started_at"] for job in queue.list_jobs()]
+    assert None not in stored
+
+
+def test_a_slot_is_one_aligned_write_per_start(tmp_path: Path) -> None:
+    """Concurrent executors write distinct slots; none tears another's."""
+    db = str(tmp_path / "jobs.db")
+    slots = StartSlots(db, "w")
+
+    def write(slot: int) -> None:
+        for n in range(500):
+            assert slots.note(slot, f"lease{slot}", n)
+
+    threads = [threading.Thread(target=write, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert start_slots.read(db, "w") == {f"lease{slot}": 499 for slot in range(4)}
+    assert os.path.getsize(start_slots.file_of(db, "w")) == 4 * SLOT
+    slots.close()
