@@ -331,9 +331,11 @@ class Engine:
             recorded = self.storage.record([outcome for _, outcome in outcomes])
             for (i, _), item in zip(outcomes, recorded, strict=True):
                 results[i] = item
-        if leases:
-            owned = self.storage.extend_leases([w.value for _, w in leases], lease_ms=self.lease_ms)
-            for i, write in leases:
+        for wave in _one_per_job(leases):
+            # the store answers `{job_id: cancel_requested}`: two leases of one job in one call
+            # (a stale one beside the live one) would both read the live one's answer
+            owned = self.storage.extend_leases([w.value for _, w in wave], lease_ms=self.lease_ms)
+            for i, write in wave:
                 results[i] = owned.get(write.value.job_id)
         return results
 
@@ -413,6 +415,23 @@ class Engine:
                 callback(job_id)
             except Exception:
                 log.exception("claim-ended callback failed for job %s", job_id)
+
+
+def _one_per_job(leases: list[tuple[int, _Write]]) -> list[list[tuple[int, _Write]]]:
+    """`leases` split into calls that name each job at most once, in order."""
+    waves: list[list[tuple[int, _Write]]] = []
+    named: list[set[str]] = []  # the job ids of each wave
+    for item in leases:
+        job_id = item[1].value.job_id
+        for wave, ids in zip(waves, named, strict=True):
+            if job_id not in ids:
+                wave.append(item)
+                ids.add(job_id)
+                break
+        else:
+            waves.append([item])
+            named.append({job_id})
+    return waves
 
 
 def _resolve(future: Future[list[Job]], jobs: list[Job]) -> bool:
