@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hubproc import Hub
@@ -37,3 +38,20 @@ def test_a_stale_heartbeat_beside_the_live_one_of_the_same_job_is_stale(fleet: F
     assert shown and job["id"] not in shown[0], shown
     # two reports of the live lease in one batch are both its own
     assert _states(_reports(fleet.a, "agent-a", [live, live])) == ["recorded", "recorded"]
+
+
+def test_two_reports_of_one_job_in_a_batch_apply_in_their_order_on_every_store(
+    fleet: Fleet,
+) -> None:
+    """PostgreSQL applied one call's outcomes grouped by kind: a failure listed before a
+    result of the same lease lost to it there (the job completed) but won on SQLite."""
+    other, job = fleet.claimed(2)
+
+    def item(claimed: dict[str, Any], kind: str, **more: Any) -> dict[str, Any]:
+        return {"job_id": claimed["id"], "lease_id": claimed["lease_id"], "kind": kind, **more}
+
+    items = [item(other, "result"), item(job, "fail", reason="first"), item(job, "result")]
+    assert _states(_reports(fleet.a, "agent-a", items)) == ["recorded", "recorded", "stale"]
+    after = fleet.job(job["id"])
+    assert after["status"] in ("scheduled", "pending") and after["last_error"] == "first"
+    assert fleet.job(other["id"])["status"] == "completed"
