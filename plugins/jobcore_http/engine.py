@@ -336,10 +336,10 @@ class Engine:
             recorded = self.storage.record([outcome for _, outcome in wave])
             for (i, _), item in zip(wave, recorded, strict=True):
                 results[i] = item
-        for wave in _one_per_job(leases, lambda write: write.value.job_id):
-            owned = self.storage.extend_leases([w.value for _, w in wave], lease_ms=self.lease_ms)
-            for i, write in wave:
-                results[i] = owned.get(write.value.job_id)
+        for beats in _one_per_job(leases, lambda write: write.value.job_id):
+            owned = self.storage.extend_leases([w.value for _, w in beats], lease_ms=self.lease_ms)
+            for i, beat in beats:
+                results[i] = owned.get(beat.value.job_id)
         return results
 
     def _claims_in(self, due: list[ClaimRequest]) -> dict[int, list[Job]]:

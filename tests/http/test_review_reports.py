@@ -3,6 +3,7 @@ reports that share a round with another report of the same job."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from hubproc import Hub
 from test_batched_reports import Fleet, _reports, _states
+from testenv import subprocess_env
 
 
 @pytest.fixture
@@ -55,3 +57,56 @@ def test_two_reports_of_one_job_in_a_batch_apply_in_their_order_on_every_store(
     after = fleet.job(job["id"])
     assert after["status"] in ("scheduled", "pending") and after["last_error"] == "first"
     assert fleet.job(other["id"])["status"] == "completed"
+
+
+RAISING_RETRY_PLUGIN = """
+from jobcore import hookimpl
+
+
+@hookimpl
+def jobcore_retry_decision(job, error, policy):
+    if "poison-hook" in str(error):
+        raise RuntimeError("this retry plugin is broken")
+    return None
+"""
+
+
+@pytest.fixture
+def hooked_fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
+    """A fleet whose hub loads a `jobcore_retry_decision` plugin that raises for some
+    failures (a plugin's bug)."""
+    (tmp_path / "raising_retry.py").write_text(RAISING_RETRY_PLUGIN)
+    env = subprocess_env(JOBCORE_PLUGINS="jobcore_test_plugin,raising_retry")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    hub = Hub(store_db, "--lease", "30s", logs=tmp_path, env=env)
+    made = Fleet(hub, store_db)
+    try:
+        yield made
+    finally:
+        made.close()
+        assert hub.terminate() == 0, hub.output()
+
+
+def test_a_retry_plugin_that_raises_fails_no_report_and_no_batch(hooked_fleet: Fleet) -> None:
+    """The hub called the retry hook unguarded: a plugin raising on one failure answered 500
+    to the whole batch, so every later batch of that agent (which carries the failure
+    again) failed too and none of its results were recorded. The local worker's rule
+    holds: a failing hook falls back to the default policy."""
+    fleet = hooked_fleet
+    bad, good, single = fleet.claimed(3)
+    items = [
+        {"job_id": bad["id"], "lease_id": bad["lease_id"], "kind": "fail", "reason": "poison-hook"},
+        {"job_id": good["id"], "lease_id": good["lease_id"], "kind": "result", "result": 1},
+    ]
+    assert _states(_reports(fleet.a, "agent-a", items)) == ["recorded", "recorded"]
+    assert _states(_reports(fleet.a, "agent-a", items)) == ["already", "already"]
+    failed = fleet.job(bad["id"])
+    assert failed["status"] in ("scheduled", "pending"), failed  # the default policy retries
+    assert failed["last_error"] == "poison-hook"
+    assert fleet.job(good["id"])["status"] == "completed"
+    answer = fleet.a.post(
+        f"/api/jobs/{single['id']}/fail",
+        json={"worker_id": "agent-a", "lease_id": single["lease_id"], "reason": "poison-hook"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] in ("scheduled", "pending")
