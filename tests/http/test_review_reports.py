@@ -110,3 +110,15 @@ def test_a_retry_plugin_that_raises_fails_no_report_and_no_batch(hooked_fleet: F
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] in ("scheduled", "pending")
+
+
+def test_a_refused_item_names_its_problem_as_the_single_routes_do(fleet: Fleet) -> None:
+    """Pydantic's `Value error, ` prefix leaked into the batched route's answers."""
+    [job] = fleet.claimed(1)
+    items = [{"job_id": "a\u0000b", "lease_id": job["lease_id"], "kind": "result"}]
+    [refused] = _reports(fleet.a, "agent-a", items)
+    assert refused["state"] == "refused"
+    assert refused["error"] == (
+        "reports.0: job_id: text contains a NUL character (\\u0000); names and ids cannot hold one"
+    )
+    assert fleet.job(job["id"])["status"] == "claimed"

@@ -204,6 +204,7 @@ def _first_error(exc: ValidationError) -> str:
         return str(exc)
     first = errors[0]
     where = ".".join(str(part) for part in first.get("loc", ()))
-    text = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+    message = str(first.get("msg")).removeprefix("Value error, ")  # as the other routes say it
+    text = f"{where}: {message}" if where else message
     more = len(errors) - 1
     return text + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
