@@ -4,6 +4,7 @@ reports that share a round with another report of the same job."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ from jobcore import hookimpl
 
 @hookimpl
 def jobcore_retry_decision(job, error, policy):
-    if "poison-hook" in str(error):
+    if "poison-hook" in str(error) or "timed out" in str(error):
         raise RuntimeError("this retry plugin is broken")
     return None
 """
@@ -76,7 +77,10 @@ def hooked_fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
     """A fleet whose hub loads a `jobcore_retry_decision` plugin that raises for some
     failures (a plugin's bug)."""
     (tmp_path / "raising_retry.py").write_text(RAISING_RETRY_PLUGIN)
-    env = subprocess_env(JOBCORE_PLUGINS="jobcore_test_plugin,raising_retry")
+    env = subprocess_env(
+        JOBCORE_PLUGINS="jobcore_test_plugin,raising_retry",
+        JOBCORE_HTTP_TIMEOUT_CHECK_INTERVAL="0.2",
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
     hub = Hub(store_db, "--lease", "30s", logs=tmp_path, env=env)
     made = Fleet(hub, store_db)
@@ -122,3 +126,23 @@ def test_a_refused_item_names_its_problem_as_the_single_routes_do(fleet: Fleet) 
         "reports.0: job_id: text contains a NUL character (\\u0000); names and ids cannot hold one"
     )
     assert fleet.job(job["id"])["status"] == "claimed"
+
+
+def test_a_retry_plugin_that_raises_on_timeouts_does_not_stop_the_hubs_maintenance(
+    hooked_fleet: Fleet,
+) -> None:
+    """The hub's maintenance asked the retry hook unguarded for an overdue remote claim: the
+    hook raised on every pass, the job stayed claimed past its timeout for good, and the
+    pass never reached the lease sweep after it."""
+    fleet = hooked_fleet
+    made = fleet.admin.post("/api/jobs", json={"type": "noop", "timeout": 0.5})
+    assert made.status_code == 201, made.text
+    got = fleet.a.post("/api/jobs/claim", json={"worker_id": "agent-a"})
+    assert got.status_code == 200, got.text
+    job_id = got.json()["id"]
+    deadline = time.monotonic() + 15
+    while fleet.job(job_id)["status"] == "claimed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ended = fleet.job(job_id)
+    assert ended["status"] in ("scheduled", "pending"), ended  # the default policy retries
+    assert ended["last_error"].startswith("max_runtime_exceeded"), ended
