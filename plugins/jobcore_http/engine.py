@@ -48,6 +48,7 @@ from jobcore_http.errors import ApiError
 log = logging.getLogger("jobcore.http.engine")
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 
 WRITE_TIMEOUT = 60.0  # seconds a request waits for the writer before answering 503
@@ -327,14 +328,18 @@ class Engine:
                     outcomes.append((i, outcome_of(self.queue.get(job_id))))
                 except (ApiError, JobNotFound) as exc:  # refused: this request's answer alone
                     results[i] = exc
-        if outcomes:
-            recorded = self.storage.record([outcome for _, outcome in outcomes])
-            for (i, _), item in zip(outcomes, recorded, strict=True):
+        # Each store call names a job once, so two reports of one job in a round apply in
+        # the order they came on every store: PostgreSQL applies one call's outcomes grouped
+        # by kind (a later completion before an earlier failure), and every store answers
+        # extensions by job id (a stale lease beside the live one read the live one's answer).
+        for wave in _one_per_job(outcomes, lambda outcome: outcome.lease.job_id):
+            recorded = self.storage.record([outcome for _, outcome in wave])
+            for (i, _), item in zip(wave, recorded, strict=True):
                 results[i] = item
-        if leases:
-            owned = self.storage.extend_leases([w.value for _, w in leases], lease_ms=self.lease_ms)
-            for i, write in leases:
-                results[i] = owned.get(write.value.job_id)
+        for beats in _one_per_job(leases, lambda write: write.value.job_id):
+            owned = self.storage.extend_leases([w.value for _, w in beats], lease_ms=self.lease_ms)
+            for i, beat in beats:
+                results[i] = owned.get(beat.value.job_id)
         return results
 
     def _claims_in(self, due: list[ClaimRequest]) -> dict[int, list[Job]]:
@@ -413,6 +418,22 @@ class Engine:
                 callback(job_id)
             except Exception:
                 log.exception("claim-ended callback failed for job %s", job_id)
+
+
+def _one_per_job(
+    items: list[tuple[int, W]], job_of: Callable[[W], str]
+) -> list[list[tuple[int, W]]]:
+    """`items` split into store calls that name each job at most once, in order."""
+    waves: list[list[tuple[int, W]]] = []
+    seen: dict[str, int] = {}  # job id -> how many waves name it already
+    for item in items:
+        job_id = job_of(item[1])
+        wave = seen.get(job_id, 0)
+        seen[job_id] = wave + 1
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append(item)
+    return waves
 
 
 def _resolve(future: Future[list[Job]], jobs: list[Job]) -> bool:

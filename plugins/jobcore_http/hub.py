@@ -21,10 +21,10 @@ from jobcore.clockjump import SweepGuard
 from jobcore.errors import JobTimeout
 from jobcore.models import Failed, Job, Lease, Retrying
 from jobcore.queue import Queue
-from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.engine import Engine
 from jobcore_http.events import REREAD, EventFeed
 from jobcore_http.grants import Limits
+from jobcore_http.retries import retry_delay_ms
 from jobcore_http.settings import HttpSettings
 from jobcore_http.signal import AsyncSignal
 from jobcore_http.store import hub_store_for
@@ -196,10 +196,8 @@ class Hub:
         """The attempt ran past its timeout: `max_runtime_exceeded: timed out after Ns`, the
         reason the agent gives when it notices first."""
         error = f"{MAX_RUNTIME_EXCEEDED}: timed out after {(job.timeout_ms or 0) / 1000:g}s"
-        decision = self.queue.decide_retry(job, JobTimeout(error))
+        delay_ms = retry_delay_ms(self.queue, job, JobTimeout(error))
         lease = Lease.of(job)
-        if decision.delay is None:
+        if delay_ms is None:
             return Failed(lease, error)
-        return Retrying(
-            lease, error, clamp_delay_ms(decision.delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
-        )
+        return Retrying(lease, error, delay_ms)

@@ -11,17 +11,13 @@ from fastapi.concurrency import run_in_threadpool
 from jobcore.errors import JobcoreError
 from jobcore.models import (
     Completed,
-    Failed,
     Job,
     JobStatus,
     Lease,
-    Outcome,
     Released,
-    Retrying,
     compact_json,
 )
 from jobcore.timeutil import iso
-from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.auth import acting_as, hub_of, principal_of, require
 from jobcore_http.authorize import claimable, may_enqueue
 from jobcore_http.engine import settle
@@ -42,6 +38,7 @@ from jobcore_http.models import (
     WorkersOut,
 )
 from jobcore_http.responses import JSONResponse
+from jobcore_http.retries import failure_outcome
 from jobcore_http.store import WorkerRecord
 from jobcore_http.tokens import Principal
 from jobcore_http.views import job_json, last_attempt
@@ -321,19 +318,9 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
     hub.registry.seen(body.worker_id, now)
     job = await _job(hub, job_id)
     if _live(job, body.worker_id, body.lease_id):
-        lease = Lease.of(job)
-        delay: float | None = None
-        if body.retryable and body.retry_in is not None:
-            delay = body.retry_in if job.attempts < job.max_attempts else None
-        elif body.retryable:
-            delay = hub.queue.decide_retry(job, RuntimeError(body.reason)).delay
-        outcome: Outcome
-        if delay is None:
-            outcome = Failed(lease, body.reason)
-        else:
-            outcome = Retrying(
-                lease, body.reason, clamp_delay_ms(delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS)
-            )
+        outcome = failure_outcome(
+            hub.queue, job, body.reason, retryable=body.retryable, retry_in=body.retry_in
+        )
         recorded = await settle(hub.engine.record(outcome))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))

@@ -21,17 +21,14 @@ from pydantic import ValidationError
 from jobcore.errors import JobcoreError
 from jobcore.models import (
     Completed,
-    Failed,
     Job,
     JobStatus,
     Lease,
     NewJob,
     Outcome,
     Released,
-    Retrying,
     compact_json,
 )
-from jobcore.transitions import DEFAULT_MAX_RETRY_DELAY_MS, clamp_delay_ms
 from jobcore_http.auth import acting_as, hub_of
 from jobcore_http.authorize import may_enqueue
 from jobcore_http.engine import settle
@@ -39,6 +36,7 @@ from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
 from jobcore_http.models import ReportIn, ReportsIn, ReportsOut
+from jobcore_http.retries import failure_outcome
 from jobcore_http.routes.agents import ERRORS, Agent
 from jobcore_http.tokens import Principal
 from jobcore_http.views import last_attempt
@@ -159,15 +157,9 @@ def _children(hub: Hub, principal: Principal, report: ReportIn) -> tuple[NewJob,
 
 def _failure(hub: Hub, job: Job, report: ReportIn) -> Outcome:
     """The retry policy's decision for a failed attempt, as the fail route makes it."""
-    lease = Lease.of(job)
-    delay: float | None = None
-    if report.retryable and report.retry_in is not None:
-        delay = report.retry_in if job.attempts < job.max_attempts else None
-    elif report.retryable:
-        delay = hub.queue.decide_retry(job, RuntimeError(report.reason)).delay
-    if delay is None:
-        return Failed(lease, report.reason)
-    return Retrying(lease, report.reason, clamp_delay_ms(delay * 1000, DEFAULT_MAX_RETRY_DELAY_MS))
+    return failure_outcome(
+        hub.queue, job, report.reason, retryable=report.retryable, retry_in=report.retry_in
+    )
 
 
 def _live(job: Job, worker: str, lease_id: str) -> bool:
@@ -212,6 +204,7 @@ def _first_error(exc: ValidationError) -> str:
         return str(exc)
     first = errors[0]
     where = ".".join(str(part) for part in first.get("loc", ()))
-    text = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+    message = str(first.get("msg")).removeprefix("Value error, ")  # as the other routes say it
+    text = f"{where}: {message}" if where else message
     more = len(errors) - 1
     return text + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
