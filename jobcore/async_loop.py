@@ -168,6 +168,8 @@ class AsyncHandlers:
             waiter = _LoopWaiter(self.loop)
             if not self.inflight.begin(attempt, cast(threading.Event, waiter)):
                 continue  # released or cancelled while it waited for a slot
+            if self.inflight.self_noting:  # start slots are the executor threads': the
+                self.inflight.needs_marker(attempt)  # loop's next commit marks this start
             self._running[attempt] = None
             task = self.loop.create_task(self._attempt(attempt, waiter))
             self._tasks.add(task)  # the loop holds tasks weakly
