@@ -37,6 +37,12 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/api/tokens", None, "admin"),
     ("POST", "/api/tokens", {"name": "matrix", "scope": "read"}, "admin"),
     ("DELETE", "/api/tokens/nobody", None, "admin"),
+    ("POST", "/api/jobs/reports", {**W, "reports": []}, "agent"),
+    ("GET", "/api/queues", None, "read"),
+    ("POST", "/api/queues/authz-paused/pause", {"reason": "matrix"}, "produce"),
+    ("POST", "/api/queues/authz-paused/resume", None, "produce"),
+    ("POST", "/api/types/authz-type/pause", {"reason": "matrix"}, "produce"),
+    ("POST", "/api/types/authz-type/resume", None, "produce"),
 ]
 
 GRANTS = {
@@ -76,7 +82,9 @@ def test_the_matrix_covers_every_api_route(hub: Hub) -> None:
             path.replace("some-id", "{job_id}")
             .replace("/workers/agent-1/", "/workers/{worker_id}/")
             .replace("/tokens/nobody", "/tokens/{name}")
-            .replace("/queue/some-id", "/queue/{job_id}"),
+            .replace("/queue/some-id", "/queue/{job_id}")
+            .replace("/queues/authz-paused/", "/queues/{name}/")
+            .replace("/types/authz-type/", "/types/{name}/"),
         )
         for method, path, _, _ in ROUTES
     }
@@ -121,6 +129,7 @@ def test_open_routes_need_no_token(hub: Hub, path: str) -> None:
         ("/api/jobs/some-id/result", {"worker_id": "agent-2"}),
         ("/api/jobs/some-id/fail", {"worker_id": "agent-2"}),
         ("/api/jobs/some-id/release", {"worker_id": "agent-2"}),
+        ("/api/jobs/reports", {"worker_id": "agent-2", "reports": []}),
     ],
 )
 def test_agent_token_acts_only_for_its_own_agent(
