@@ -174,3 +174,22 @@ def test_start_out_of_range_is_a_422_and_claims_nothing(fleet: Fleet) -> None:
     spec = fleet.admin.get("/openapi.json").json()["components"]["schemas"]
     assert "start" in spec["ClaimIn"]["properties"]
     assert "start" in str(spec["ReportIn"]["properties"]["kind"])
+
+
+def test_a_read_ahead_job_past_its_timeout_is_given_back_not_failed(fleet: Fleet) -> None:
+    register = {"worker_id": "agent-a", "name": "a", "types": ["noop"]}
+    assert fleet.a.post("/api/workers/register", json=register).status_code == 200
+    made = fleet.admin.post(
+        "/api/jobs/batch",
+        json={"jobs": [{"type": "noop", "timeout": 0.5, "priority": p} for p in (2, 1)]},
+    )
+    assert made.status_code in (200, 201), made.text
+    body = {"worker_id": "agent-a", "max_jobs": 2, "start": 1}
+    running, ahead = fleet.a.post("/api/jobs/claim", json=body).json()
+    assert running["started_at"] is not None and ahead["started_at"] is None
+    swept = _wait_swept(fleet, [running["id"], ahead["id"]])
+    timed_out, given_back = swept
+    assert timed_out["last_error"].startswith("max_runtime_exceeded"), timed_out
+    assert given_back["status"] == "pending" and given_back["attempts"] == 0, given_back
+    assert given_back["errors"] == [] and given_back["last_error"] is None
+    assert [r["state"] for r in _starts(fleet.a, "agent-a", [ahead])] == ["stale"]
