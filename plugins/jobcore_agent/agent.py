@@ -105,6 +105,7 @@ class Agent:
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
         self.prefetch = min(core.prefetch, 4 * concurrency)
         self.prefetch_below_ms = core.prefetch_below * 1000
+        self.prefetch_wait = core.prefetch_wait  # read-ahead waiting longer behind busy slots
         self._recent_ms: float | None = None  # moving average of attempt durations
         self._slots = threading.BoundedSemaphore(concurrency)
         own(cache_dir, "folder")  # outbox and cached executables: never a files job's target
@@ -336,7 +337,36 @@ class Agent:
 
     def _room(self) -> int:
         short = self._recent_ms is not None and self._recent_ms < self.prefetch_below_ms
-        return self.concurrency + (self.prefetch if short else 0)
+        ahead = short and not self._slots_stuck(time.monotonic())
+        return self.concurrency + (self.prefetch if ahead else 0)
+
+    def _slots_stuck(self, now: float) -> bool:
+        """Every slot runs a handler that began over `prefetch_wait` ago: jobs read ahead would
+        wait behind them while other agents may be idle (caller holds the lock)."""
+        running = [c.run.began_at for c in self._claims.values() if c.holds_slot]
+        return len(running) >= self.concurrency and all(
+            began and now - began > self.prefetch_wait for began in running
+        )
+
+    def _give_back_read_ahead(self, now: float) -> None:
+        """While every slot is stuck, jobs waiting for one longer than `prefetch_wait` go back
+        to the hub (`release`: no attempt spent), for an agent with a free slot."""
+        with self._cond:  # under the lock: none of them begins meanwhile (a reentrant lock)
+            if not self._slots_stuck(now):
+                return
+            for claim in list(self._claims.values()):
+                if (
+                    not claim.settled
+                    and not claim.holds_slot
+                    and not claim.run.began_at
+                    and now - claim.run.claimed_at > self.prefetch_wait
+                ):
+                    log.info(
+                        "job %s waited %.1fs behind running jobs; giving it back",
+                        claim.run.job.id,
+                        now - claim.run.claimed_at,
+                    )
+                    self._settle(claim, Released(lease=claim.run.lease))
 
     def _held(self) -> int:
         if self._hub_away:
@@ -498,7 +528,9 @@ class Agent:
                 self._free_slot(claim)
             return
         with self._cond:
-            if claim.settled:  # released (stopping) or lost while its start was asked for
+            # released or lost while its start was asked for; or the agent is stopping: a job
+            # not begun yet is given back by `_wait_until_done`, never begun after it looked
+            if claim.settled or self._stopping:
                 self._free_slot(claim)
                 return
             run.began_at = time.monotonic()
@@ -923,6 +955,7 @@ class Agent:
                 beat_now, self._heartbeat_requested = self._heartbeat_requested, False
             now = time.monotonic()
             self._check_timeouts(now)
+            self._give_back_read_ahead(now)
             if beat_now or now >= next_beat:
                 self._heartbeat()
                 next_beat = time.monotonic() + self.intervals.heartbeat_interval

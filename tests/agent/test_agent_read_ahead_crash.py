@@ -51,7 +51,10 @@ def test_sigkill_charges_the_running_job_and_not_the_read_ahead(
     hub: Hub, agents: list[Agent], tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
-    agent = Agent(hub, "a1", extra=("--concurrency", "1"))
+    # read-ahead waits behind the long job until the kill (not given back after 1 s)
+    agent = Agent(
+        hub, "a1", extra=("--concurrency", "1"), env_extra={"JOBCORE_PREFETCH_WAIT": "120"}
+    )
     agents.append(agent)
     warm = [hub.enqueue("stamp", {"log": str(log)}) for _ in range(3)]  # short: read-ahead on
     for job in warm:
