@@ -193,3 +193,25 @@ def test_a_read_ahead_job_past_its_timeout_is_given_back_not_failed(fleet: Fleet
     assert given_back["status"] == "pending" and given_back["attempts"] == 0, given_back
     assert given_back["errors"] == [] and given_back["last_error"] is None
     assert [r["state"] for r in _starts(fleet.a, "agent-a", [ahead])] == ["stale"]
+
+
+def test_a_repeated_release_or_fail_of_a_cancelled_job_answers_already(fleet: Fleet) -> None:
+    """A release or a retryable fail of a cancel-requested job ends it `cancelled`; the same
+    report repeated (its answer was lost) is `already`, not `stale`."""
+    jobs = fleet.claim(2)
+    for job in jobs:
+        assert fleet.admin.delete(f"/api/jobs/{job['id']}").status_code == 204
+    items = [
+        {"job_id": jobs[0]["id"], "lease_id": jobs[0]["lease_id"], "kind": "release"},
+        {
+            "job_id": jobs[1]["id"],
+            "lease_id": jobs[1]["lease_id"],
+            "kind": "fail",
+            "reason": "stopped: cancel",
+            "retry_in": 0,
+        },
+    ]
+    for expected in ("recorded", "already"):
+        answer = fleet.a.post("/api/jobs/reports", json={"worker_id": "agent-a", "reports": items})
+        assert [r["state"] for r in answer.json()["results"]] == [expected] * 2, answer.text
+    assert [fleet.job(job["id"])["status"] for job in jobs] == ["cancelled"] * 2

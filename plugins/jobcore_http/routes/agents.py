@@ -347,7 +347,7 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
     attempt = last_attempt(job, body.worker_id, body.lease_id)
     if (
         attempt is not None
-        and attempt.get("outcome") in ("failed", "retrying")
+        and attempt.get("outcome") in ("failed", "retrying", "cancelled")
         and attempt.get("error") == body.reason
     ):
         return JSONResponse(job_json(job))  # a repeat: already recorded
@@ -369,7 +369,7 @@ async def release(
             return JSONResponse(job_json(recorded.job))
         job = await _job(hub, job_id)
     attempt = last_attempt(job, body.worker_id, body.lease_id)
-    if attempt is not None and attempt.get("outcome") == "released":
+    if attempt is not None and attempt.get("outcome") in ("released", "cancelled"):
         return JSONResponse(job_json(job))  # a repeat: already recorded
     raise _not_yours(job, body.worker_id)
 

@@ -50,7 +50,13 @@ from jobcore_http.views import last_attempt
 
 router = APIRouter(prefix="/api")
 
-ENDED_AS = {"result": ("completed",), "fail": ("failed", "retrying"), "release": ("released",)}
+# how this lease's attempt ended when the same report was recorded before (a retryable fail
+# or a release of a cancel-requested job ends it `cancelled`)
+ENDED_AS = {
+    "result": ("completed",),
+    "fail": ("failed", "retrying", "cancelled"),
+    "release": ("released", "cancelled"),
+}
 
 
 @dataclass
