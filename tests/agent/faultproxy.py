@@ -55,6 +55,7 @@ class FaultProxy:
         # route -> a body field it answers 400 `unknown field` to, as an older hub's schema
         self.unknown_fields: dict[str, str] = {}
         self.items: Counter[str] = Counter()  # `POST /api/jobs/reports` items by kind
+        self.delays: dict[str, float] = {}  # route -> seconds each request waits, then goes on
         self.faults: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self._rng = random.Random(seed)
@@ -131,6 +132,8 @@ class FaultProxy:
                 for item in sent.get("reports") or ():
                     if isinstance(item, dict):
                         self.items[str(item.get("kind"))] += 1
+        if self.delays.get(route):
+            time.sleep(self.delays[route])  # forwarded even if its client died meanwhile
         fault, delay = self._pick()
         if fault is not None:
             with self._lock:
