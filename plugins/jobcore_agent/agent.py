@@ -6,6 +6,13 @@ handler sees the same `JobContext` and its outcome is decided by the same
 rules as in a local worker), a supervisor (heartbeats at the hub's interval,
 timeouts) and a reporter (delivers outcomes from the local outbox, backing
 off with jitter while the hub is away). The main thread waits for a stop.
+
+Crash accounting (DESIGN §6): a claim asks the hub to mark started only the
+jobs that have an executor at once (`start`); the others are read-ahead, and
+an executor that takes one sends a `start` report (riding with the outcomes
+of the reporter's next batch) and begins the handler only once the hub
+answered that the start is durable. So an agent killed with read-ahead jobs
+is charged nothing for them, and one attempt for each job that was running.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from types import FrameType
 from typing import Any
@@ -99,6 +107,7 @@ class Agent:
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
         self.prefetch = min(core.prefetch, 4 * concurrency)
         self.prefetch_below_ms = core.prefetch_below * 1000
+        self.prefetch_wait = core.prefetch_wait  # read-ahead waiting longer behind busy slots
         self._recent_ms: float | None = None  # moving average of attempt durations
         self._slots = threading.BoundedSemaphore(concurrency)
         own(cache_dir, "folder")  # outbox and cached executables: never a files job's target
@@ -110,6 +119,9 @@ class Agent:
         self._outbox_ready = threading.Event()
         self._ready: list[Pending] = []  # settled outcomes not yet in the outbox (the next batch)
         self._batched = True  # the hub has `POST /api/jobs/reports` (False after a 404/405)
+        self._read_ahead = True  # the hub takes a claim's `start` (False after it refused it)
+        self._reports_seen = False  # the hub answered a batched report: it can take starts
+        self._starts: list[Claim] = []  # read-ahead claims whose executor waits for a start
         self._unsaved: dict[str, Pending] = {}  # outcomes the outbox could not take, by key
         self._outbox_broken = False  # an outbox write failed (logged once)
         self._hub_away = False  # the reporter's last delivery failed: leave delivery to it
@@ -327,7 +339,36 @@ class Agent:
 
     def _room(self) -> int:
         short = self._recent_ms is not None and self._recent_ms < self.prefetch_below_ms
-        return self.concurrency + (self.prefetch if short else 0)
+        ahead = short and not self._slots_stuck(time.monotonic())
+        return self.concurrency + (self.prefetch if ahead else 0)
+
+    def _slots_stuck(self, now: float) -> bool:
+        """Every slot runs a handler that began over `prefetch_wait` ago: jobs read ahead would
+        wait behind them while other agents may be idle (caller holds the lock)."""
+        running = [c.run.began_at for c in self._claims.values() if c.holds_slot]
+        return len(running) >= self.concurrency and all(
+            began and now - began > self.prefetch_wait for began in running
+        )
+
+    def _give_back_read_ahead(self, now: float) -> None:
+        """While every slot is stuck, jobs waiting for one longer than `prefetch_wait` go back
+        to the hub (`release`: no attempt spent), for an agent with a free slot."""
+        with self._cond:  # under the lock: none of them begins meanwhile (a reentrant lock)
+            if not self._slots_stuck(now):
+                return
+            for claim in list(self._claims.values()):
+                if (
+                    not claim.settled
+                    and not claim.holds_slot
+                    and not claim.run.began_at
+                    and now - claim.run.claimed_at > self.prefetch_wait
+                ):
+                    log.info(
+                        "job %s waited %.1fs behind running jobs; giving it back",
+                        claim.run.job.id,
+                        now - claim.run.claimed_at,
+                    )
+                    self._settle(claim, Released(lease=claim.run.lease))
 
     def _held(self) -> int:
         if self._hub_away:
@@ -363,6 +404,7 @@ class Agent:
                 if self._stopping or self._closed or self._fatal:
                     return
                 free = self._free_slots()
+                start = self._start_now(free)
             try:
                 claimed = self.client.claim(
                     worker_id=self.worker_id,
@@ -370,10 +412,22 @@ class Agent:
                     queues=self.queues,
                     max_jobs=free,
                     wait=self.intervals.poll_wait,
+                    start=start,
                 )
             except HubAuthError as exc:
                 self._set_fatal(exc)
                 return
+            except HubRejected as exc:
+                if start is not None and exc.status in (400, 422) and "start" in str(exc):
+                    log.info("the hub takes no read-ahead starts (%s); every claim starts", exc)
+                    self._read_ahead = False
+                    continue
+                if self._stopping:
+                    return
+                delay = backoff.next()
+                log.error("claim failed (%s); retrying in %.1fs", exc, delay)
+                self._sleep(delay)
+                continue
             except HubError as exc:
                 if self._stopping:
                     return
@@ -400,6 +454,16 @@ class Agent:
                     )
             if claimed.drain:
                 self.drain()
+
+    def _start_now(self, free: int) -> int | None:
+        """How many of the next claim's jobs begin at once (idle executors; the hub marks them
+        started in the claim's transaction), or None when the hub cannot take `start` reports
+        (every job is then marked started by its claim, as before read-ahead starts), or
+        before it answered a batched report (an older hub, or a proxy without the route)."""
+        if not (self._read_ahead and self._batched and self._reports_seen):
+            return None
+        running = sum(1 for claim in self._claims.values() if not claim.settled)
+        return max(0, min(free, self.concurrency - running))
 
     def _reregister(self) -> None:
         try:
@@ -438,7 +502,8 @@ class Agent:
         )
         ctx.artifact_source = self.source
         attempt = Attempt(job=job, lease=lease, ctx=ctx, claimed_at=time.monotonic())
-        claim = Claim(run=attempt, key=key, lease_id=lease_id)
+        # not started by its claim: read-ahead, started by a `start` report before it runs
+        claim = Claim(run=attempt, key=key, lease_id=lease_id, needs_start=job.started_at is None)
         with self._cond:
             self._claims[key] = claim
             stopping = self._stopping
@@ -460,6 +525,16 @@ class Agent:
             if claim.settled:  # released (stopping) or lost while it waited
                 self._free_slot(claim)
                 return
+        if claim.needs_start and not self._started(claim):
+            with self._cond:
+                self._free_slot(claim)
+            return
+        with self._cond:
+            # released or lost while its start was asked for; or the agent is stopping: a job
+            # not begun yet is given back by `_wait_until_done`, never begun after it looked
+            if claim.settled or self._stopping:
+                self._free_slot(claim)
+                return
             run.began_at = time.monotonic()
             self._cond.notify_all()  # the claimer may claim once no claimed job waits
             if run.job.timeout_ms is not None:  # the timeout counts from the handler's start
@@ -476,6 +551,28 @@ class Agent:
                 run.ctx.stop_reason,
             )
 
+    def _started(self, claim: Claim) -> bool:
+        """Ask the hub to mark a read-ahead job started (with the reporter's next batch) and
+        wait for its durable answer: True, run the handler; False, it does not start (lost,
+        cancelled, released meanwhile; whoever decided that settled it)."""
+        with self._cond:
+            if claim.lease_id is None:  # no lease id, no `start` report: it cannot start safely
+                can = False
+            else:
+                can = True
+                self._starts.append(claim)
+        if not can:
+            log.error(
+                "job %s was claimed without a start and without a lease id; released",
+                claim.run.job.id,
+            )
+            self._settle(claim, Released(lease=claim.run.lease))
+            return False
+        self._outbox_ready.set()
+        claim.answered.wait()
+        with self._cond:
+            return claim.started and not claim.settled
+
     def _request_heartbeat(self) -> None:
         with self._cond:
             self._heartbeat_requested = True
@@ -490,6 +587,7 @@ class Agent:
                 return False
             claim.settled = True
             self._free_slot(claim)  # a handler given up on keeps running, but not in a slot
+            claim.answered.set()  # an executor waiting for its start leaves
             self._cond.notify_all()
         if outcome is None:
             return True
@@ -599,9 +697,10 @@ class Agent:
             while not self._closed and not self._fatal:
                 self._save_ready()
                 rows = self._pending_rows()
-                if not rows:
+                starts = self._waiting_starts()
+                if not rows and not starts:
                     break
-                if self._deliver_batch(rows):
+                if self._deliver_batch(rows, starts):
                     backoff.reset()
                     with self._cond:
                         self._hub_away = False
@@ -612,12 +711,36 @@ class Agent:
                 delay = backoff.next()
                 if backoff.failures <= 3 or backoff.failures % 10 == 0:
                     log.warning(
-                        "%d outcome(s) not delivered yet (the hub is unreachable or failing); "
-                        "retrying in %.1fs",
+                        "%d outcome(s) and %d start(s) not delivered yet (the hub is "
+                        "unreachable or failing); retrying in %.1fs",
                         len(rows),
+                        len(starts),
                         delay,
                     )
                 self._wait_to_retry(delay)
+        self._end_starts()
+
+    def _waiting_starts(self) -> list[Claim]:
+        """Read-ahead claims whose executor waits for the hub to mark them started (those
+        settled meanwhile, released or lost, are dropped: they will not start)."""
+        with self._cond:
+            self._starts = [claim for claim in self._starts if not claim.settled]
+            return list(self._starts)
+
+    def _answer_start(self, claim: Claim, started: bool) -> None:
+        """The hub answered `claim`'s start: its executor runs the handler or leaves."""
+        with self._cond:
+            if claim in self._starts:
+                self._starts.remove(claim)
+            claim.started = started
+            claim.answered.set()
+
+    def _end_starts(self) -> None:
+        """The reporter ends (the agent is closing): executors waiting for a start leave."""
+        with self._cond:
+            waiting, self._starts = self._starts, []
+        for claim in waiting:
+            self._answer_start(claim, False)
 
     def _wait_to_retry(self, delay: float) -> None:
         """Back off before the next delivery, saving outcomes that settle meanwhile (they
@@ -634,32 +757,91 @@ class Agent:
                 if not self._hub_away:  # set back by the claimer: the hub answers again
                     return
 
-    def _deliver_batch(self, rows: list[Pending]) -> bool:
-        """Send `rows` in one `POST /api/jobs/reports` (single routes to a hub without it, and
-        for rows without a lease id); False when the hub is unavailable (the rows stay)."""
+    def _deliver_batch(self, rows: list[Pending], starts: Sequence[Claim] = ()) -> bool:
+        """Send `starts` and `rows` in one `POST /api/jobs/reports` (single routes to a hub
+        without it, and for rows without a lease id); False when the hub is unavailable (the
+        rows and the starts stay)."""
         single = [row for row in rows if not self._batched or "lease_id" not in row.body]
         batch = [row for row in rows if row not in single]
-        if batch:
-            items = [_item(row) for row in batch]
+        if starts and not self._batched:
+            self._no_starts(starts, "the hub has no batched reports route")
+            starts = []
+        if batch or starts:
+            items = [_start_item(claim) for claim in starts] + [_item(row) for row in batch]
             try:
                 answer = self.client.reports(self.worker_id, items)
+                self._reports_seen = True
             except NoBatchRoute as exc:
                 log.info("%s; reporting one outcome per request", exc)
                 self._batched = False
+                self._no_starts(starts, str(exc))
                 single.extend(batch)
             except HubUnavailable as exc:
                 self._outbox_call(self.outbox.tried_many, [row.lease_id for row in batch])
-                log.debug("cannot deliver %d outcome(s) yet (%s)", len(batch), exc)
+                log.debug("cannot deliver %d report(s) yet (%s)", len(items), exc)
                 return False
             except HubAuthError as exc:
                 self._set_fatal(exc)
                 return False
             except HubError as exc:  # the batch itself refused (too big?): one at a time
                 log.warning("batched report refused (%s); reporting one outcome per request", exc)
+                if starts and not self._deliver_starts(starts):
+                    return False
                 single.extend(batch)
             else:
-                self._settle_answers(batch, answer)
+                news = len(starts)
+                self._start_answers(starts, answer.results[:news])
+                self._settle_answers(batch, replace(answer, results=answer.results[news:]))
         return all([self._deliver(row) for row in single])
+
+    def _deliver_starts(self, starts: Sequence[Claim]) -> bool:
+        """Send starts alone (their batch with outcomes was refused whole); False when the hub
+        is unavailable (they stay)."""
+        try:
+            answer = self.client.reports(self.worker_id, [_start_item(c) for c in starts])
+        except HubUnavailable:
+            return False
+        except HubAuthError as exc:
+            self._set_fatal(exc)
+            return False
+        except HubError as exc:
+            self._no_starts(starts, str(exc))
+            return True
+        self._start_answers(starts, answer.results)
+        if answer.drain:
+            self.drain()
+        return True
+
+    def _start_answers(self, starts: Sequence[Claim], results: list[dict[str, Any]]) -> None:
+        """Act on the hub's answers to `start` items: run, drop a lost lease, or give back."""
+        for claim, result in zip(starts, results, strict=True):
+            state = result.get("state")
+            if state in ("recorded", "already"):
+                self._answer_start(claim, True)
+                continue
+            self._answer_start(claim, False)
+            if state == "stale":
+                self._lease_lost(claim, "the hub answered its start: not this agent's live claim")
+            elif result.get("cancel_requested"):
+                log.info("job %s was cancelled before it began; giving it back", claim.run.job.id)
+                self._settle(claim, Released(lease=claim.run.lease))
+            else:
+                self._no_starts([claim], str(result.get("error") or state))
+
+    def _no_starts(self, starts: Sequence[Claim], why: str) -> None:
+        """Read-ahead jobs the hub cannot mark started: they go back unrun (no attempt spent),
+        and later claims are all started by the hub."""
+        if not starts:
+            return
+        self._read_ahead = False
+        log.error(
+            "the hub did not take the start of %d read-ahead job(s) (%s); giving them back",
+            len(starts),
+            why,
+        )
+        for claim in starts:
+            self._answer_start(claim, False)
+            self._settle(claim, Released(lease=claim.run.lease))
 
     def _settle_answers(self, rows: list[Pending], answer: Reported) -> None:
         """Act on the hub's answer per row: delivered or stale rows leave the outbox (in one
@@ -775,6 +957,7 @@ class Agent:
                 beat_now, self._heartbeat_requested = self._heartbeat_requested, False
             now = time.monotonic()
             self._check_timeouts(now)
+            self._give_back_read_ahead(now)
             if beat_now or now >= next_beat:
                 self._heartbeat()
                 next_beat = time.monotonic() + self.intervals.heartbeat_interval
@@ -827,6 +1010,7 @@ class Agent:
         ]
         try:
             answer = self.client.reports(self.worker_id, items)
+            self._reports_seen = True
         except NoBatchRoute:
             self._batched = False
             return False
@@ -905,6 +1089,11 @@ class Agent:
     def _restore_signals(self, previous: dict[int, Any]) -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _start_item(claim: Claim) -> dict[str, Any]:
+    """A `start` item of `POST /api/jobs/reports`: mark this read-ahead job started."""
+    return {"job_id": claim.run.job.id, "lease_id": claim.lease_id, "kind": "start"}
 
 
 def _item(row: Pending) -> dict[str, Any]:

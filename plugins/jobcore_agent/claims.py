@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from jobcore.context import JobContext
 from jobcore.inflight import Attempt
@@ -27,3 +28,9 @@ class Claim:
     holds_slot: bool = False  # its executor thread holds one of the `concurrency` slots
     fallback: Outcome | None = None  # recorded at `stop_until` if the handler asked to stop has not
     stop_until: float | None = None  # monotonic
+    # read-ahead: the hub did not mark it started at claim; its handler begins only once a
+    # `start` report was answered `recorded` (`started`), never on the agent's word alone
+    needs_start: bool = False
+    started: bool = False  # the hub's durable answer to its `start` report
+    answered: threading.Event = field(default_factory=threading.Event)  # start answered, or
+    # the claim settled (released, lost) while it waited: its executor goes on or leaves

@@ -230,15 +230,21 @@ class HubClient:
         queues: tuple[str, ...],
         max_jobs: int,
         wait: float,
+        start: int | None = None,
     ) -> Claimed:
-        """`POST /api/jobs/claim` long-poll: up to `max_jobs` jobs, [] when `wait` passed."""
-        body = {
+        """`POST /api/jobs/claim` long-poll: up to `max_jobs` jobs, [] when `wait` passed.
+
+        `start`: how many of them the hub marks started at once (the rest are read-ahead and
+        start with a `start` report); None leaves it out (every job starts at its claim)."""
+        body: dict[str, Any] = {
             "worker_id": worker_id,
             "types": list(types),
             "queues": list(queues),
             "max_jobs": max_jobs,
             "wait": wait,
         }
+        if start is not None:
+            body["start"] = start
         if self._claims_cut:
             return Claimed(jobs=[], drain=False)
         try:
@@ -285,7 +291,8 @@ class HubClient:
         return data
 
     def reports(self, worker_id: str, items: list[dict[str, Any]]) -> Reported:
-        """`POST /api/jobs/reports`: many results, failures, releases and heartbeats at once."""
+        """`POST /api/jobs/reports`: many results, failures, releases, heartbeats and starts
+        at once."""
         try:
             response = self._http.post(
                 "/api/jobs/reports", json={"worker_id": worker_id, "reports": items}

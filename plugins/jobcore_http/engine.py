@@ -76,6 +76,7 @@ class ClaimRequest:
     queues: tuple[str, ...]
     types: tuple[str, ...]
     deadline: float  # time.monotonic()
+    start: int | None = None  # how many of its jobs are marked started (None: all)
     future: Future[list[Job]] = field(default_factory=Future)
     tried_at: int = -1  # the generation it last found nothing at
 
@@ -86,7 +87,7 @@ class ClaimRequest:
 
 @dataclass
 class _Write:
-    kind: str  # "insert" | "outcome" | "finish" | "extend"
+    kind: str  # "insert" | "outcome" | "finish" | "extend" | "start"
     value: Any
     future: Future[Any] = field(default_factory=Future)
 
@@ -126,19 +127,21 @@ class Engine:
         return write.future
 
     def together(
-        self, outcomes: Sequence[Outcome], leases: Sequence[Lease]
-    ) -> tuple[list[Future[Recorded]], list[Future[bool | None]]]:
-        """Hand in many outcomes and lease extensions at once: they land in the same round
-        (one transaction), as one agent's batched report asks."""
+        self, outcomes: Sequence[Outcome], leases: Sequence[Lease], starts: Sequence[Lease] = ()
+    ) -> tuple[list[Future[Recorded]], list[Future[bool | None]], list[Future[str | None]]]:
+        """Hand in many outcomes, lease extensions and starts at once: they land in the same
+        round (one transaction), as one agent's batched report asks."""
         mine = [_Write("outcome", outcome) for outcome in outcomes]
         beats = [_Write("extend", lease) for lease in leases]
+        begun = [_Write("start", lease) for lease in starts]
         with self._lock:
             if self._closed or not self._thread.is_alive():
                 raise HubStopping("the hub is shutting down; retry in a moment")
             self._writes.extend(mine)
             self._writes.extend(beats)
+            self._writes.extend(begun)
         self._kick.set()
-        return [w.future for w in mine], [w.future for w in beats]
+        return [w.future for w in mine], [w.future for w in beats], [w.future for w in begun]
 
     def insert(self, jobs: Sequence[NewJob]) -> Future[list[Inserted]]:
         return self._submit("insert", list(jobs))
@@ -157,12 +160,20 @@ class Engine:
         return self._submit("extend", lease)
 
     def claim(
-        self, worker: str, limit: int, queues: Sequence[str], types: Sequence[str], wait: float
+        self,
+        worker: str,
+        limit: int,
+        queues: Sequence[str],
+        types: Sequence[str],
+        wait: float,
+        start: int | None = None,
     ) -> ClaimRequest:
+        """Claim up to `limit` jobs within `wait` seconds; the first `start` of them (None:
+        all) are marked started in the claim's transaction, the others are read-ahead."""
         if self._no_wait:
             wait = 0.0
         request = ClaimRequest(
-            worker, limit, tuple(queues), tuple(types), time.monotonic() + max(0.0, wait)
+            worker, limit, tuple(queues), tuple(types), time.monotonic() + max(0.0, wait), start
         )
         with self._lock:
             if self._stopping:
@@ -317,6 +328,7 @@ class Engine:
         results: list[Any] = [None] * len(writes)
         outcomes: list[tuple[int, Outcome]] = []
         leases = [(i, w) for i, w in enumerate(writes) if w.kind == "extend"]
+        starts = [(i, w) for i, w in enumerate(writes) if w.kind == "start"]
         for i, write in enumerate(writes):
             if write.kind == "insert":
                 results[i] = self.storage.insert(write.value)
@@ -340,7 +352,22 @@ class Engine:
             owned = self.storage.extend_leases([w.value for _, w in beats], lease_ms=self.lease_ms)
             for i, beat in beats:
                 results[i] = owned.get(beat.value.job_id)
+        for marks in _one_per_job(starts, lambda write: write.value.job_id):
+            begun = self._start([w.value for _, w in marks])
+            for i, mark in marks:
+                results[i] = begun.get(mark.value.job_id)
         return results
+
+    def _start(self, leases: list[Lease]) -> dict[str, str]:
+        """Mark read-ahead jobs started: `{job_id: "started"}`, or `"cancelled"` for a job
+        whose cancel was requested (it never starts, DESIGN §4); a lease not held is absent.
+        The lease is extended too: the handler begins with a whole lease."""
+        held = self.storage.extend_leases(leases, lease_ms=self.lease_ms)
+        go = [lease for lease in leases if held.get(lease.job_id) is False]
+        marked = self.storage.mark_started(go) if go else set()
+        answers = {job_id: "cancelled" for job_id, cancel in held.items() if cancel}
+        answers.update(dict.fromkeys(marked, "started"))
+        return answers
 
     def _claims_in(self, due: list[ClaimRequest]) -> dict[int, list[Job]]:
         claimed: dict[int, list[Job]] = {}
@@ -354,6 +381,7 @@ class Engine:
                 lease_ms=self.lease_ms,
                 queues=request.queues,
                 types=request.types,
+                start=request.start,
             )
             if jobs:
                 claimed[id(request)] = jobs

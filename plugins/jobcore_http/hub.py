@@ -19,7 +19,7 @@ from typing import Any
 from jobcore import wakeup
 from jobcore.clockjump import SweepGuard
 from jobcore.errors import JobTimeout
-from jobcore.models import Failed, Job, Lease, Retrying
+from jobcore.models import Failed, Job, Lease, Released, Retrying
 from jobcore.queue import Queue
 from jobcore_http.engine import Engine
 from jobcore_http.events import REREAD, EventFeed
@@ -178,7 +178,9 @@ class Hub:
         self.registry.sweep_lost(self.now())
 
     def enforce_timeouts(self) -> list[Job]:
-        """End remote claims that ran past their timeout (`max_runtime_exceeded`)."""
+        """End remote claims that ran past their timeout (`max_runtime_exceeded`). A read-ahead
+        job that never started (counted from its claim) is given back instead: it did not run,
+        so it costs no attempt (DESIGN §6); the agent's start then answers `stale`."""
         remote = self.registry.ids()
         if not remote:
             return []
@@ -186,9 +188,15 @@ class Hub:
         overdue = [job for job in self.store.overdue_claims(now) if job.locked_by in remote]
         ended = []
         for job in overdue:
-            result = self.engine.record(self.timeout_outcome(job, now)).result(30)
+            if job.started_at is None:
+                outcome: Any = Released(Lease.of(job))
+                what = "waited past its timeout without starting: given back"
+            else:
+                outcome = self.timeout_outcome(job, now)
+                what = "ran past its timeout: ended"
+            result = self.engine.record(outcome).result(30)
             if result.job is not None:
-                log.info("job %s ran past its timeout on %s: ended", job.id, job.locked_by)
+                log.info("job %s %s on %s", job.id, what, job.locked_by)
                 ended.append(result.job)
         return ended
 

@@ -108,6 +108,14 @@ class ClaimIn(Strict):
     wait: Annotated[float, Field(ge=0, le=30)] = Field(
         default=0, description="seconds to wait for a claimable job (long-poll)"
     )
+    start: Annotated[int, Field(ge=0, le=1000)] | None = Field(
+        default=None,
+        description="how many of the claimed jobs begin at once: they are marked started in "
+        "the claim's transaction. The others are read-ahead (`started_at` null): their "
+        "handlers begin only once a `start` item of `POST /api/jobs/reports` was answered "
+        "`recorded`, so an agent that dies first is charged no attempt for them. Omitted: "
+        "every claimed job is marked started",
+    )
 
 
 class HeartbeatIn(Strict):
@@ -146,11 +154,13 @@ MAX_REPORTS = 1000  # items in one `POST /api/jobs/reports`
 
 class ReportIn(Strict):
     """One item of a batched report: what the single route of `kind` takes, with `job_id`
-    and a required `lease_id` (the batched route serves agents that got lease ids)."""
+    and a required `lease_id` (the batched route serves agents that got lease ids).
+    `start` (no single route) marks a read-ahead job started: its handler may begin once
+    the item is answered `recorded` (see `ClaimIn.start`)."""
 
     job_id: Name
     lease_id: Name
-    kind: Literal["result", "fail", "release", "heartbeat"]
+    kind: Literal["result", "fail", "release", "heartbeat", "start"]
     result: Any = None
     result_hash: Annotated[Text, Field(max_length=200)] | None = None
     children: Annotated[list[EnqueueIn], Field(max_length=10_000)] | None = None
@@ -336,13 +346,16 @@ class HeartbeatOut(BaseModel):
 class ReportOut(BaseModel):
     job_id: str
     state: Literal["recorded", "already", "stale", "refused"] = Field(
-        description="recorded: applied now; already: this lease's same report was recorded "
-        "before; stale: not this agent's live claim, nothing changed; refused: the item is "
-        "malformed or not allowed (see `error`), nothing changed"
+        description="recorded: applied now (a `start`: the start is durable, run the "
+        "handler); already: this lease's same report was recorded before; stale: not this "
+        "agent's live claim, nothing changed; refused: the item is malformed or not allowed "
+        "(see `error`), nothing changed"
     )
     error: str | None = None
     cancel_requested: bool | None = Field(
-        default=None, description="heartbeat items: stop the job (cancelled or timed out)"
+        default=None,
+        description="heartbeat items: stop the job (cancelled or timed out); start items: "
+        "the job was cancelled before it began (the item is `refused`): release it",
     )
 
 

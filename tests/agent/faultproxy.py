@@ -9,6 +9,7 @@ hub commits, then the connection is reset instead of answering).
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import socket
 import struct
@@ -51,6 +52,10 @@ class FaultProxy:
         self.slow_seconds = slow_seconds
         self.enabled = True
         self.missing: set[str] = set()  # routes (last path segment) answered 404, as an older hub
+        # route -> a body field it answers 400 `unknown field` to, as an older hub's schema
+        self.unknown_fields: dict[str, str] = {}
+        self.items: Counter[str] = Counter()  # `POST /api/jobs/reports` items by kind
+        self.delays: dict[str, float] = {}  # route -> seconds each request waits, then goes on
         self.faults: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self._rng = random.Random(seed)
@@ -117,6 +122,18 @@ class FaultProxy:
             return self._answer(
                 handler, 404, {"content-type": "application/json"}, b'{"detail":"Not Found"}'
             )
+        sent = self._json(body)
+        field = self.unknown_fields.get(route)
+        if field is not None and isinstance(sent, dict) and field in sent:
+            error = json.dumps({"error": f"{field}: unknown field"}).encode()
+            return self._answer(handler, 400, {"content-type": "application/json"}, error)
+        if route == "reports" and isinstance(sent, dict):
+            with self._lock:
+                for item in sent.get("reports") or ():
+                    if isinstance(item, dict):
+                        self.items[str(item.get("kind"))] += 1
+        if self.delays.get(route):
+            time.sleep(self.delays[route])  # forwarded even if its client died meanwhile
         fault, delay = self._pick()
         if fault is not None:
             with self._lock:
@@ -141,6 +158,13 @@ class FaultProxy:
         kept = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
         kept.pop("content-encoding", None)
         self._answer(handler, response.status_code, kept, response.content)
+
+    @staticmethod
+    def _json(body: bytes) -> object:
+        try:
+            return json.loads(body) if body else None
+        except ValueError:
+            return None
 
     @staticmethod
     def _answer(

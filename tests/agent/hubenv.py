@@ -53,11 +53,12 @@ class Hub:
         extra: tuple[str, ...] = (),
         env_extra: dict[str, str] | None = None,
         verify: ssl.SSLContext | bool = True,
+        db: Path | str | None = None,
     ) -> None:
         self.tmp = tmp
         self.env_extra = env_extra or {}
         self.verify = verify  # trusting the test CA of a hub serving HTTPS with a test certificate
-        self.db = str(tmp / "hub.db")
+        self.db = str(db or tmp / "hub.db")  # a SQLite file, or a store URL (PostgreSQL)
         self.port = 0  # the first start picks a free port; a restart reuses it
         self.url = ""
         self.lease = lease

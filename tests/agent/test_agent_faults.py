@@ -75,6 +75,8 @@ def test_three_agents_through_a_faulty_network_lose_and_double_nothing(
         proxy.close()
     print(f"{JOBS} jobs through the faulty proxy in {elapsed:.1f}s; faults {dict(proxy.faults)}")
     assert all(proxy.faults[kind] > 0 for kind in ("reset", "bad_gateway", "slow", "drop_after"))
+    # read-ahead jobs were started through the faulty network too (`start` report items)
+    assert proxy.items["start"] > 0, proxy.items
 
     counts = hub.admin.get("/api/stats").json()["counts"]
     assert counts.get("completed") == JOBS, counts  # none lost, none failed

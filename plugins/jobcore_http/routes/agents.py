@@ -87,7 +87,10 @@ def workers(request: Request) -> dict[str, Any]:
     responses={204: {"description": "nothing claimable within `wait`"}, **ERRORS},
 )
 async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
-    """Claim up to `max_jobs` jobs, waiting up to `wait` seconds for one to be claimable."""
+    """Claim up to `max_jobs` jobs, waiting up to `wait` seconds for one to be claimable.
+
+    The first `start` of them (all when omitted) are marked started by the claim itself;
+    the others are read-ahead (`started_at` null) and start with a `start` report."""
     acting_as(principal, body.worker_id)
     types, queues = claimable(principal, body.types, body.queues)
     hub = hub_of(request)
@@ -106,7 +109,9 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
     hub.registry.seen(body.worker_id, hub.now())
     hub.longpolls[body.worker_id] = waiting + 1
     try:
-        jobs = await _claim(request, hub, body.worker_id, limit, list(queues), list(types), wait)
+        jobs = await _claim(
+            request, hub, body.worker_id, limit, list(queues), list(types), wait, body.start
+        )
     finally:
         left = hub.longpolls.get(body.worker_id, 1) - 1
         if left > 0:
@@ -155,9 +160,10 @@ async def _claim(
     queues: list[str],
     types: list[str],
     wait: float,
+    start: int | None,
 ) -> list[Job]:
     """Hand the claim to the engine; if the client leaves first, give back what it got."""
-    pending = hub.engine.claim(worker, limit, queues, types, wait)
+    pending = hub.engine.claim(worker, limit, queues, types, wait, start)
     answer: asyncio.Future[list[Job]] = asyncio.wrap_future(pending.future)
     if wait <= 0:
         return await answer
@@ -328,7 +334,7 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
     attempt = last_attempt(job, body.worker_id, body.lease_id)
     if (
         attempt is not None
-        and attempt.get("outcome") in ("failed", "retrying")
+        and attempt.get("outcome") in ("failed", "retrying", "cancelled")
         and attempt.get("error") == body.reason
     ):
         return JSONResponse(job_json(job))  # a repeat: already recorded
@@ -350,7 +356,7 @@ async def release(
             return JSONResponse(job_json(recorded.job))
         job = await _job(hub, job_id)
     attempt = last_attempt(job, body.worker_id, body.lease_id)
-    if attempt is not None and attempt.get("outcome") == "released":
+    if attempt is not None and attempt.get("outcome") in ("released", "cancelled"):
         return JSONResponse(job_json(job))  # a repeat: already recorded
     raise _not_yours(job, body.worker_id)
 

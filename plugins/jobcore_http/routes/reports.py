@@ -6,6 +6,11 @@ route (`/api/jobs/{id}/result|fail|release|heartbeat`); the items' writes are
 handed to the engine together, so they commit in one transaction. Every item
 is answered, in order: `recorded`, `already`, `stale` or `refused` (malformed
 or not allowed; nothing of it is written). One bad item never refuses the others.
+
+A `start` item (no single route) marks a read-ahead job started (claimed with
+`start` below its count, DESIGN §6 crash accounting): `recorded` once that is
+committed, so the agent runs its handler only then; a job whose cancel was
+requested never starts (`refused` with `cancel_requested: true`: release it).
 """
 
 from __future__ import annotations
@@ -43,7 +48,13 @@ from jobcore_http.views import last_attempt
 
 router = APIRouter(prefix="/api")
 
-ENDED_AS = {"result": ("completed",), "fail": ("failed", "retrying"), "release": ("released",)}
+# how this lease's attempt ended when the same report was recorded before (a retryable fail
+# or a release of a cancel-requested job ends it `cancelled`)
+ENDED_AS = {
+    "result": ("completed",),
+    "fail": ("failed", "retrying", "cancelled"),
+    "release": ("released", "cancelled"),
+}
 
 
 @dataclass
@@ -53,15 +64,18 @@ class _Item:
     answer: dict[str, Any] | None = None  # set once decided
     outcome: Outcome | None = None  # handed to the engine
     beat: bool = False  # a lease extension handed to the engine
+    start: bool = False  # a start marker handed to the engine
 
 
 @router.post("/jobs/reports", response_model=ReportsOut, responses=ERRORS)
 async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[str, Any]:
-    """Record many results, failures, releases and heartbeats of one agent in one commit.
+    """Record many results, failures, releases, heartbeats and starts of one agent in one
+    commit.
 
     Each item is answered in order: `recorded`, `already` (the same report of this lease
     was recorded before), `stale` (not this agent's live claim; nothing changed) or
-    `refused` with `error` (malformed or not allowed; nothing of it written).
+    `refused` with `error` (malformed or not allowed; nothing of it written). A `start`
+    answered `recorded` is durable: the read-ahead job's handler may begin.
     """
     acting_as(principal, body.worker_id)
     hub = hub_of(request)
@@ -80,9 +94,11 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
         _decide(hub, principal, worker, item, jobs)
     outcomes = [item for item in items if item.outcome is not None]
     beats = [item for item in items if item.beat]
-    recorded, extended = hub.engine.together(
+    starts = [item for item in items if item.start]
+    recorded, extended, begun = hub.engine.together(
         [item.outcome for item in outcomes if item.outcome is not None],
         [_lease(item.report, worker) for item in beats],
+        [_lease(item.report, worker) for item in starts],
     )
     for item, future in zip(outcomes, recorded, strict=True):
         done = await settle(future)
@@ -94,6 +110,8 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
             item.answer = {**_state(item.report, "recorded"), "cancel_requested": cancel}
             if item.report.progress is not None:
                 hub.registry.progress[item.report.job_id] = item.report.progress
+    for item, start in zip(starts, begun, strict=True):
+        item.answer = _started(item, await settle(start))
     undecided = [item for item in items if item.answer is None]
     if undecided:  # refused by the fence: a repeat of what was recorded, or stale
         now = await run_in_threadpool(_read, hub, [item.report.job_id for item in undecided])
@@ -129,6 +147,8 @@ def _decide(hub: Hub, principal: Principal, worker: str, item: _Item, jobs: dict
             item.outcome = Released(lease)
         elif report.kind == "heartbeat":
             item.beat = True
+        elif report.kind == "start":
+            item.start = True
         else:
             job = jobs.get(report.job_id)
             if job is not None and _live(job, worker, report.lease_id):
@@ -160,6 +180,24 @@ def _failure(hub: Hub, job: Job, report: ReportIn) -> Outcome:
     return failure_outcome(
         hub.queue, job, report.reason, retryable=report.retryable, retry_in=report.retry_in
     )
+
+
+def _started(item: _Item, begun: str | None) -> dict[str, Any]:
+    """The answer to a `start` item: `recorded` (durable; run it), `stale` (not this agent's
+    live claim), or `refused` with `cancel_requested` (cancelled before it began)."""
+    report = item.report
+    if begun == "started":
+        return _state(report, "recorded")
+    if begun == "cancelled":
+        return {
+            **_refused(
+                {"job_id": report.job_id},
+                f"reports.{item.index}: job {report.job_id} was cancelled before it began; "
+                "it does not start (release it)",
+            ),
+            "cancel_requested": True,
+        }
+    return _state(report, "stale")
 
 
 def _live(job: Job, worker: str, lease_id: str) -> bool:
