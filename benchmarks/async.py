@@ -1,6 +1,6 @@
-"""async def handlers vs sync ones, and AsyncQueue vs Queue: `python -m benchmarks.async`.
+"""async def handlers vs sync ones, AsyncQueue vs Queue, and async peers: `python -m benchmarks.async`.
 
-In one run, alternating the two sides in every repetition (the machine is noisy):
+In one run, alternating the sides in every repetition (the machine is noisy):
 
 - **sleep drain**: 10,000 jobs that each sleep 50 ms, drained by one worker process:
   `await asyncio.sleep(0.05)` with `--async-concurrency 500` vs `time.sleep(0.05)` with
@@ -10,14 +10,23 @@ In one run, alternating the two sides in every repetition (the machine is noisy)
   (default 4 threads); target: async ≥ 0.8 x the sync rate.
 - **memory per in-flight async job**: RSS of a worker holding 2,000 sleeping async jobs
   minus its RSS before it claimed any, per job; target ≤ 10 KB.
-- **procrastinate** (if installed; `tox -e bench-pg` installs it) on PostgreSQL: the same
-  10,000 sleeping tasks, `concurrency=500`, its psycopg pool at 40 connections (the
-  server allows 100, shared), `run_worker_async(wait=False)`. arq is not installed here.
-- **enqueue one per call** on PostgreSQL: `await AsyncQueue.enqueue` vs `Queue.enqueue`,
-  2,000 each, one after another; target: async ≥ 0.9 x sync.
+- **peers** (`--peers` alone): the async sleep drain (concurrency 500) through jobcore on
+  PostgreSQL and on SQLite, procrastinate 3.10 (its psycopg pool at 40 connections,
+  `run_worker_async(wait=False)`), pgqueuer 1.6 (`max_concurrent_tasks=500`,
+  `batch_size=250`, `mode=drain`) and arq 0.28 (Redis, `max_jobs=500`, `burst=True`;
+  `--redis URL`, default database 13, FLUSHDB before each run), each in its own process
+  on a fresh database, the order rotating every repetition; timed from the worker's
+  start to the last handler's return, and to the worker's exit. A peer that is not
+  installed (`python -m benchmarks.setup_peers --peers`) is left out; `--without NAME`
+  leaves one out on purpose. Target: jobcore on PostgreSQL ≥ 1.5 x the faster of
+  procrastinate and arq.
+- **enqueue one per call** on PostgreSQL (`--enqueue` alone): `await AsyncQueue.enqueue`
+  vs `Queue.enqueue`, `--enqueue-jobs` (500) each, on a fresh schema per repetition,
+  `--enqueue-reps` (12) times, which goes first alternating; the ratio of every
+  repetition and CPU per call; target: async ≥ 0.9 x sync.
 
-Each drain runs in its own process (`child`), timed from just before `Worker.run` to its
-end, with the process's CPU time (user + system) over the drain. Asserts nothing.
+Each drain runs in its own process, timed around the worker's run, with the process's
+CPU time (user + system; the database server's is not counted) over it. Asserts nothing.
 Options: `--reps N` (3), `--jobs N` (10000), `--pg URL` (PostgreSQL server; default
 127.0.0.1, skipped if unreachable), `--sqlite-only`, `--pg-only`.
 """
@@ -413,6 +422,7 @@ def compare(args: argparse.Namespace, pg: str | None, tmp: Path) -> None:
         runs.append(("procrastinate", lambda: peer_drain("procrastinate", pg, n, c)))
         runs.append(("pgqueuer", lambda: peer_drain("pgqueuer", pg, n, c)))
     runs.append(("arq", lambda: peer_drain("arq", args.redis, n, c)))
+    runs = [(name, run) for name, run in runs if name not in args.without]
     figures: dict[str, dict[str, list[float]]] = {}
     for rep in range(args.reps):
         print(f"rep {rep + 1}: load {load()}", flush=True)
@@ -456,6 +466,7 @@ def main() -> None:
     parser.add_argument("--pg-only", action="store_true")
     parser.add_argument("--peers", action="store_true", help="only the peer comparison")
     parser.add_argument("--enqueue", action="store_true", help="only the enqueue comparison")
+    parser.add_argument("--without", action="append", default=[], choices=sorted(PEERS))
     parser.add_argument("--enqueue-reps", type=int, default=12)
     parser.add_argument("--enqueue-jobs", type=int, default=500)
     args = parser.parse_args()
