@@ -1,6 +1,6 @@
-"""async def handlers vs sync ones, and AsyncQueue vs Queue: `python -m benchmarks.async`.
+"""async def handlers vs sync ones, AsyncQueue vs Queue, and async peers: `python -m benchmarks.async`.
 
-In one run, alternating the two sides in every repetition (the machine is noisy):
+In one run, alternating the sides in every repetition (the machine is noisy):
 
 - **sleep drain**: 10,000 jobs that each sleep 50 ms, drained by one worker process:
   `await asyncio.sleep(0.05)` with `--async-concurrency 500` vs `time.sleep(0.05)` with
@@ -10,14 +10,23 @@ In one run, alternating the two sides in every repetition (the machine is noisy)
   (default 4 threads); target: async ≥ 0.8 x the sync rate.
 - **memory per in-flight async job**: RSS of a worker holding 2,000 sleeping async jobs
   minus its RSS before it claimed any, per job; target ≤ 10 KB.
-- **procrastinate** (if installed; `tox -e bench-pg` installs it) on PostgreSQL: the same
-  10,000 sleeping tasks, `concurrency=500`, its psycopg pool at 40 connections (the
-  server allows 100, shared), `run_worker_async(wait=False)`. arq is not installed here.
-- **enqueue one per call** on PostgreSQL: `await AsyncQueue.enqueue` vs `Queue.enqueue`,
-  2,000 each, one after another; target: async ≥ 0.9 x sync.
+- **peers** (`--peers` alone): the async sleep drain (concurrency 500) through jobcore on
+  PostgreSQL and on SQLite, procrastinate 3.10 (its psycopg pool at 40 connections,
+  `run_worker_async(wait=False)`), pgqueuer 1.6 (`max_concurrent_tasks=500`,
+  `batch_size=250`, `mode=drain`) and arq 0.28 (Redis, `max_jobs=500`, `burst=True`;
+  `--redis URL`, default database 13, FLUSHDB before each run), each in its own process
+  on a fresh database, the order rotating every repetition; timed from the worker's
+  start to the last handler's return, and to the worker's exit. A peer that is not
+  installed (`python -m benchmarks.setup_peers --peers`) is left out; `--without NAME`
+  leaves one out on purpose. Target: jobcore on PostgreSQL ≥ 1.5 x the faster of
+  procrastinate and arq.
+- **enqueue one per call** on PostgreSQL (`--enqueue` alone): `await AsyncQueue.enqueue`
+  vs `Queue.enqueue`, `--enqueue-jobs` (500) each, on a fresh schema per repetition,
+  `--enqueue-reps` (12) times, which goes first alternating; the ratio of every
+  repetition and CPU per call; target: async ≥ 0.9 x sync.
 
-Each drain runs in its own process (`child`), timed from just before `Worker.run` to its
-end, with the process's CPU time (user + system) over the drain. Asserts nothing.
+Each drain runs in its own process, timed around the worker's run, with the process's
+CPU time (user + system; the database server's is not counted) over it. Asserts nothing.
 Options: `--reps N` (3), `--jobs N` (10000), `--pg URL` (PostgreSQL server; default
 127.0.0.1, skipped if unreachable), `--sqlite-only`, `--pg-only`.
 """
@@ -42,6 +51,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+REDIS_DEFAULT = "redis://127.0.0.1:6379/13"  # a database of its own: emptied before each arq run
 
 
 def _rss_kb() -> int:
@@ -65,6 +75,7 @@ def _queue(db: str) -> Any:
 
 def child(db: str, kind: str, concurrency: int, async_concurrency: int, hold: int) -> None:
     """One worker drain in this process; prints JSON (seconds, cpu, rss per held job)."""
+    from benchmarks.async_types import LAST_DONE
     from jobcore import Worker
 
     logging.basicConfig(level=logging.WARNING)
@@ -97,6 +108,7 @@ def child(db: str, kind: str, concurrency: int, async_concurrency: int, hold: in
         json.dumps(
             {
                 "seconds": seconds,
+                "last": LAST_DONE[0] - start if LAST_DONE[0] else seconds,
                 "cpu": cpu,
                 "done": worker.stats["completed"],
                 "kb_per_job": held_kb[0] if held_kb else None,
@@ -123,13 +135,14 @@ def procrastinate_child(dsn: str, n: int, concurrency: int) -> None:
         max_size=40,  # the server allows 100 connections, shared with others; jobs share these
     )
     app = App(connector=connector)
-    done = 0
+    done, last = 0, 0.0
 
     @app.task(name="sleep")
     async def sleep(seconds: float) -> None:
-        nonlocal done
+        nonlocal done, last
         await asyncio.sleep(seconds)
         done += 1
+        last = time.perf_counter()
 
     async def run() -> dict[str, Any]:
         async with app.open_async():
@@ -143,30 +156,135 @@ def procrastinate_child(dsn: str, n: int, concurrency: int) -> None:
             )
             seconds = time.perf_counter() - start
             cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu0
-        return {"seconds": seconds, "cpu": cpu, "done": done, "kb_per_job": None}
+        return {"seconds": seconds, "last": last - start, "cpu": cpu, "done": done}
 
     logging.basicConfig(level=logging.WARNING)
     print(json.dumps(asyncio.run(run())))
 
 
-def procrastinate_drain(dsn: str, n: int, concurrency: int) -> dict[str, Any] | None:
+def arq_child(redis_url: str, n: int, concurrency: int) -> None:
+    """arq 0.28 draining `n` jobs that each `await asyncio.sleep(0.05)`, in this process:
+    the Redis database emptied (FLUSHDB), the jobs enqueued by `enqueue_job` (100 at a
+    time, concurrently), then one `Worker` with `max_jobs=concurrency`, `burst=True`,
+    its other settings default (poll_delay 0.5 s, results kept); prints JSON like `child`."""
+    from arq import create_pool
+    from arq.connections import RedisSettings
+    from arq.worker import Worker, func
+
+    done, last = 0, 0.0
+
+    async def sleep(ctx: dict[str, Any], seconds: float) -> None:
+        nonlocal done, last
+        await asyncio.sleep(seconds)
+        done += 1
+        last = time.perf_counter()
+
+    async def run() -> dict[str, Any]:
+        pool = await create_pool(RedisSettings.from_dsn(redis_url))
+        await pool.flushdb()
+        for first in range(0, n, 100):
+            await asyncio.gather(
+                *(pool.enqueue_job("sleep", 0.05) for _ in range(min(100, n - first)))
+            )
+        worker = Worker(
+            functions=[func(sleep, name="sleep")],
+            redis_pool=pool,
+            max_jobs=concurrency,
+            burst=True,
+            handle_signals=False,
+        )
+        cpu0 = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        start = time.perf_counter()
+        await worker.async_run()
+        seconds = time.perf_counter() - start
+        cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu0
+        await worker.close()
+        return {"seconds": seconds, "last": last - start, "cpu": cpu, "done": done}
+
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(asyncio.run(run())))
+
+
+def pgqueuer_child(dsn: str, n: int, concurrency: int) -> None:
+    """pgqueuer 1.6 draining `n` jobs that each `await asyncio.sleep(0.05)`, in this process
+    (uvloop, as its CLI): its tables installed in a new schema, the jobs enqueued 1,000 per
+    call, then one `PgQueuer` on one asyncpg connection with `max_concurrent_tasks=concurrency`
+    and `batch_size=concurrency // 2` (the largest its API allows under that cap),
+    `mode=drain`, `dequeue_timeout` 1 s (its idle wait; the 30 s default only delays the
+    exit after the last job); prints JSON like `child`."""
+    from datetime import timedelta
+
+    import asyncpg
+    import psycopg
+    import uvloop
+    from pgqueuer import AsyncpgDriver, PgQueuer, Queries
+    from pgqueuer.models import Job
+    from pgqueuer.types import QueueExecutionMode
+
+    schema = f"q{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    done, last = 0, 0.0
+
+    async def run() -> dict[str, Any]:
+        nonlocal done, last
+        conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+        queries = Queries(AsyncpgDriver(conn))
+        await queries.install(create_schema=False)
+        payload = json.dumps({"seconds": 0.05}).encode()
+        for first in range(0, n, 1000):
+            part = min(1000, n - first)
+            await queries.enqueue(["sleep"] * part, [payload] * part, [0] * part)
+        pgq = PgQueuer(AsyncpgDriver(conn))
+
+        @pgq.entrypoint("sleep")
+        async def sleep(job: Job) -> None:
+            nonlocal done, last
+            await asyncio.sleep(json.loads(job.payload or b"{}")["seconds"])
+            done += 1
+            last = time.perf_counter()
+
+        cpu0 = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        start = time.perf_counter()
+        await pgq.run(
+            batch_size=concurrency // 2,
+            max_concurrent_tasks=concurrency,
+            mode=QueueExecutionMode.drain,
+            dequeue_timeout=timedelta(seconds=1),
+        )
+        seconds = time.perf_counter() - start
+        cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu0
+        await conn.close()
+        return {"seconds": seconds, "last": last - start, "cpu": cpu, "done": done}
+
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(uvloop.run(run())))
+
+
+PEERS = {"procrastinate": "procrastinate", "arq": "arq", "pgqueuer": "pgqueuer"}
+"""Peer name -> the module whose absence skips it."""
+
+
+def peer_drain(peer: str, target: str, n: int, concurrency: int) -> dict[str, Any] | None:
+    """`peer`'s sleep drain in its own process against `target` (a PostgreSQL URL, or a
+    Redis URL for arq); None when the peer is not installed or fails (printed)."""
     try:
-        import procrastinate  # noqa: F401
+        __import__(PEERS[peer])
     except ImportError:
         return None
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.async", "procrastinate", dsn, str(n), str(concurrency)],
+        [sys.executable, "-m", "benchmarks.async", peer, target, str(n), str(concurrency)],
         env=_env(),
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     if out.returncode:
-        print(f"procrastinate failed (exit {out.returncode}):\n{out.stderr[-1500:]}")
+        print(f"{peer} failed (exit {out.returncode}):\n{out.stderr[-1500:]}")
         return None
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     if result["done"] != n:
-        raise RuntimeError(f"procrastinate: {result['done']} of {n}\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"{peer}: {result['done']} of {n}\n{out.stderr[-2000:]}")
     return result
 
 
@@ -223,32 +341,119 @@ def fresh_db(base: str, tmp: Path) -> str:
     return str(tmp / f"{secrets.token_hex(4)}.db")
 
 
-def enqueue_rates(url: str, n: int) -> tuple[float, float]:
+def enqueue_rates(url: str, n: int, async_first: bool) -> dict[str, float]:
+    """`n` x `Queue.enqueue` and `n` x `await AsyncQueue.enqueue` on one fresh queue, in
+    the order given: jobs/s and process CPU ms per call of each side."""
     from jobcore import AsyncQueue
 
     queue = _queue(url)
     queue.storage.migrate()
-    queue.enqueue("bench_sync_sleep", {})  # connections warm
-    start = time.perf_counter()
-    for _ in range(n):
-        queue.enqueue("bench_sync_sleep", {})
-    sync_rate = n / (time.perf_counter() - start)
+    figures: dict[str, float] = {}
 
-    async def run() -> float:
+    def cpu() -> float:
+        return sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+
+    def sync_side() -> None:
+        queue.enqueue("bench_sync_sleep", {})  # connection warm
+        cpu0, start = cpu(), time.perf_counter()
+        for _ in range(n):
+            queue.enqueue("bench_sync_sleep", {})
+        figures["sync"] = n / (time.perf_counter() - start)
+        figures["sync cpu"] = (cpu() - cpu0) * 1000 / n
+
+    async def async_side() -> None:
         async with AsyncQueue(queue=queue) as aq:
             await aq.enqueue("bench_async_sleep", {})
-            begin = time.perf_counter()
+            cpu0, start = cpu(), time.perf_counter()
             for _ in range(n):
                 await aq.enqueue("bench_async_sleep", {})
-            return n / (time.perf_counter() - begin)
+            figures["async"] = n / (time.perf_counter() - start)
+            figures["async cpu"] = (cpu() - cpu0) * 1000 / n
 
-    async_rate = asyncio.run(run())
+    if async_first:
+        asyncio.run(async_side())
+        sync_side()
+    else:
+        sync_side()
+        asyncio.run(async_side())
     queue.close()
-    return async_rate, sync_rate
+    return figures
 
 
 def med(values: list[float]) -> str:
     return f"{statistics.median(values):.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def enqueue_report(store: str, tmp: Path, reps: int, n: int) -> None:
+    """The enqueue comparison, `reps` times on fresh schemas, the order alternating."""
+    runs = [enqueue_rates(fresh_db(store, tmp), n, async_first=i % 2 == 0) for i in range(reps)]
+    ratios = [r["async"] / r["sync"] for r in runs]
+    held = sum(r >= 0.9 for r in ratios)
+    print(
+        f"enqueue one per call ({reps} x {n} each side, alternating), jobs/s: async"
+        f" {med([r['async'] for r in runs])}, sync {med([r['sync'] for r in runs])}"
+    )
+    print(
+        f"  CPU ms/call: async {med([r['async cpu'] for r in runs])},"
+        f" sync {med([r['sync cpu'] for r in runs])}"
+    )
+    print(
+        f"  async/sync per rep: {' '.join(f'{r:.2f}' for r in ratios)};"
+        f" median {med(ratios)} (target ≥ 0.9; held in {held} of {reps}); load {load()}"
+    )
+
+
+def compare(args: argparse.Namespace, pg: str | None, tmp: Path) -> None:
+    """The peer comparison: jobcore (PostgreSQL, SQLite), procrastinate, arq and pgqueuer
+    draining the same sleeping jobs, each in its own process on a fresh database, the
+    order rotating every repetition."""
+    n, c = args.jobs, 500
+
+    def jobcore(store: str) -> dict[str, Any]:
+        return drain(fresh_db(store, tmp), "bench_async_sleep", n, 0.05, async_concurrency=c)
+
+    runs: list[tuple[str, Any]] = [("jobcore SQLite", lambda: jobcore("sqlite"))]
+    if pg:
+        runs.append(("jobcore PostgreSQL", lambda: jobcore(pg)))
+        runs.append(("procrastinate", lambda: peer_drain("procrastinate", pg, n, c)))
+        runs.append(("pgqueuer", lambda: peer_drain("pgqueuer", pg, n, c)))
+    runs.append(("arq", lambda: peer_drain("arq", args.redis, n, c)))
+    runs = [(name, run) for name, run in runs if name not in args.without]
+    figures: dict[str, dict[str, list[float]]] = {}
+    for rep in range(args.reps):
+        print(f"rep {rep + 1}: load {load()}", flush=True)
+        for name, run in runs[rep % len(runs) :] + runs[: rep % len(runs)]:
+            got = run()
+            if got is None:
+                continue
+            per = figures.setdefault(name, {})
+            per.setdefault("last", []).append(got["last"])
+            per.setdefault("exit", []).append(got["seconds"])
+            per.setdefault("cpu", []).append(got["cpu"] * 1000 / n)
+            print(
+                f"  {name:20} to last completion {got['last']:.3g} s, worker exit"
+                f" {got['seconds']:.3g} s, CPU {got['cpu'] * 1000 / n:.3g} ms/job",
+                flush=True,
+            )
+    print(f"\n== {n} jobs x await asyncio.sleep(0.05), concurrency {c}, {args.reps} reps ==")
+    print(f"{'(median, min-max)':20}{'s to last completion':24}{'s to worker exit':24}CPU ms/job")
+    for name, per in figures.items():
+        print(f"{name:20}{med(per['last']):24}{med(per['exit']):24}{med(per['cpu'])}")
+    if "jobcore PostgreSQL" in figures:
+        ours = statistics.median(figures["jobcore PostgreSQL"]["last"])
+        for group in (("procrastinate", "arq"), ("procrastinate", "arq", "pgqueuer")):
+            peers = {p: statistics.median(figures[p]["last"]) for p in group if p in figures}
+            if peers:
+                best = min(peers, key=peers.__getitem__)
+                print(
+                    f"fastest of {'/'.join(group)}: {best} {peers[best]:.3g} s;"
+                    f" jobcore PostgreSQL {ours:.3g} s: {peers[best] / ours:.2f}x (target ≥ 1.5x)"
+                )
+    print(f"load after: {load()}")
 
 
 def main() -> None:
@@ -256,21 +461,36 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--pg", default=PG_DEFAULT)
+    parser.add_argument("--redis", default=REDIS_DEFAULT)
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--pg-only", action="store_true")
+    parser.add_argument("--peers", action="store_true", help="only the peer comparison")
+    parser.add_argument("--enqueue", action="store_true", help="only the enqueue comparison")
+    parser.add_argument("--without", action="append", default=[], choices=sorted(PEERS))
+    parser.add_argument("--enqueue-reps", type=int, default=12)
+    parser.add_argument("--enqueue-jobs", type=int, default=500)
     args = parser.parse_args()
     stores = [] if args.pg_only else ["sqlite"]
+    pg = None
     if not args.sqlite_only:
         try:
             import psycopg
 
             with psycopg.connect(args.pg, connect_timeout=3):
-                stores.append(args.pg)
+                pg = args.pg
+                stores.append(pg)
         except Exception as exc:
             print(f"PostgreSQL skipped: {exc}")
     n = args.jobs
     with tempfile.TemporaryDirectory(dir=os.environ.get("HOME")) as tmp_dir:
         tmp = Path(tmp_dir)
+        if args.peers:
+            compare(args, pg, tmp)
+            return
+        if args.enqueue:
+            if pg:
+                enqueue_report(pg, tmp, args.enqueue_reps, args.enqueue_jobs)
+            return
         for store in stores:
             name = "SQLite" if store == "sqlite" else "PostgreSQL"
             figures: dict[str, list[float]] = {}
@@ -285,13 +505,6 @@ def main() -> None:
                     got = drain(fresh_db(store, tmp), kind, n, seconds, **options)
                     figures.setdefault(f"{label} s", []).append(got["seconds"])
                     figures.setdefault(f"{label} cpu ms/job", []).append(got["cpu"] * 1000 / n)
-                if store != "sqlite":
-                    peer = procrastinate_drain(store, n, 500)
-                    if peer is not None:
-                        figures.setdefault("procrastinate sleep s", []).append(peer["seconds"])
-                        figures.setdefault("procrastinate sleep cpu ms/job", []).append(
-                            peer["cpu"] * 1000 / n
-                        )
                 held = drain(
                     fresh_db(store, tmp),
                     "bench_async_sleep",
@@ -311,18 +524,19 @@ def main() -> None:
             )
             ratio = statistics.median(figures["sync noop s"]) / noop
             print(f"noop drain rate async/sync: {ratio:.2f} (target ≥ 0.8)")
-            if store != "sqlite":
-                rates = [enqueue_rates(fresh_db(store, tmp), 2000) for _ in range(args.reps)]
-                a = [r[0] for r in rates]
-                s = [r[1] for r in rates]
-                print(
-                    f"enqueue one per call, jobs/s: async {med(a)}, sync {med(s)}; ratio {statistics.median(a) / statistics.median(s):.2f} (target ≥ 0.9)"
-                )
+        print()
+        compare(args, pg, tmp)
+        if pg:
+            enqueue_report(pg, tmp, args.enqueue_reps, args.enqueue_jobs)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "procrastinate":
         procrastinate_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "arq":
+        arq_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "pgqueuer":
+        pgqueuer_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
     else:

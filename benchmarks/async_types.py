@@ -7,6 +7,9 @@ import time
 
 from jobcore import JobContext, Payload, job_type
 
+LAST_DONE = [0.0]
+"""time.perf_counter() when the latest handler of this process returned."""
+
 
 class Sleep(Payload):
     seconds: float = 0.0
@@ -16,9 +19,11 @@ class Sleep(Payload):
 async def bench_async_sleep(payload: Sleep, ctx: JobContext) -> None:
     if payload.seconds:
         await asyncio.sleep(payload.seconds)
+    LAST_DONE[0] = time.perf_counter()
 
 
 @job_type("bench_sync_sleep")
 def bench_sync_sleep(payload: Sleep, ctx: JobContext) -> None:
     if payload.seconds:
         time.sleep(payload.seconds)
+    LAST_DONE[0] = time.perf_counter()

@@ -1,7 +1,8 @@
 """`python -m benchmarks.setup_peers [--oban] [--peers] [--python PATH]`: install the peer queues.
 
-`--peers` installs procrastinate, pgqueuer and asyncpg into this interpreter's
-environment (what `tox -e bench-pg` does through its deps). `--oban` makes the
+`--peers` installs procrastinate, pgqueuer, asyncpg and arq (Redis; for
+`benchmarks.async`) into this interpreter's environment (what `tox -e bench-pg`
+does through its deps). `--oban` makes the
 separate environment Oban for Python needs (Python >= 3.12) at `pg_peers.OBAN_VENV`
 (`$JOBCORE_BENCH_OBAN_VENV`, default `~/.cache/jobcore-bench/oban-py`) with the
 interpreter from `--python`, `$JOBCORE_BENCH_PYTHON312`, `python3.13` or
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.pg_peers import OBAN_VENV
 
-PEERS = ("procrastinate==3.10.0", "pgqueuer==1.6.0", "asyncpg>=0.29")
+PEERS = ("procrastinate==3.10.0", "pgqueuer==1.6.0", "asyncpg>=0.29", "arq==0.28.0")
 OBAN = "oban==0.7.0"
 
 
@@ -68,7 +69,7 @@ def setup_oban(given: str | None) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.setup_peers")
     parser.add_argument(
-        "--peers", action="store_true", help="procrastinate, pgqueuer, asyncpg here"
+        "--peers", action="store_true", help="procrastinate, pgqueuer, asyncpg, arq here"
     )
     parser.add_argument("--oban", action="store_true", help="Oban for Python's own environment")
     parser.add_argument("--python", help="a Python >= 3.12 for Oban's environment")
