@@ -89,7 +89,8 @@ def _canceller(task: asyncio.Future[Any]) -> Callable[[str], None]:
 
 
 class _Escaped(Exception):
-    """A handler's SystemExit or KeyboardInterrupt, carried as an ordinary exception."""
+    """A handler's BaseException other than CancelledError (SystemExit, KeyboardInterrupt,
+    GeneratorExit, its own subclasses), carried as an ordinary exception."""
 
     def __init__(self, original: BaseException) -> None:
         super().__init__(describe_error(original))
@@ -97,12 +98,18 @@ class _Escaped(Exception):
 
 
 async def _contained(awaitable: Awaitable[Any]) -> Any:
-    """The handler's coroutine, with SystemExit and KeyboardInterrupt turned into `_Escaped`:
-    a task that raises those re-raises them out of the event loop, which would end it for
-    every job on it (DESIGN §6: a handler never takes the worker down)."""
+    """The handler's coroutine, with every BaseException but CancelledError turned into
+    `_Escaped`: a task re-raises SystemExit and KeyboardInterrupt out of the event loop,
+    which would end it for every job on it, and a GeneratorExit awaited across tasks
+    escapes the `except` that caught it, leaving the attempt unreported and its job
+    claimed for good (DESIGN §6: a handler never takes the worker down)."""
     try:
         return await awaitable
-    except (SystemExit, KeyboardInterrupt) as exc:
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        raise
+    except BaseException as exc:
         raise _Escaped(exc) from exc
 
 

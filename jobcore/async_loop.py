@@ -137,7 +137,17 @@ class AsyncHandlers:
         asyncio.set_event_loop(self.loop)
         tick = self.loop.create_task(self._tick())
         try:
-            self.loop.run_forever()
+            while True:
+                self.loop.run_forever()
+                if self._done.is_set():
+                    break
+                # only `stop()` ends the loop: a handler that called loop.stop() would
+                # otherwise leave every job on it, and every later one, claimed for good
+                log.error(
+                    "a handler stopped the event loop of async handlers (loop.stop()); "
+                    "running it again: %s",
+                    self._on_loop(),
+                )
         finally:
             tick.cancel()
             pending = [task for task in asyncio.all_tasks(self.loop) if not task.done()]

@@ -28,7 +28,8 @@ class AsyncPayload(Payload):
     log: str
     sleep: float = Field(default=0.0, ge=0)
     first_sleep: float = Field(default=0.0, ge=0)  # slept instead of `sleep` on attempt 1
-    how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash
+    how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash exit
+    # generator_exit stop_loop
 
 
 @job_type("async_job", max_attempts=3)
@@ -40,6 +41,11 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
     if payload.how == "exit":
         await asyncio.sleep(0)
         raise SystemExit(3)  # must end this attempt only, never the worker's event loop
+    if payload.how == "generator_exit":
+        await asyncio.sleep(0)
+        raise GeneratorExit  # a BaseException that escapes an except across tasks
+    if payload.how == "stop_loop":
+        asyncio.get_running_loop().stop()  # must not end the loop for the other jobs
     seconds = payload.first_sleep if ctx.attempt == 1 and payload.first_sleep else payload.sleep
     if payload.how == "block":
         time.sleep(seconds)  # blocks the event loop on purpose

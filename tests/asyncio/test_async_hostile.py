@@ -1,0 +1,38 @@
+"""Async handlers that attack the worker's event loop itself (DESIGN §15, §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from async_workers import Workers
+
+from jobcore import JobStatus
+
+
+def enqueue(workers: Workers, **payload: Any) -> str:
+    options = {k: payload.pop(k) for k in ("timeout", "max_attempts") if k in payload}
+    return workers.queue.enqueue("async_job", {"log": workers.log, **payload}, **options).job.id
+
+
+def test_generator_exit_in_an_async_handler_fails_its_attempt(sqlite_workers: Workers) -> None:
+    workers = sqlite_workers
+    raiser = enqueue(workers, how="generator_exit", max_attempts=1)
+    fine = [enqueue(workers, sleep=0.1) for _ in range(3)]
+    proc = workers.start("--until-empty")
+    assert proc.wait(timeout=60) == 0, workers.output()
+    job = workers.queue.get(raiser)
+    assert (job.status, job.last_error) == (JobStatus.FAILED, "GeneratorExit")
+    assert all(workers.queue.get(i).status is JobStatus.COMPLETED for i in fine)
+
+
+def test_a_handler_stopping_the_loop_does_not_end_it(sqlite_workers: Workers) -> None:
+    workers = sqlite_workers
+    sleeper = enqueue(workers, sleep=1.5)
+    stopper = enqueue(workers, how="stop_loop", sleep=0.5)
+    later = [enqueue(workers, sleep=0) for _ in range(3)]  # claimed once a slot is free
+    proc = workers.start("--until-empty", "--async-concurrency", "2")
+    assert proc.wait(timeout=60) == 0, workers.output()
+    for job_id in (sleeper, stopper, *later):  # none cancelled, none left claimed
+        job = workers.queue.get(job_id)
+        assert (job.status, job.attempts) == (JobStatus.COMPLETED, 1), job
+    assert "a handler stopped the event loop of async handlers" in workers.output()
