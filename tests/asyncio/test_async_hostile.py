@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from async_workers import Workers
+from testenv import wait_for
 
 from jobcore import JobStatus
 
@@ -36,3 +38,21 @@ def test_a_handler_stopping_the_loop_does_not_end_it(sqlite_workers: Workers) ->
         job = workers.queue.get(job_id)
         assert (job.status, job.attempts) == (JobStatus.COMPLETED, 1), job
     assert "a handler stopped the event loop of async handlers" in workers.output()
+
+
+def test_shutdown_past_a_stubborn_handler_releases_it_without_false_errors(
+    sqlite_workers: Workers,
+) -> None:
+    workers = sqlite_workers
+    stubborn = [enqueue(workers, how="ignore_cancel", sleep=600) for _ in range(3)]
+    proc = workers.start("--shutdown-timeout", "0.5", JOBCORE_STOP_GRACE="1")
+    wait_for(lambda: len(workers.noted("start")) == 3, timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, workers.output()
+    for job_id in stubborn:
+        job = workers.queue.get(job_id)
+        assert (job.status, job.attempts) == (JobStatus.PENDING, 0), job
+    output = workers.output()
+    # the loop closing its left-behind coroutines is not an error of their handlers
+    assert "raised GeneratorExit" not in output
+    assert "Exception ignored" not in output
