@@ -63,7 +63,7 @@ async def run_attempt(
             return Cancelled(lease=attempt.lease, error="cancelled while running")
         if ctx.stop_reason == "timeout":
             return runner.timeout_outcome(attempt)
-        return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+        return Completed(lease=attempt.lease, result=result, children=ctx.judged())
     except GeneratorExit:
         raise
     except BaseException as exc:  # the last guard: the loop must go on

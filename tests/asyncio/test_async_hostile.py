@@ -56,3 +56,17 @@ def test_shutdown_past_a_stubborn_handler_releases_it_without_false_errors(
     # the loop closing its left-behind coroutines is not an error of their handlers
     assert "raised GeneratorExit" not in output
     assert "Exception ignored" not in output
+
+
+def test_a_child_enqueued_after_the_handler_returned_is_refused_not_lost(
+    sqlite_workers: Workers,
+) -> None:
+    workers = sqlite_workers
+    parent = enqueue(workers, how="late_child")
+    proc = workers.start()
+    wait_for(lambda: workers.noted("late-child-refused") or workers.noted("late-child-taken"))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, workers.output()
+    assert workers.queue.get(parent).status is JobStatus.COMPLETED
+    # the task it left behind heard that its child cannot be committed any more
+    assert [line[4:] for line in workers.noted("late-child-refused")] == [["JobcoreError"]]

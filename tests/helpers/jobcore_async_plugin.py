@@ -29,7 +29,20 @@ class AsyncPayload(Payload):
     sleep: float = Field(default=0.0, ge=0)
     first_sleep: float = Field(default=0.0, ge=0)  # slept instead of `sleep` on attempt 1
     how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash exit
-    # generator_exit stop_loop
+    # generator_exit stop_loop late_child
+
+
+LEFT_BEHIND: set[asyncio.Future[None]] = set()
+
+
+async def enqueue_late(payload: AsyncPayload, ctx: JobContext) -> None:
+    await asyncio.sleep(0.3)
+    try:
+        ctx.enqueue("noop", {})
+    except Exception as exc:
+        note(payload.log, "late-child-refused", ctx, type(exc).__name__)
+    else:
+        note(payload.log, "late-child-taken", ctx)
 
 
 @job_type("async_job", max_attempts=3)
@@ -69,6 +82,8 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
         raise RetryAfter(30)
     if payload.how == "child":
         ctx.enqueue("noop", {})  # committed with this job's completion
+    if payload.how == "late_child":  # a task outliving the handler enqueues a child later
+        LEFT_BEHIND.add(asyncio.ensure_future(enqueue_late(payload, ctx)))
     note(payload.log, "end", ctx)
     return {"attempt": ctx.attempt, "async": True}
 
