@@ -386,9 +386,22 @@ class LoopThread:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="jobcore-async", daemon=True).start()
+                threading.Thread(
+                    target=_run_for_good, args=(loop,), name="jobcore-async", daemon=True
+                ).start()
                 self._loop = loop
             return self._loop
+
+
+def _run_for_good(loop: asyncio.AbstractEventLoop) -> None:
+    """Run `loop` until the process ends: a handler's loop.stop() would otherwise leave
+    every attempt on it, and every later one, waiting for good."""
+    asyncio.set_event_loop(loop)
+    while True:
+        loop.run_forever()
+        log.error(
+            "a handler stopped the event loop of async handlers (loop.stop()); running it again"
+        )
 
 
 def claim_room(

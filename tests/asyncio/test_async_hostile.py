@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
-from typing import Any
+from typing import Any, cast
 
 from async_workers import Workers
 from testenv import wait_for
 
 from jobcore import JobStatus
+from jobcore.async_loop import LoopThread
+from jobcore.attempt import AttemptRunner
 
 
 def enqueue(workers: Workers, **payload: Any) -> str:
@@ -70,3 +73,20 @@ def test_a_child_enqueued_after_the_handler_returned_is_refused_not_lost(
     assert workers.queue.get(parent).status is JobStatus.COMPLETED
     # the task it left behind heard that its child cannot be committed any more
     assert [line[4:] for line in workers.noted("late-child-refused")] == [["JobcoreError"]]
+
+
+def test_the_agents_loop_thread_runs_on_after_a_handler_stopped_it() -> None:
+    loop_thread = LoopThread(cast(AttemptRunner, None))
+    loop = loop_thread._running_loop()
+
+    async def stop_then_answer() -> str:
+        asyncio.get_running_loop().stop()  # what a misbehaving handler may do
+        await asyncio.sleep(0.05)
+        return "answered"
+
+    assert asyncio.run_coroutine_threadsafe(stop_then_answer(), loop).result(10) == "answered"
+
+    async def later() -> int:
+        return 7
+
+    assert asyncio.run_coroutine_threadsafe(later(), loop).result(10) == 7
