@@ -55,13 +55,17 @@ async def run_attempt(
                 ctx.on_stop(_canceller(task))  # a timeout, cancel request or shutdown: at once
                 result = await task
             result = runner.bounded_result(job, result)
+        except GeneratorExit:  # this coroutine closed (the loop ending); the handler's is _Escaped
+            raise
         except BaseException as exc:  # CancelledError too: it is the handler's task that ended
             return _ended_by(runner, attempt, exc)
         if ctx.stop_reason == "cancel":
             return Cancelled(lease=attempt.lease, error="cancelled while running")
         if ctx.stop_reason == "timeout":
             return runner.timeout_outcome(attempt)
-        return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+        return Completed(lease=attempt.lease, result=result, children=ctx.judged())
+    except GeneratorExit:
+        raise
     except BaseException as exc:  # the last guard: the loop must go on
         return Failed(
             lease=attempt.lease,
@@ -89,7 +93,8 @@ def _canceller(task: asyncio.Future[Any]) -> Callable[[str], None]:
 
 
 class _Escaped(Exception):
-    """A handler's SystemExit or KeyboardInterrupt, carried as an ordinary exception."""
+    """A handler's BaseException other than CancelledError (SystemExit, KeyboardInterrupt,
+    GeneratorExit, its own subclasses), carried as an ordinary exception."""
 
     def __init__(self, original: BaseException) -> None:
         super().__init__(describe_error(original))
@@ -97,13 +102,32 @@ class _Escaped(Exception):
 
 
 async def _contained(awaitable: Awaitable[Any]) -> Any:
-    """The handler's coroutine, with SystemExit and KeyboardInterrupt turned into `_Escaped`:
-    a task that raises those re-raises them out of the event loop, which would end it for
-    every job on it (DESIGN §6: a handler never takes the worker down)."""
+    """The handler's coroutine, with every BaseException but CancelledError turned into
+    `_Escaped`: a task re-raises SystemExit and KeyboardInterrupt out of the event loop,
+    which would end it for every job on it, and a GeneratorExit awaited across tasks
+    escapes the `except` that caught it, leaving the attempt unreported and its job
+    claimed for good (DESIGN §6: a handler never takes the worker down)."""
+    task = asyncio.current_task()
     try:
         return await awaitable
-    except (SystemExit, KeyboardInterrupt) as exc:
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        raise
+    except GeneratorExit as exc:
+        if not _driven_by(task):  # close() of the coroutine (collected, loop closing): let it
+            raise
         raise _Escaped(exc) from exc
+    except BaseException as exc:
+        raise _Escaped(exc) from exc
+
+
+def _driven_by(task: asyncio.Task[Any] | None) -> bool:
+    """This code runs in `task`'s step (not in a close() of its coroutine from elsewhere)."""
+    try:
+        return task is not None and asyncio.current_task() is task
+    except RuntimeError:  # no running loop
+        return False
 
 
 __all__ = ["is_async_handler", "run_attempt"]

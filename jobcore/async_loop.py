@@ -137,7 +137,17 @@ class AsyncHandlers:
         asyncio.set_event_loop(self.loop)
         tick = self.loop.create_task(self._tick())
         try:
-            self.loop.run_forever()
+            while True:
+                self.loop.run_forever()
+                if self._done.is_set():
+                    break
+                # only `stop()` ends the loop: a handler that called loop.stop() would
+                # otherwise leave every job on it, and every later one, claimed for good
+                log.error(
+                    "a handler stopped the event loop of async handlers (loop.stop()); "
+                    "running it again: %s",
+                    self._on_loop(),
+                )
         finally:
             tick.cancel()
             pending = [task for task in asyncio.all_tasks(self.loop) if not task.done()]
@@ -378,9 +388,22 @@ class LoopThread:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="jobcore-async", daemon=True).start()
+                threading.Thread(
+                    target=_run_for_good, args=(loop,), name="jobcore-async", daemon=True
+                ).start()
                 self._loop = loop
             return self._loop
+
+
+def _run_for_good(loop: asyncio.AbstractEventLoop) -> None:
+    """Run `loop` until the process ends: a handler's loop.stop() would otherwise leave
+    every attempt on it, and every later one, waiting for good."""
+    asyncio.set_event_loop(loop)
+    while True:
+        loop.run_forever()
+        log.error(
+            "a handler stopped the event loop of async handlers (loop.stop()); running it again"
+        )
 
 
 def claim_room(

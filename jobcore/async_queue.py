@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
 from jobcore.config import Config
-from jobcore.errors import JobNotFound, StorageError
+from jobcore.errors import JobcoreError, JobNotFound, StorageError
 from jobcore.models import Job, NewJob
 from jobcore.plugins import JobcorePluginManager
 from jobcore.queue import Queue
@@ -76,6 +77,8 @@ class AsyncQueue:
         self._looking = asyncio.Lock()  # bound to the loop of its first use
         self._waiting: list[tuple[Sequence[NewJob], asyncio.Future[list[Inserted]]]] = []
         self._committer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of its calls
+        self._binding = threading.Lock()
 
     async def __aenter__(self) -> AsyncQueue:
         return self
@@ -110,6 +113,7 @@ class AsyncQueue:
 
     async def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:
         """Write already-validated jobs in one transaction; hooks fire after commit."""
+        self._bind()
         if not jobs:
             return []
         native = await self._native_store()
@@ -183,6 +187,7 @@ class AsyncQueue:
     # -- reads and transitions ---------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job:
+        self._bind()
         native = await self._native_store()
         if native is None:
             return await self._off(self.queue.get, job_id)
@@ -193,13 +198,37 @@ class AsyncQueue:
 
     async def cancel(self, job_ids: Sequence[str]) -> list[Job]:
         """`Queue.cancel` on this AsyncQueue's thread."""
+        self._bind()
         return await self._off(self.queue.cancel, list(job_ids))
 
     async def retry(self, job_ids: Sequence[str]) -> list[Job]:
         """`Queue.retry` on this AsyncQueue's thread."""
+        self._bind()
         return await self._off(self.queue.retry, list(job_ids))
 
     # -- plumbing ------------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        """Tie this AsyncQueue to the running loop; refuse another loop while its own runs.
+
+        Its waiting calls, their committer task and its lock belong to one loop: a call
+        from a second loop running at the same time would wait for an answer set from the
+        other loop's thread, which never wakes it (a hang). After its loop closed (one
+        `asyncio.run` after another) the next loop takes it over.
+        """
+        loop = asyncio.get_running_loop()
+        with self._binding:
+            if self._loop is loop:
+                return
+            if self._loop is not None and not self._loop.is_closed():
+                raise JobcoreError(
+                    "this AsyncQueue is in use on another event loop that is still running; "
+                    "make one AsyncQueue per event loop (per thread running asyncio)"
+                )
+            self._loop = loop
+            self._looking = asyncio.Lock()
+            self._waiting = []
+            self._committer = None
 
     async def _off(self, call: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()

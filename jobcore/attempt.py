@@ -127,7 +127,7 @@ class AttemptRunner:
             return Cancelled(lease=attempt.lease, error="cancelled while running")
         if ctx.stop_reason == "timeout":  # it returned, but only after its time was up
             return self.timeout_outcome(attempt)
-        return Completed(lease=attempt.lease, result=result, children=tuple(ctx.children))
+        return Completed(lease=attempt.lease, result=result, children=ctx.judged())
 
     def bounded_result(self, job: Job, result: Any) -> Any:
         if result is None and self.max_result_bytes >= 4:  # the usual result: "null" fits

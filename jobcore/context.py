@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from jobcore.errors import Interrupted
+from jobcore.errors import Interrupted, JobcoreError
 from jobcore.models import Job, NewJob
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class JobContext:
         self._stop_event: threading.Event | None = None  # made on first wait()
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[str], None]] | None = None  # see `on_stop`
+        self._judged = False  # its handler ended: see `enqueue`
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -131,8 +132,24 @@ class JobContext:
         """Ask the worker to extend this job's lease now (it also does so every lease/4)."""
         self._request_heartbeat()
 
+    def judged(self) -> tuple[NewJob, ...]:
+        """Its handler ended: the children to commit with its completion; no more after."""
+        self._judged = True
+        return tuple(self.children)
+
     def enqueue(self, type: str, payload: dict[str, Any] | None = None, **options: Any) -> NewJob:
-        """Enqueue a child job, committed together with this job's completion."""
+        """Enqueue a child job, committed together with this job's completion.
+
+        Only while the handler runs: once it ended (a background task or thread it left
+        behind calls this later), the child could no longer be committed with it, so
+        this raises rather than losing the job silently.
+        """
+        if self._judged:
+            raise JobcoreError(
+                f"ctx.enqueue({type!r}) after job {self.job.id}'s handler ended: the child "
+                "would be lost; enqueue children before the handler returns, or use a "
+                "Queue/AsyncQueue for work that outlives it"
+            )
         child = self._build_child(type, payload, parent_id=self.job.id, **options)
         self.children.append(child)
         return child

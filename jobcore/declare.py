@@ -105,16 +105,24 @@ def job_type(
                 f"@job_type({name!r}): the handler's module is not imported"
             )
         types: list[JobType] = module.__dict__.setdefault(DECLARED, [])
-        if any(other.name == name for other in types):
+        index = next((i for i, other in enumerate(types) if other.name == name), None)
+        if index is None:
+            types.append(declared)
+        elif _qualname(types[index].handler) == _qualname(handler):
+            types[index] = declared  # the module ran again (importlib.reload): the new one
+        else:
             raise JobTypeDeclarationError(
                 f"@job_type({name!r}) is declared twice in {module.__name__}; rename one"
             )
-        types.append(declared)
         if "jobcore_register_job_types" not in module.__dict__:
             module.__dict__["jobcore_register_job_types"] = _register_hook(types)
         return handler
 
     return declare
+
+
+def _qualname(handler: Callable[..., Any]) -> str:
+    return str(getattr(handler, "__qualname__", repr(handler)))
 
 
 def _register_hook(types: list[JobType]) -> Callable[..., None]:

@@ -87,8 +87,8 @@ class RetryAfter(JobcoreError):
     """Raised by a handler: retry after exactly `seconds` (still bounded by max_attempts)."""
 
     def __init__(self, seconds: float, message: str = "") -> None:
-        if seconds < 0:
-            raise ValueError("RetryAfter seconds must be >= 0")
+        if not seconds >= 0:  # NaN too: it compares false with everything
+            raise ValueError(f"RetryAfter seconds must be a number >= 0, got {seconds!r}")
         self.seconds = float(seconds)
         super().__init__(message or f"retry requested after {seconds:g}s")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobcore import AsyncQueue, IllegalTransition, InvalidPayload, JobNotFound, JobStatus, Queue
-from jobcore.errors import StorageError
+from jobcore.errors import JobcoreError, StorageError
 from jobcore.testing import make_queue
 
 
@@ -108,3 +108,32 @@ def test_concurrent_enqueues_with_one_idempotency_key_make_one_job(queue: Queue)
     assert len({job_id for job_id, _ in keyed}) == 1
     assert sum(created for _, created in keyed) == 1
     assert queue.storage.count_by_status().get("pending") == 21
+
+
+def test_a_second_running_loop_is_refused_not_left_hanging(queue: Queue) -> None:
+    aq = AsyncQueue(queue=queue)
+    first_running, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        await aq.enqueue("noop", {})
+        first_running.set()
+        while not release.is_set():  # this loop stays alive, owning the AsyncQueue
+            await asyncio.sleep(0.01)
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    try:
+        assert first_running.wait(30)
+
+        async def other() -> Any:
+            return await asyncio.wait_for(aq.enqueue("noop", {}), 10)
+
+        with pytest.raises(JobcoreError, match="make one AsyncQueue per event loop"):
+            asyncio.run(other())
+    finally:
+        release.set()
+        holder.join(30)
+    # its loop ended: the next loop takes the AsyncQueue over
+    asyncio.run(aq.enqueue("noop", {}))
+    asyncio.run(aq.aclose())
+    assert queue.storage.count_by_status().get("pending") == 2

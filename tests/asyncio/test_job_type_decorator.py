@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -176,3 +177,28 @@ def test_mypy_sees_the_payload_type(tmp_path: Path) -> None:
     assert '"Welcome" has no attribute "emial"' in failed.stdout
     assert 'Value of type variable "H" of function cannot be' in failed.stdout
     assert 'has incompatible type "Payload"; expected "Welcome"' in failed.stdout
+
+
+def test_a_reloaded_module_declares_its_types_again(importable: Path) -> None:
+    write_module(
+        importable,
+        "declared_reloaded",
+        """
+        from jobcore import JobContext, Payload, job_type
+
+        class P(Payload):
+            n: int = 0
+
+        @job_type("reloaded", max_attempts=2)
+        def handle(payload: P, ctx: JobContext) -> int:
+            return payload.n
+        """,
+    )
+    module = importlib.import_module("declared_reloaded")
+    module = importlib.reload(module)  # re-runs its declarations: not a second declaration
+    queue = make_queue(str(importable / "jobs.db"), modules=["declared_reloaded"])
+    declared = queue.registry.get("reloaded")
+    assert declared is not None and declared.handler is module.handle
+    assert declared.payload_model is module.P  # the reloaded model, not the stale one
+    assert [t.name for t in module.__jobcore_job_types__] == ["reloaded"]
+    queue.close()

@@ -28,7 +28,21 @@ class AsyncPayload(Payload):
     log: str
     sleep: float = Field(default=0.0, ge=0)
     first_sleep: float = Field(default=0.0, ge=0)  # slept instead of `sleep` on attempt 1
-    how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash
+    how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash exit
+    # generator_exit stop_loop late_child
+
+
+LEFT_BEHIND: set[asyncio.Future[None]] = set()
+
+
+async def enqueue_late(payload: AsyncPayload, ctx: JobContext) -> None:
+    await asyncio.sleep(0.3)
+    try:
+        ctx.enqueue("noop", {})
+    except Exception as exc:
+        note(payload.log, "late-child-refused", ctx, type(exc).__name__)
+    else:
+        note(payload.log, "late-child-taken", ctx)
 
 
 @job_type("async_job", max_attempts=3)
@@ -40,6 +54,11 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
     if payload.how == "exit":
         await asyncio.sleep(0)
         raise SystemExit(3)  # must end this attempt only, never the worker's event loop
+    if payload.how == "generator_exit":
+        await asyncio.sleep(0)
+        raise GeneratorExit  # a BaseException that escapes an except across tasks
+    if payload.how == "stop_loop":
+        asyncio.get_running_loop().stop()  # must not end the loop for the other jobs
     seconds = payload.first_sleep if ctx.attempt == 1 and payload.first_sleep else payload.sleep
     if payload.how == "block":
         time.sleep(seconds)  # blocks the event loop on purpose
@@ -63,6 +82,8 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
         raise RetryAfter(30)
     if payload.how == "child":
         ctx.enqueue("noop", {})  # committed with this job's completion
+    if payload.how == "late_child":  # a task outliving the handler enqueues a child later
+        LEFT_BEHIND.add(asyncio.ensure_future(enqueue_late(payload, ctx)))
     note(payload.log, "end", ctx)
     return {"attempt": ctx.attempt, "async": True}
 

@@ -71,3 +71,10 @@ def test_jitter_only_shortens_within_its_fraction() -> None:
     delays = [policy.backoff(1, rng) for _ in range(200)]
     assert all(6.0 <= d <= 8.0 for d in delays)
     assert len(set(delays)) > 100  # actually spread out
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("-inf")])
+def test_retry_after_refuses_a_delay_that_is_not_a_number_at_least_zero(seconds: float) -> None:
+    # NaN compared false with 0 and so passed the check: a retry at once, spending the attempts
+    with pytest.raises(ValueError, match="RetryAfter seconds must be a number >= 0"):
+        RetryAfter(seconds)
