@@ -12,11 +12,11 @@ from typing import Any
 
 import jobcore_agent
 import pytest
-from conftest import FileServer, MakeSolver, sha256
 from jobcore_agent.cache import ArtifactCache, ChecksumMismatch
 from jobcore_agent.exec_job import ArtifactSource, DownloadFailed
 from testenv import wait_for
 
+from conftest import FileServer, MakeSolver, sha256
 from jobcore import Queue
 from jobcore.testing import drain
 

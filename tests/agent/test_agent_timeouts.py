@@ -8,8 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import MakeSolver
 from hubenv import Agent, Hub
+
+from conftest import MakeSolver
 
 pytest.importorskip("fastapi")
 

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import sha256, solver_source
 from hubenv import JOBCORE, Agent, Hub, env, pause, wait_until
+
+from conftest import sha256, solver_source
 
 pytest.importorskip("fastapi")
 pytest.importorskip("cryptography")

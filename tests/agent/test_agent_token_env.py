@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import solver_source
 from hubenv import Agent, Hub
 from test_agent_e2e import upload
+
+from conftest import solver_source
 
 pytest.importorskip("fastapi")
 

@@ -6,10 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import solver_source
 from hubenv import Agent, Hub, wait_until
 from jobcore_agent.wire import sendable
 from test_agent_e2e import upload
+
+from conftest import solver_source
 
 pytest.importorskip("fastapi")
 
