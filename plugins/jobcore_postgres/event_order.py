@@ -15,8 +15,10 @@ it sorts after everything already delivered, and a cursor never skips.
 
 - `HORIZON` is the oldest transaction id running in this statement's snapshot,
   leaving out those `pg_stat_activity` (or, prepared, `pg_prepared_xacts`) shows
-  belonging to another database (they cannot write this table; an id neither
-  shows, e.g. one that ended meanwhile, counts), else the snapshot's `xmax`;
+  belonging to another database or to an autovacuum worker (they cannot write
+  this table; an ANALYZE takes a transaction id and held back every event
+  committed after it began); an id neither shows, e.g. one that ended
+  meanwhile, counts), else the snapshot's `xmax`;
   and never past the reader's own transaction, whose events are not committed.
   It comes from the same snapshot as the rows read: a horizon from a later
   snapshot could pass a transaction whose rows this read cannot see.
@@ -76,7 +78,8 @@ HORIZON = (
     "(SELECT least(coalesce("
     "(SELECT min(x) FROM pg_snapshot_xip(pg_current_snapshot()) AS x "
     "WHERE NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.backend_xid = xid(x) "
-    "AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())) "
+    "AND (a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "OR a.backend_type = 'autovacuum worker')) "
     "AND NOT EXISTS (SELECT FROM pg_prepared_xacts p WHERE p.transaction = xid(x) "
     "AND p.database <> current_database())), "
     "pg_snapshot_xmax(pg_current_snapshot())), pg_current_xact_id_if_assigned()))"
