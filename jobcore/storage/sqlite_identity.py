@@ -1,6 +1,6 @@
 """Noticing that a database path no longer names the file a storage opened.
 
-A restore (`mv backup.db jobcore.db`) or a reset (`rm jobcore.db*`) while a worker
+A restore (`mv backup.db jobcore.db`) or a reset (`rm -r jobcore.db*`: the database, its sidecars and start slots) while a worker
 runs leaves the worker on the old file: its connections keep it open, so its
 claims and outcomes go to a file nobody else reads, and jobs enqueued at the path
 stay pending for good. Comparing the path's device and inode with the ones seen

@@ -7,6 +7,7 @@ file nobody else reads while jobs enqueued at its `--db` path stay pending for g
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,8 @@ def test_a_worker_stops_when_its_database_file_is_replaced_or_deleted(
         if how == "replaced":
             os.replace(backup, db)  # a restore
         else:
-            for path in tmp_path.glob("jobs.db*"):  # a reset
-                path.unlink()
+            for path in tmp_path.glob("jobs.db*"):  # a reset: rm -r jobs.db*
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         assert worker.wait(30) == 1, log.read_text()
     finally:
         if worker.poll() is None:
