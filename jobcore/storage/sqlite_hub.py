@@ -31,6 +31,7 @@ from jobcore.storage.hub_state import (
 )
 from jobcore.storage.rows import row_to_job
 from jobcore.storage.sqlite_errors import boundary, storage_error
+from jobcore.storage.sqlite_reads import in_filter
 
 log = logging.getLogger("jobcore.http.store")
 
@@ -99,16 +100,6 @@ def _newest(columns: str, statuses: int, condition: str, limit: str) -> str:
 
 def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
-    if not values:
-        return ""
-    names = []
-    for index, value in enumerate(values):
-        params[f"{prefix}{index}"] = value
-        names.append(f":{prefix}{index}")
-    return f" AND {column} IN ({', '.join(names)})"
 
 
 class SQLiteHubStore:
@@ -339,8 +330,10 @@ class SQLiteHubStore:
         for index, value in enumerate(where.statuses):
             params[f"s{index}"] = value
         statuses = len(where.statuses)
-        status = _in("status", where.statuses, "s", params)
-        rest = _in("type", where.types, "t", params) + _in("queue", where.queues, "q", params)
+        status = in_filter("status", where.statuses, "s", params)
+        rest = in_filter("type", where.types, "t", params) + in_filter(
+            "queue", where.queues, "q", params
+        )
         if where.worker is not None:
             params["worker"] = where.worker
             rest += " AND locked_by = :worker"
@@ -425,7 +418,9 @@ class SQLiteHubStore:
         if not ids:
             return {}
         params: dict[str, Any] = {}
-        sql = "SELECT * FROM jobs WHERE 1 = 1" + _in("id", list(dict.fromkeys(ids)), "i", params)
+        sql = "SELECT * FROM jobs WHERE 1 = 1" + in_filter(
+            "id", list(dict.fromkeys(ids)), "i", params
+        )
         return {job.id: job for job in (row_to_job(row) for row in self._rows(sql, params))}
 
     @boundary
