@@ -14,6 +14,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from dataclasses import replace
 from types import FrameType
 from typing import Any
@@ -355,6 +356,7 @@ class Agent:
     def _claimer_main(self) -> None:
         backoff = Backoff(self.max_backoff)
         outage = False
+        key = uuid.uuid4().hex  # kept until a claim is answered: a lost answer is asked again
         while True:
             with self._cond:
                 self._cond.wait_for(
@@ -370,6 +372,7 @@ class Agent:
                     queues=self.queues,
                     max_jobs=free,
                     wait=self.intervals.poll_wait,
+                    key=key,
                 )
             except HubAuthError as exc:
                 self._set_fatal(exc)
@@ -383,6 +386,7 @@ class Agent:
                 outage = outage or isinstance(exc, HubUnavailable)
                 self._sleep(delay)
                 continue
+            key = uuid.uuid4().hex
             backoff.reset()
             if outage:
                 outage = False

@@ -230,8 +230,12 @@ class HubClient:
         queues: tuple[str, ...],
         max_jobs: int,
         wait: float,
+        key: str | None = None,
     ) -> Claimed:
-        """`POST /api/jobs/claim` long-poll: up to `max_jobs` jobs, [] when `wait` passed."""
+        """`POST /api/jobs/claim` long-poll: up to `max_jobs` jobs, [] when `wait` passed.
+
+        `key` (`X-Idempotency-Key`): the same key again after a lost answer gets the jobs
+        that answer carried, if this agent still holds them, instead of new claims."""
         body = {
             "worker_id": worker_id,
             "types": list(types),
@@ -246,6 +250,7 @@ class HubClient:
                 "/api/jobs/claim",
                 json=body,
                 timeout=wait + self.timeout,
+                headers={"X-Idempotency-Key": key} if key else None,
                 extensions={"trace": self._trace_claim},
             )
         except httpx.TransportError as exc:
