@@ -21,6 +21,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from types import FrameType
@@ -396,6 +397,7 @@ class Agent:
     def _claimer_main(self) -> None:
         backoff = Backoff(self.max_backoff)
         outage = False
+        key = uuid.uuid4().hex  # kept until a claim is answered: a lost answer is asked again
         while True:
             with self._cond:
                 self._cond.wait_for(
@@ -413,6 +415,7 @@ class Agent:
                     max_jobs=free,
                     wait=self.intervals.poll_wait,
                     start=start,
+                    key=key,
                 )
             except HubAuthError as exc:
                 self._set_fatal(exc)
@@ -437,6 +440,7 @@ class Agent:
                 outage = outage or isinstance(exc, HubUnavailable)
                 self._sleep(delay)
                 continue
+            key = uuid.uuid4().hex
             backoff.reset()
             if outage:
                 outage = False

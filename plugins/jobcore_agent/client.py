@@ -231,11 +231,14 @@ class HubClient:
         max_jobs: int,
         wait: float,
         start: int | None = None,
+        key: str | None = None,
     ) -> Claimed:
         """`POST /api/jobs/claim` long-poll: up to `max_jobs` jobs, [] when `wait` passed.
 
         `start`: how many of them the hub marks started at once (the rest are read-ahead and
-        start with a `start` report); None leaves it out (every job starts at its claim)."""
+        start with a `start` report); None leaves it out (every job starts at its claim).
+        `key` (`X-Idempotency-Key`): the same key again after a lost answer gets the jobs
+        that answer carried, if this agent still holds them, instead of new claims."""
         body: dict[str, Any] = {
             "worker_id": worker_id,
             "types": list(types),
@@ -252,6 +255,7 @@ class HubClient:
                 "/api/jobs/claim",
                 json=body,
                 timeout=wait + self.timeout,
+                headers={"X-Idempotency-Key": key} if key else None,
                 extensions={"trace": self._trace_claim},
             )
         except httpx.TransportError as exc:

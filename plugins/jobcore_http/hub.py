@@ -21,6 +21,7 @@ from jobcore.clockjump import SweepGuard
 from jobcore.errors import JobTimeout
 from jobcore.models import Failed, Job, Lease, Released, Retrying
 from jobcore.queue import Queue
+from jobcore_http.claim_replays import ClaimReplays
 from jobcore_http.engine import Engine
 from jobcore_http.events import REREAD, EventFeed
 from jobcore_http.grants import Limits
@@ -58,6 +59,7 @@ class Hub:
         self.stopping = threading.Event()
         self.stop_signal = AsyncSignal()
         self.longpolls: dict[str, int] = {}  # agent -> claims waiting now (event loop only)
+        self.claim_replays = ClaimReplays()  # a claim retried after its answer was lost
         self.principal_resolvers: list[Resolver] = []  # e.g. the dashboard's session cookie
         self._maintenance = threading.Thread(
             target=self._maintain, name="hub-maintenance", daemon=True

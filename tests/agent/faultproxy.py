@@ -3,7 +3,8 @@
 Per request, at the configured rates: `reset` (the connection is reset
 before the request reaches the hub), `bad_gateway` (a 502 without
 forwarding), `slow` (forwarded after a delay) and `drop_after` (forwarded, the
-hub commits, then the connection is reset instead of answering).
+hub commits, then the connection is reset instead of answering). `drop_next[route]`
+drops the next that many answers of one route (its last path segment) the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class FaultProxy:
         self.items: Counter[str] = Counter()  # `POST /api/jobs/reports` items by kind
         self.delays: dict[str, float] = {}  # route -> seconds each request waits, then goes on
         self.faults: Counter[str] = Counter()
+        self.drop_next: Counter[str] = Counter()  # route -> answers still to drop
         self.requests: Counter[str] = Counter()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -135,6 +137,10 @@ class FaultProxy:
         if self.delays.get(route):
             time.sleep(self.delays[route])  # forwarded even if its client died meanwhile
         fault, delay = self._pick()
+        with self._lock:
+            if self.drop_next[route] > 0:
+                self.drop_next[route] -= 1
+                fault = "drop_after"
         if fault is not None:
             with self._lock:
                 self.faults[fault] += 1

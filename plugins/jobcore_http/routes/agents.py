@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from jobcore.errors import JobcoreError
+from jobcore.errors import JobcoreError, JobNotFound
 from jobcore.models import (
     Completed,
     Job,
@@ -94,6 +94,15 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
     acting_as(principal, body.worker_id)
     types, queues = claimable(principal, body.types, body.queues)
     hub = hub_of(request)
+    key = request.headers.get("X-Idempotency-Key")
+    key = key if key is not None and hub.claim_replays.usable(key) else None
+    if key is not None and (leases := hub.claim_replays.get(body.worker_id, key)) is not None:
+        held = await run_in_threadpool(_still_held, hub, body.worker_id, leases)
+        if not held:
+            return Response(status_code=204)
+        if body.max_jobs is None:
+            return JSONResponse(job_json(held[0]))
+        return JSONResponse([job_json(job) for job in held])
     if body.worker_id in hub.registry.draining:
         hub.registry.seen(body.worker_id, hub.now())
         return Response(status_code=204, headers={"X-Jobcore-Drain": "1"})
@@ -125,6 +134,8 @@ async def claim(request: Request, body: ClaimIn, principal: Agent) -> Response:
     if body.worker_id in hub.registry.draining:  # told to drain while it waited: none for it
         await _give_back(hub, jobs)
         return Response(status_code=204, headers={"X-Jobcore-Drain": "1"})
+    if key is not None:
+        hub.claim_replays.remember(body.worker_id, key, [(job.id, job.lease_id) for job in jobs])
     if body.max_jobs is None:
         return ClaimAnswer(job_json(jobs[0]), hub, jobs)
     return ClaimAnswer([job_json(job) for job in jobs], hub, jobs)
@@ -201,6 +212,19 @@ async def _disconnected(request: Request) -> None:
 
 async def _job(hub: Hub, job_id: str) -> Job:
     return await run_in_threadpool(hub.queue.get, job_id)
+
+
+def _still_held(hub: Hub, worker: str, leases: list[tuple[str, str | None]]) -> list[Job]:
+    """The jobs of an earlier answer that `worker` still holds under the same leases."""
+    held = []
+    for job_id, lease_id in leases:
+        try:
+            job = hub.queue.get(job_id)
+        except JobNotFound:  # deleted since
+            continue
+        if lease_id is not None and _live(job, worker, lease_id):
+            held.append(job)
+    return held
 
 
 def _live(job: Job, worker: str, lease_id: str | None) -> bool:
