@@ -95,9 +95,12 @@ class StartSlots:
     def __init__(self, db_path: str, worker: str) -> None:
         self.path = file_of(db_path, worker)
         for tries_left in (1, 0):
-            self.path.parent.mkdir(exist_ok=True)
+            # private to the user running workers (lease ids are fences), and never through a
+            # symlink planted where the file goes (it would truncate what the link names)
+            self.path.parent.mkdir(mode=0o700, exist_ok=True)
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+                self._fd = os.open(self.path, flags, 0o600)
                 break
             except FileNotFoundError:  # another worker removed the empty folder meanwhile
                 if not tries_left:

@@ -157,3 +157,20 @@ def test_a_slot_is_one_aligned_write_per_start(tmp_path: Path) -> None:
     assert start_slots.read(db, "w") == {f"lease{slot}": 499 for slot in range(4)}
     assert os.path.getsize(start_slots.file_of(db, "w")) == 4 * SLOT
     slots.close()
+
+
+def test_start_slots_are_private_and_never_written_through_a_symlink(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    slots = StartSlots(db, "w1")
+    try:
+        assert (start_slots.folder(db).stat().st_mode & 0o777) == 0o700
+        assert (slots.path.stat().st_mode & 0o777) == 0o600
+    finally:
+        slots.close()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    planted = start_slots.file_of(db, "w2")
+    planted.parent.mkdir(exist_ok=True)
+    planted.symlink_to(victim)
+    assert StartSlots.open(db, "w2") is None  # refused (logged): starts go to the database
+    assert victim.read_text() == "keep me\n"
