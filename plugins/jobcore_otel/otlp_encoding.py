@@ -61,9 +61,7 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, Sequence):
         return _field(0x2A, b"".join(_field(0x0A, _any_value(item)) for item in value))
     if isinstance(value, Mapping):
-        return _field(
-            0x32, b"".join(_field(0x0A, _key_value(str(k), v)) for k, v in value.items())
-        )
+        return _field(0x32, b"".join(_field(0x0A, _key_value(str(k), v)) for k, v in value.items()))
     raise TypeError(f"Invalid type {type(value)} of value {value}")
 
 
@@ -217,9 +215,9 @@ class SpanEncoder:
                 encoded = scopes[1][scope] = []
             encoded.append(_field(0x12, self.span(span)))
         out = []
-        for resource, scopes in grouped.values():
+        for resource, by_scope in grouped.values():
             body = [self._resource(resource)]
-            for scope, encoded in scopes.items():
+            for scope, encoded in by_scope.items():
                 scope_body = self._scope(scope) + b"".join(encoded)
                 if scope is not None and scope.schema_url:
                     scope_body += _field(0x1A, scope.schema_url.encode())
@@ -231,4 +229,6 @@ class SpanEncoder:
 
 
 def _flags(parent: Any) -> int:
-    return _HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE
+    return (
+        _HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE
+    )

@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
 from jobcore import ConfigError
@@ -82,20 +82,25 @@ def configured_exporters(env: Mapping[str, str]) -> list[str]:
 
 def providers_from_env(
     env: Mapping[str, str] | None = None,
-) -> tuple[TracerProvider, MeterProvider, bool]:
-    """The providers, and whether any exporter is configured at all."""
+) -> tuple[TracerProvider, MeterProvider, SpanProcessor | None]:
+    """The providers, and the tracer provider's span processor when it has exactly one, OTLP's.
+
+    That processor may be given spans directly (`job_span.JobSpan`): nothing else
+    would see them.
+    """
     env = os.environ if env is None else env
     configured_exporters(env)  # raises on a bad setting before anything is built
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "jobcore"})
     tracer_provider = TracerProvider(resource=resource)
     trace_exporters = _exporter_names(env, "traces")
+    otlp: SpanProcessor | None = None
     for name in trace_exporters:
         if name == "otlp":
             _check_protocol(env, "traces")
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from jobcore_otel.otlp_export import OtlpSpanExporter
 
-            exporter = OTLPSpanExporter(endpoint=_endpoint(env, "traces"))
-            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+            otlp = BatchSpanProcessor(OtlpSpanExporter(endpoint=_endpoint(env, "traces")))
+            tracer_provider.add_span_processor(otlp)
         else:
             tracer_provider.add_span_processor(
                 BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr))
@@ -119,5 +124,5 @@ def providers_from_env(
                     ConsoleMetricExporter(out=sys.stderr), export_interval_millis=interval
                 )
             )
-    exporting = bool(trace_exporters or readers)
-    return tracer_provider, MeterProvider(resource=resource, metric_readers=readers), exporting
+    direct = otlp if trace_exporters == ["otlp"] else None
+    return tracer_provider, MeterProvider(resource=resource, metric_readers=readers), direct

@@ -36,13 +36,21 @@ MakeQueue = Callable[..., Queue]
 
 
 class Telemetry:
-    def __init__(self) -> None:
+    """The plugin with in-memory exporters; `direct`: process spans are `JobSpan`s handed
+    straight to the processor (as with the OTLP exporter built from `OTEL_*`)."""
+
+    def __init__(self, direct: bool = False) -> None:
         self.spans = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        processor = SimpleSpanProcessor(self.spans)
+        self.tracer_provider.add_span_processor(processor)
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.plugin = OtelPlugin(self.tracer_provider, self.meter_provider)
+        self.plugin = OtelPlugin(
+            self.tracer_provider,
+            self.meter_provider,
+            span_processor=processor if direct else None,
+        )
 
     def finished(self) -> list[ReadableSpan]:
         return sorted(self.spans.get_finished_spans(), key=lambda s: s.start_time or 0)
@@ -57,9 +65,9 @@ class Telemetry:
         return found
 
 
-@pytest.fixture
-def telemetry() -> Telemetry:
-    return Telemetry()
+@pytest.fixture(params=["sdk-span", "job-span"])
+def telemetry(request: pytest.FixtureRequest) -> Telemetry:
+    return Telemetry(direct=request.param == "job-span")
 
 
 @pytest.fixture

@@ -57,11 +57,13 @@ def finished(provider: TracerProvider) -> tuple[ReadableSpan, ...]:
         trace_flags=TraceFlags(1),
         trace_state=TraceState([("vendor", "v1"), ("x", "y")]),
     )
-    with tracer.start_as_current_span("send default", kind=SpanKind.PRODUCER, attributes=VALUES):
-        with other.start_as_current_span("inner", attributes={"k": 1}) as inner:
-            inner.add_event("happened", {"a": "b", "n": 3}, timestamp=123)
-            inner.add_event("bare")
-            inner.set_status(Status(StatusCode.OK))
+    with (
+        tracer.start_as_current_span("send default", kind=SpanKind.PRODUCER, attributes=VALUES),
+        other.start_as_current_span("inner", attributes={"k": 1}) as inner,
+    ):
+        inner.add_event("happened", {"a": "b", "n": 3}, timestamp=123)
+        inner.add_event("bare")
+        inner.set_status(Status(StatusCode.OK))
     with tracer.start_as_current_span(
         "process default",
         context=set_span_in_context(NonRecordingSpan(remote)),
