@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from time import time_ns
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
@@ -94,10 +95,8 @@ class JobSpan(Span):
         self.parent = parent
         self.kind = kind
         self.attributes: Mapping[str, types.AttributeValue] = attributes
-        self.events: list[Event] = []
-        self.dropped_events = 0
-        self.links: list[Link] = []
-        self.dropped_links = 0
+        self.events: Sequence[Event] = ()  # a BoundedList from the first event on
+        self.links: Sequence[Link] = ()
         self.status = UNSET
         self.resource = factory.resource
         self.instrumentation_scope = factory.scope
@@ -107,6 +106,14 @@ class JobSpan(Span):
     @property
     def dropped_attributes(self) -> int:
         return getattr(self.attributes, "dropped", 0)
+
+    @property
+    def dropped_events(self) -> int:
+        return getattr(self.events, "dropped", 0)
+
+    @property
+    def dropped_links(self) -> int:
+        return getattr(self.links, "dropped", 0)
 
     def get_span_context(self) -> SpanContext:
         return self.context
@@ -150,9 +157,8 @@ class JobSpan(Span):
         if not self._writable():
             return
         limits = self._factory.limits
-        if limits.max_events is not None and len(self.events) >= limits.max_events:
-            self.dropped_events += 1
-            return
+        if not isinstance(self.events, BoundedList):  # keeps the newest, as the SDK's span
+            self.events = BoundedList(limits.max_events)
         bounded = BoundedAttributes(
             limits.max_event_attributes,
             attributes,
@@ -165,9 +171,8 @@ class JobSpan(Span):
         if not self._writable() or context is None or not context.is_valid:
             return
         limits = self._factory.limits
-        if limits.max_links is not None and len(self.links) >= limits.max_links:
-            self.dropped_links += 1
-            return
+        if not isinstance(self.links, BoundedList):
+            self.links = BoundedList(limits.max_links)
         bounded = BoundedAttributes(
             limits.max_link_attributes,
             attributes,

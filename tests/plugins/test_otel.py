@@ -17,6 +17,7 @@ from typing import Any
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_otel import InertOtel, MisconfiguredOtel, OtelPlugin, load_plugin
+from jobcore_otel.job_span import JobSpan
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -40,6 +41,7 @@ class Telemetry:
     straight to the processor (as with the OTLP exporter built from `OTEL_*`)."""
 
     def __init__(self, direct: bool = False) -> None:
+        self.direct = direct
         self.spans = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
         processor = SimpleSpanProcessor(self.spans)
@@ -53,7 +55,10 @@ class Telemetry:
         )
 
     def finished(self) -> list[ReadableSpan]:
-        return sorted(self.spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+        spans = sorted(self.spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+        for span in spans:  # the path under test is the one taken
+            assert isinstance(span, JobSpan) == (self.direct and span.name.startswith("process"))
+        return spans
 
     def metrics(self) -> dict[str, list[Any]]:
         data = self.reader.get_metrics_data()
@@ -314,7 +319,10 @@ class OtlpReceiver:
                                         "name": span.name,
                                         "kind": span.kind,
                                         "trace": span.trace_id.hex(),
+                                        "id": span.span_id.hex(),
                                         "parent": span.parent_span_id.hex(),
+                                        "status": span.status.code,
+                                        "events": [event.name for event in span.events],
                                         "service": service,
                                         "attributes": {
                                             a.key: a.value.string_value or a.value.int_value
@@ -368,7 +376,7 @@ def test_otlp_http_export_end_to_end(receiver: OtlpReceiver, tmp_path: Path) -> 
     enqueued = jobcore("enqueue", "flaky", json.dumps({"fail_times": 1}))
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = enqueued.stdout.strip()
-    ran = jobcore("run", "--until-empty")
+    ran = jobcore("run", "--until-empty", "--worker-id", "w-e2e")
     assert ran.returncode == 0, ran.stderr
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and len(receiver.spans) < 4:
@@ -380,6 +388,24 @@ def test_otlp_http_export_end_to_end(receiver: OtlpReceiver, tmp_path: Path) -> 
     ) == 1
     assert {span["service"] for span in receiver.spans} == {"jobcore-e2e"}
     assert all(span["attributes"]["messaging.message.id"] == job_id for span in receiver.spans)
+    [send] = [span for span in receiver.spans if span["name"] == "send default"]
+    first, second = sorted(
+        (span for span in receiver.spans if span["name"] == "process default"),
+        key=lambda span: span["attributes"]["jobcore.job.attempt"],
+    )
+    assert first["parent"] == second["parent"] == send["id"]  # the process spans' parent
+    assert (first["status"], first["events"]) == (2, ["exception"])  # STATUS_CODE_ERROR
+    assert (second["status"], second["events"]) == (0, [])
+    assert first["kind"] == 5 and first["attributes"] == {  # SPAN_KIND_CONSUMER
+        "messaging.system": "jobcore",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "default",
+        "messaging.message.id": job_id,
+        "jobcore.job.type": "flaky",
+        "messaging.operation.name": "process",
+        "messaging.client.id": "w-e2e",
+        "jobcore.job.attempt": 1,
+    }
     assert {
         "jobcore.jobs.completed",
         "jobcore.job.duration",
