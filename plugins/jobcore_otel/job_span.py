@@ -36,8 +36,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
+from jobcore_otel.otlp_encoding import UNSET_STATUS
+
 log = logging.getLogger("jobcore.otel")
-UNSET = Status(StatusCode.UNSET)
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
@@ -97,7 +98,7 @@ class JobSpan(Span):
         self.attributes: Mapping[str, types.AttributeValue] = attributes
         self.events: Sequence[Event] = ()  # a BoundedList from the first event on
         self.links: Sequence[Link] = ()
-        self.status = UNSET
+        self.status = UNSET_STATUS
         self.resource = factory.resource
         self.instrumentation_scope = factory.scope
         self.start_time = time_ns()

@@ -16,14 +16,21 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
 log = logging.getLogger("jobcore.otel")
-_SPAN_KIND = {0: 1, 1: 2, 2: 3, 3: 4, 4: 5}  # SDK SpanKind value -> OTLP Span.SpanKind
+# the kind field (6) for each SDK SpanKind (its value + 1 is OTLP's Span.SpanKind)
+_SPAN_KIND = {kind: bytes((0x30, kind.value + 1)) for kind in SpanKind}
+UNSET_STATUS = Status(StatusCode.UNSET)  # shared by `JobSpan`s: encoded without a look
+_UNSET_STATUS_FIELD = b"\x7a\x00"
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
-_CACHE_LIMIT = 4096  # encoded attribute pairs kept; cleared when full (job ids never repeat)
+_CACHE_LIMIT = 4096  # encoded attribute pairs (and keys, names) kept; cleared when full
+_NEW_VALUES = 64  # a key whose values missed the cache this often is an id's: not cached
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_fixed32 = struct.Struct("<I").pack
+_pack_times = struct.Struct("<BQBQ").pack  # start (field 7) and end (field 8), both fixed64
 
 
 def _varint(value: int) -> bytes:
@@ -75,31 +82,66 @@ class SpanEncoder:
     def __init__(self) -> None:
         self._pairs: dict[tuple[str, type, Any], bytes] = {}
         self._names: dict[str, bytes] = {}
+        self._keys: dict[str, bytes] = {}
+        self._misses: dict[str, int] = {}
         self._resources: dict[int, tuple[Any, bytes]] = {}
         self._scopes: dict[Any, bytes] = {}
 
     def _attributes(self, tag: int, attributes: Mapping[str, Any] | None) -> bytes:
-        """Each pair as a repeated `KeyValue` field `tag`; hashable pairs come from the cache."""
+        """Each pair as a repeated `KeyValue` field `tag`.
+
+        Pairs of a string, integer or boolean come from a cache, except under keys
+        whose values keep changing (after `_NEW_VALUES` misses: ids), whose
+        encoded key alone is kept.
+        """
         if not attributes:
             return b""
         pairs = self._pairs
         parts = []
         for key, value in attributes.items():
             kind = type(value)
-            cached = kind is str or kind is int or kind is bool  # not floats: 0.0 == -0.0
-            encoded = pairs.get((key, kind, value)) if cached else None
-            if encoded is None:
-                try:
-                    encoded = _field(tag, _key_value(key, value))
-                except Exception as error:  # as the SDK's encoder: the pair is left out, logged
-                    log.exception("Failed to encode key %s: %s", key, error)
+            if kind is str or kind is int or kind is bool:  # not floats: 0.0 == -0.0
+                encoded = pairs.get((key, kind, value))
+                if encoded is not None:
+                    parts.append(encoded)
                     continue
-                if cached:
-                    if len(pairs) >= _CACHE_LIMIT:
-                        pairs.clear()
-                    pairs[(key, kind, value)] = encoded
+                if kind is str:
+                    prefix = self._keys.get(key)
+                    if prefix is None:
+                        if len(self._keys) >= _CACHE_LIMIT:
+                            self._keys.clear()
+                            self._misses.clear()
+                        prefix = self._keys[key] = _field(0x0A, key.encode())
+                    value_field = _field(0x12, _field(0x0A, value.encode()))
+                    encoded = (
+                        bytes((tag,))
+                        + _varint(len(prefix) + len(value_field))
+                        + prefix
+                        + value_field
+                    )
+                    parts.append(encoded)
+                    misses = self._misses.get(key, 0)
+                    if misses < _NEW_VALUES:
+                        self._misses[key] = misses + 1
+                        self._keep(pairs, (key, kind, value), encoded)
+                    continue
+            try:
+                encoded = _field(tag, _key_value(key, value))
+            except Exception as error:  # as the SDK's encoder: the pair is left out, logged
+                log.exception("Failed to encode key %s: %s", key, error)
+                continue
+            if kind is int or kind is bool:
+                self._keep(pairs, (key, kind, value), encoded)
             parts.append(encoded)
         return b"".join(parts)
+
+    @staticmethod
+    def _keep(
+        pairs: dict[tuple[str, type, Any], bytes], pair: tuple[str, type, Any], encoded: bytes
+    ) -> None:
+        if len(pairs) >= _CACHE_LIMIT:
+            pairs.clear()
+        pairs[pair] = encoded
 
     def _name(self, name: str) -> bytes:
         encoded = self._names.get(name)
@@ -155,12 +197,14 @@ class SpanEncoder:
             out.append(_field(0x1A, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode()))
         if parent is not None:
             out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-        out.append(self._name(span.name))
-        out += (b"\x30", bytes((_SPAN_KIND[span.kind.value],)))
-        if span.start_time:
-            out += (b"\x39", _pack_fixed64(span.start_time))
-        if span.end_time:
-            out += (b"\x41", _pack_fixed64(span.end_time))
+        out += (self._name(span.name), _SPAN_KIND[span.kind])
+        start, end = span.start_time, span.end_time
+        if start and end:
+            out.append(_pack_times(0x39, start, 0x41, end))
+        elif start:
+            out += (b"\x39", _pack_fixed64(start))
+        elif end:
+            out += (b"\x41", _pack_fixed64(end))
         out.append(self._attributes(0x4A, span.attributes))
         if span.dropped_attributes:
             out += (b"\x50", _varint(span.dropped_attributes))
@@ -191,7 +235,9 @@ class SpanEncoder:
         if span.dropped_links:
             out += (b"\x70", _varint(span.dropped_links))
         status = span.status
-        if status is not None:
+        if status is UNSET_STATUS:
+            out.append(_UNSET_STATUS_FIELD)
+        elif status is not None:
             body = b""
             if status.description:
                 body += _field(0x12, status.description.encode())

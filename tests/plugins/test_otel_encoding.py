@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jobcore_otel.job_span import JobSpanFactory
 from jobcore_otel.otlp_encoding import SpanEncoder
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -43,6 +44,9 @@ VALUES: dict[str, Any] = {
     "empty tuple": (),
     "long": "x" * 300,
 }
+
+
+REMOTE = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1))
 
 
 def finished(provider: TracerProvider) -> tuple[ReadableSpan, ...]:
@@ -106,3 +110,26 @@ def test_an_attribute_that_cannot_be_encoded_is_left_out_as_the_sdk_does(
     spans = exporter.get_finished_spans()
     assert SpanEncoder().request(spans) == encode_spans(spans).SerializePartialToString()
     assert "Failed to encode key huge" in caplog.text
+
+
+def test_many_spans_with_ids_and_job_spans_the_same_bytes_as_the_sdk_encoder() -> None:
+    """Past the point where a key's changing values stop being cached, and for `JobSpan`s."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    parent = set_span_in_context(NonRecordingSpan(REMOTE))
+    tracer = provider.get_tracer("jobcore")
+    for n in range(300):
+        attributes = {"messaging.message.id": f"job-{n}", "jobcore.job.attempt": n % 3, "q": "d"}
+        if n % 2:
+            span = factory.start("process d", parent, SpanKind.CONSUMER, attributes)
+            assert span is not None
+            span.end()
+        else:
+            tracer.start_span("send d", attributes=attributes).end()
+    spans = exporter.get_finished_spans()
+    encoder = SpanEncoder()
+    for batch in (spans[:50], spans[50:], spans):
+        assert encoder.request(batch) == encode_spans(batch).SerializePartialToString()
