@@ -35,7 +35,12 @@ require("opentelemetry.sdk", extra="otel")
 
 from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry.context import Context  # noqa: E402
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation  # noqa: E402
+from opentelemetry.metrics import (  # noqa: E402
+    CallbackOptions,
+    Histogram,
+    MeterProvider,
+    Observation,
+)
 from opentelemetry.sdk.trace import SpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider  # noqa: E402
 from opentelemetry.trace import (  # noqa: E402
@@ -52,6 +57,7 @@ from opentelemetry.trace import (  # noqa: E402
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
+from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter  # noqa: E402
 from jobcore_otel.job_span import JobSpanFactory  # noqa: E402
 
 __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
@@ -144,6 +150,7 @@ class OtelPlugin:
         self._ready = False
         self._queue: Queue | None = None
         self._spans: JobSpanFactory | None = None
+        self._metric_exporter: OtlpMetricExporter | None = None
 
     def _setup(self) -> None:
         if self._ready:
@@ -152,9 +159,11 @@ class OtelPlugin:
         if tracer_provider is None or meter_provider is None:
             from jobcore_otel.providers import providers_from_env
 
-            built_tp, built_mp, direct = providers_from_env(self._env)
+            built_tp, built_mp, direct, metric_exporter = providers_from_env(self._env)
             if tracer_provider is None:
                 self._direct = direct
+            if meter_provider is None:
+                self._metric_exporter = metric_exporter
             tracer_provider = tracer_provider or built_tp
             meter_provider = meter_provider or built_mp
             atexit.register(built_tp.shutdown)  # flush batched spans and metrics at exit
@@ -175,12 +184,21 @@ class OtelPlugin:
                 unit="{job}",
                 description=f"jobs {name}",
             )
-        self.duration = meter.create_histogram(
-            "jobcore.job.duration", unit="ms", description="run time of completed attempts"
+        histograms = (
+            ("jobcore.job.duration", "ms", "run time of completed attempts"),
+            ("jobcore.job.queue_wait", "ms", "from due (enqueue or run_at) to claim"),
         )
-        self.queue_wait = meter.create_histogram(
-            "jobcore.job.queue_wait", unit="ms", description="from due (enqueue or run_at) to claim"
-        )
+        self.duration: Histogram | JobHistogram
+        self.queue_wait: Histogram | JobHistogram
+        if self._metric_exporter is not None:  # aggregated here for the exporter (`histograms`)
+            own = tuple(JobHistogram(*histogram) for histogram in histograms)
+            self._metric_exporter.histograms = own
+            self.duration, self.queue_wait = own
+        else:
+            self.duration, self.queue_wait = (
+                meter.create_histogram(name, unit=unit, description=description)
+                for name, unit, description in histograms
+            )
         meter.create_observable_gauge(
             "jobcore.queue.depth",
             callbacks=[self._observe_depth],

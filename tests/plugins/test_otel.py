@@ -17,6 +17,7 @@ from typing import Any
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_otel import InertOtel, MisconfiguredOtel, OtelPlugin, load_plugin
+from jobcore_otel.histograms import JobHistogram
 from jobcore_otel.job_span import JobSpan
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -291,6 +292,7 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
         self.metric_names: set[str] = set()
+        self.histograms: dict[str, dict[str, tuple[int, float]]] = {}  # name -> type -> count, sum
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -335,6 +337,17 @@ class OtlpReceiver:
                     for resource in request.resource_metrics:
                         for scope in resource.scope_metrics:
                             receiver.metric_names.update(m.name for m in scope.metrics)
+                            for metric in scope.metrics:
+                                for point in metric.histogram.data_points:  # cumulative: latest
+                                    [job_type] = [
+                                        a.value.string_value
+                                        for a in point.attributes
+                                        if a.key == "jobcore.job.type"
+                                    ]
+                                    receiver.histograms.setdefault(metric.name, {})[job_type] = (
+                                        point.count,
+                                        point.sum,
+                                    )
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", "0")
@@ -411,6 +424,9 @@ def test_otlp_http_export_end_to_end(receiver: OtlpReceiver, tmp_path: Path) -> 
         "jobcore.job.duration",
         "jobcore.queue.depth",
     } <= receiver.metric_names
+    # two attempts claimed, one completed (the last export, at exit, holds the totals)
+    assert receiver.histograms["jobcore.job.queue_wait"]["flaky"][0] == 2
+    assert receiver.histograms["jobcore.job.duration"]["flaky"][0] == 1
 
 
 def test_the_loaded_plugin_exports_to_its_endpoint(
@@ -431,6 +447,9 @@ def test_the_loaded_plugin_exports_to_its_endpoint(
     assert {span["service"] for span in receiver.spans} == {"in-process"}
     plugin.meter_provider.shutdown()  # its last export, while the receiver still listens
     plugin.tracer_provider.shutdown()
+    assert isinstance(plugin.duration, JobHistogram)  # aggregated by the plugin for OTLP
+    assert receiver.histograms["jobcore.job.duration"]["noop"][0] == 1
+    assert receiver.histograms["jobcore.job.queue_wait"]["noop"][0] == 1
 
 
 def test_a_sampled_out_job_makes_no_process_span_but_passes_its_trace_on(
