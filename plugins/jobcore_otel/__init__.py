@@ -41,7 +41,9 @@ from opentelemetry.metrics import (  # noqa: E402
     MeterProvider,
     Observation,
 )
+from opentelemetry.sdk.metrics import Meter as SdkMeter  # noqa: E402
 from opentelemetry.sdk.trace import SpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace import Tracer as SdkTracer  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider  # noqa: E402
 from opentelemetry.trace import (  # noqa: E402
     NonRecordingSpan,
@@ -170,7 +172,11 @@ class OtelPlugin:
             atexit.register(built_mp.shutdown)
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.tracer = tracer_provider.get_tracer("jobcore")
-        if self._direct is not None and isinstance(tracer_provider, SdkTracerProvider):
+        if (
+            self._direct is not None
+            and isinstance(tracer_provider, SdkTracerProvider)
+            and isinstance(self.tracer, SdkTracer)  # not a no-op one (OTEL_SDK_DISABLED)
+        ):
             self._spans = JobSpanFactory(tracer_provider, self._direct, "jobcore")
         meter = meter_provider.get_meter("jobcore")
         # Counted in plain dicts on the hot path; the SDK reads the totals when it collects.
@@ -190,7 +196,8 @@ class OtelPlugin:
         )
         self.duration: Histogram | JobHistogram
         self.queue_wait: Histogram | JobHistogram
-        if self._metric_exporter is not None:  # aggregated here for the exporter (`histograms`)
+        if self._metric_exporter is not None and isinstance(meter, SdkMeter):  # not disabled
+            # aggregated here for the exporter (`histograms`)
             own = tuple(JobHistogram(*histogram) for histogram in histograms)
             self._metric_exporter.histograms = own
             self.duration, self.queue_wait = own

@@ -52,6 +52,11 @@ class JobSpanFactory:
         self.resource = provider.resource
         self.scope = InstrumentationScope(scope)  # equal to the provider's tracer's scope
         self.limits: SpanLimits = getattr(provider, "_span_limits", None) or SpanLimits()
+        # With a length limit (or very few attributes allowed) the start attributes are
+        # bounded as the SDK bounds them; by default a plain dict is the same.
+        self.bounded = self.limits.max_span_attribute_length is not None or (
+            self.limits.max_span_attributes is not None and self.limits.max_span_attributes < 32
+        )
         self.processor = processor
 
     def start(
@@ -75,7 +80,10 @@ class JobSpanFactory:
             trace_flags=SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else NOT_SAMPLED,
             trace_state=result.trace_state,
         )
-        return JobSpan(self, name, context, remote_parent, kind, dict(result.attributes))
+        span = JobSpan(self, name, context, remote_parent, kind, dict(result.attributes))
+        if self.bounded:
+            span.bound_attributes()
+        return span
 
 
 class JobSpan(Span):
@@ -142,7 +150,12 @@ class JobSpan(Span):
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         if not self._writable():
             return
-        if not isinstance(self.attributes, BoundedAttributes):  # validated from the first write on
+        self.bound_attributes()  # validated from the first write on
+        self.attributes[key] = value  # type: ignore[index]  # a BoundedAttributes now
+
+    def bound_attributes(self) -> None:
+        """Hold the attributes in a `BoundedAttributes` with the span limits, as the SDK's span."""
+        if not isinstance(self.attributes, BoundedAttributes):
             limits = self._factory.limits
             self.attributes = BoundedAttributes(
                 limits.max_span_attributes,
@@ -150,7 +163,6 @@ class JobSpan(Span):
                 immutable=False,
                 max_value_len=limits.max_span_attribute_length,
             )
-        self.attributes[key] = value
 
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 from jobcore_otel import PROPAGATOR, _extract
+from jobcore_otel.histograms import JobHistogram
 from jobcore_otel.job_span import JobSpan, JobSpanFactory
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
@@ -101,6 +103,26 @@ def test_a_job_span_records_what_an_sdk_span_records(limits: SpanLimits) -> None
     assert job[0].parent == PARENT and job[0].context.trace_flags.sampled
 
 
+def test_start_attributes_are_bounded_by_the_span_limits_as_the_sdks() -> None:
+    made = []
+    for direct in (False, True):
+        provider = TracerProvider(span_limits=SpanLimits(max_span_attribute_length=4))
+        exporter = InMemorySpanExporter()
+        processor = SimpleSpanProcessor(exporter)
+        provider.add_span_processor(processor)
+        attributes = {"messaging.message.id": "0123456789", "n": 1}
+        if direct:
+            span = JobSpanFactory(provider, processor, "jobcore").start(
+                "p", Context(), SpanKind.CONSUMER, attributes
+            )
+            assert isinstance(span, JobSpan)
+        else:
+            span = provider.get_tracer("jobcore").start_span("p", attributes=attributes)
+        span.end()
+        made.append(dict(exporter.get_finished_spans()[0].attributes or {}))
+    assert made[0] == made[1] == {"messaging.message.id": "0123", "n": 1}
+
+
 def test_a_sampler_that_drops_makes_no_job_span_and_one_that_records_only_exports_none() -> None:
     provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
     exporter = InMemorySpanExporter()
@@ -126,6 +148,20 @@ def get_current_context_root() -> Any:
     from opentelemetry.context import Context
 
     return Context()  # no parent: a new trace
+
+
+def test_with_the_sdk_disabled_the_plugin_makes_no_job_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobcore_otel import OtelPlugin
+
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    plugin = OtelPlugin(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    plugin._setup()
+    assert plugin._spans is None
+    assert not isinstance(plugin.duration, JobHistogram)
+    plugin.tracer_provider.shutdown()
+    plugin.meter_provider.shutdown()
 
 
 CARRIERS: list[dict[str, str]] = [
