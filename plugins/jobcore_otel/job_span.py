@@ -21,7 +21,7 @@ from time import time_ns
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
@@ -66,21 +66,31 @@ class JobSpanFactory:
         kind: SpanKind,
         attributes: dict[str, types.AttributeValue],
     ) -> JobSpan | None:
-        """A started span, or None when the sampler does not record it."""
+        """A started span, or None when the sampler does not record it (`attributes` is kept)."""
         parent_span = get_current_span(parent).get_span_context()
         remote_parent = parent_span if parent_span.is_valid else None
         trace_id = parent_span.trace_id if remote_parent else self.id_generator.generate_trace_id()
-        result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
-        if result.decision is Decision.DROP:
-            return None
+        if self.sampler is DEFAULT_ON:  # the default, ParentBased(ALWAYS_ON), decided directly:
+            # follow a parent's sampled flag, sample a root; attributes as given
+            if remote_parent is not None and not remote_parent.trace_flags.sampled:
+                return None
+            trace_state = remote_parent.trace_state if remote_parent is not None else None
+            flags = SAMPLED
+        else:
+            result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
+            if result.decision is Decision.DROP:
+                return None
+            trace_state = result.trace_state
+            flags = SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else NOT_SAMPLED
+            attributes = dict(result.attributes)
         context = SpanContext(
             trace_id,
             self.id_generator.generate_span_id(),
             is_remote=False,
-            trace_flags=SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else NOT_SAMPLED,
-            trace_state=result.trace_state,
+            trace_flags=flags,
+            trace_state=trace_state,
         )
-        span = JobSpan(self, name, context, remote_parent, kind, dict(result.attributes))
+        span = JobSpan(self, name, context, remote_parent, kind, attributes)
         if self.bounded:
             span.bound_attributes()
         return span

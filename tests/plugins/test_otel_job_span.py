@@ -15,7 +15,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Decision, ParentBased, StaticSampler
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_ON,
+    Decision,
+    ParentBased,
+    StaticSampler,
+)
 from opentelemetry.trace import (
     NonRecordingSpan,
     Span,
@@ -24,6 +31,7 @@ from opentelemetry.trace import (
     Status,
     StatusCode,
     TraceFlags,
+    TraceState,
     get_current_span,
     set_span_in_context,
 )
@@ -142,6 +150,30 @@ def test_a_sampler_that_drops_makes_no_job_span_and_one_that_records_only_export
     assert [span.name for span in exporter.get_finished_spans()] == [
         "process q"
     ]  # only the sampled
+
+
+@pytest.mark.parametrize("sampler", [DEFAULT_ON, ParentBased(ALWAYS_ON)])  # directly, and asked
+def test_the_default_sampler_follows_the_parent_and_samples_roots(sampler: Any) -> None:
+    provider = TracerProvider(sampler=sampler)
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    state = TraceState([("vendor", "v1")])
+    unsampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(0), state)
+    sampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(1), state)
+    assert (
+        factory.start("p", set_span_in_context(NonRecordingSpan(unsampled)), SpanKind.CONSUMER, {})
+        is None
+    )
+    child = factory.start(
+        "p", set_span_in_context(NonRecordingSpan(sampled)), SpanKind.CONSUMER, {}
+    )
+    root = factory.start("p", Context(), SpanKind.CONSUMER, {"a": 1})
+    assert child is not None and root is not None
+    assert child.context.trace_state == state and child.context.trace_flags.sampled
+    assert root.context.trace_id != PARENT.trace_id and root.context.trace_flags.sampled
+    assert dict(root.attributes) == {"a": 1} and root.parent is None
 
 
 def get_current_context_root() -> Any:
