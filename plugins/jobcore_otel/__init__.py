@@ -60,7 +60,7 @@ from opentelemetry.trace import (  # noqa: E402
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
 from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter  # noqa: E402
-from jobcore_otel.job_span import JobSpanFactory  # noqa: E402
+from jobcore_otel.job_span import JobSpan, JobSpanFactory  # noqa: E402
 
 __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 
@@ -308,7 +308,11 @@ class OtelPlugin:
     ) -> Generator[None, Any, Any]:
         """`jobcore_execute_job` with a `JobSpan` (the same span, for less work)."""
         assert self._spans is not None
-        span = self._spans.start(f"process {job.queue}", parent, SpanKind.CONSUMER, attributes)
+        span: JobSpan | None = None
+        try:
+            span = self._spans.start(f"process {job.queue}", parent, SpanKind.CONSUMER, attributes)
+        except Exception:  # e.g. a sampler that raises: the job runs untraced, never fails for it
+            log.exception("job %s: its process span could not be started", job.id)
         # Sampled out: no span, but the trace context stays current so child jobs carry it on.
         token = otel_context.attach(parent if span is None else set_span_in_context(span, parent))
         try:
@@ -320,7 +324,10 @@ class OtelPlugin:
         finally:
             otel_context.detach(token)
             if span is not None:
-                span.end()
+                try:
+                    span.end()
+                except Exception:  # the job's outcome stands whatever the processor does
+                    log.exception("job %s: its process span could not be ended", job.id)
 
     def _would_record(self, parent: Context, name: str, attributes: dict[str, Any]) -> bool:
         """What the provider's sampler decides for a consumer span under `parent`."""

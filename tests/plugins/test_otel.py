@@ -138,6 +138,40 @@ def test_trace_of_a_job_that_failed_once_then_succeeded(queue: Queue, telemetry:
     assert queue.get(job.id).meta["otel"]["traceparent"].startswith("00-")
 
 
+def test_a_failing_sampler_or_processor_never_fails_a_job(
+    jobcore_make_queue: MakeQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the direct path (`JobSpan`) the job runs untraced and the failure is logged."""
+
+    class Broken(SimpleSpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            if span.name.startswith("process"):
+                raise RuntimeError("processor broke")
+            super().on_end(span)
+
+    telemetry = Telemetry(direct=True)
+    broken = Broken(telemetry.spans)
+    telemetry.plugin = OtelPlugin(
+        telemetry.tracer_provider, telemetry.meter_provider, span_processor=broken
+    )
+    queue = jobcore_make_queue(telemetry.plugin, tp)
+    ended = queue.enqueue("noop", {}).job
+    drain(queue)
+    assert queue.get(ended.id).status == "completed"
+    assert f"job {ended.id}: its process span could not be ended" in caplog.text
+
+    class RaisingSampler(ParentBasedTraceIdRatio):
+        def should_sample(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("sampler broke")
+
+    assert telemetry.plugin._spans is not None
+    telemetry.plugin._spans.sampler = RaisingSampler(1.0)
+    started = queue.enqueue("noop", {}).job
+    drain(queue)
+    assert queue.get(started.id).status == "completed"
+    assert f"job {started.id}: its process span could not be started" in caplog.text
+
+
 def test_final_failure_has_error_status(queue: Queue, telemetry: Telemetry) -> None:
     queue.enqueue("fail", {"how": "permanent", "message": "bad input"})
     drain(queue)
