@@ -327,6 +327,7 @@ class OtlpReceiver:
         self.spans: list[dict[str, Any]] = []
         self.metric_names: set[str] = set()
         self.histograms: dict[str, dict[str, tuple[int, float]]] = {}  # name -> type -> count, sum
+        self.encodings: set[tuple[str, str | None]] = set()  # (path, content-encoding)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -336,6 +337,7 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 encoding = self.headers.get("content-encoding")
+                receiver.encodings.add((self.path, encoding))
                 if encoding == "gzip":
                     body = gzip.decompress(body)
                 elif encoding == "deflate":
@@ -484,6 +486,25 @@ def test_the_loaded_plugin_exports_to_its_endpoint(
     assert isinstance(plugin.duration, JobHistogram)  # aggregated by the plugin for OTLP
     assert receiver.histograms["jobcore.job.duration"]["noop"][0] == 1
     assert receiver.histograms["jobcore.job.queue_wait"]["noop"][0] == 1
+
+
+def test_the_exporters_compress_as_the_environment_asks(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, jobcore_make_queue: MakeQueue
+) -> None:
+    """The direct encoder's requests go through the SDK exporter's settings (gzip here)."""
+    clear_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    plugin = OtelPlugin(env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    queue = jobcore_make_queue(plugin, tp)
+    job = queue.enqueue("noop", {}, queue="zipped").job
+    drain(queue)
+    plugin.meter_provider.shutdown()
+    plugin.tracer_provider.shutdown()
+    assert sorted(span["name"] for span in receiver.spans) == ["process zipped", "send zipped"]
+    assert {span["attributes"]["messaging.message.id"] for span in receiver.spans} == {job.id}
+    assert receiver.encodings == {("/v1/traces", "gzip"), ("/v1/metrics", "gzip")}
+    assert plugin._spans is not None and isinstance(plugin.duration, JobHistogram)  # direct path
+    assert receiver.histograms["jobcore.job.duration"]["noop"][0] == 1
 
 
 def test_a_sampled_out_job_makes_no_process_span_but_passes_its_trace_on(
