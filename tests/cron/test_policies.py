@@ -1,0 +1,126 @@
+"""The scheduler against a real store (SQLite file and PostgreSQL) on a test clock:
+missed-run policies with every scheduler down across three scheduled times, the
+once-per-time guarantee when schedulers race, and the record of runs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+from conftest import Clock
+
+from jobcore import Queue
+from jobcore_cron.scheduler import Scheduler
+from jobcore_cron.spec import Schedule, parse_schedule
+from jobcore_cron.store import CronStore, Lost, Run
+
+
+def _ms(text: str) -> int:
+    return int(datetime.fromisoformat(f"2026-01-01T{text}+00:00").timestamp() * 1000)
+
+
+def _minutely(policy: str, **fields: object) -> Schedule:
+    table = {"type": "noop", "every": "1m", "policy": policy, "grace": "10s", **fields}
+    return parse_schedule("minutely", table, "test")
+
+
+def _scheduled(queue: Queue) -> list[str]:
+    """The scheduled time of each cron job in the store, oldest first."""
+    jobs = queue.list_jobs(limit=1000)
+    return sorted(job.meta["cron"]["scheduled_at"][11:19] for job in jobs)
+
+
+@pytest.mark.parametrize(
+    ("policy", "fields", "caught_up"),
+    [
+        ("skip", {}, []),
+        ("latest", {}, ["00:04:00"]),
+        ("all", {}, ["00:02:00", "00:03:00", "00:04:00"]),
+        ("all", {"catchup_window": "100s"}, ["00:03:00", "00:04:00"]),
+    ],
+)
+def test_runs_missed_while_every_scheduler_was_down(
+    clocked_queue: Callable[..., Queue], policy: str, fields: dict[str, str], caught_up: list[str]
+) -> None:
+    clock = Clock(_ms("00:00:30"))
+    queue = clocked_queue(clock)
+    scheduler = Scheduler(queue, [_minutely(policy, **fields)])
+    scheduler.tick()  # first seen: starts from now, nothing enqueued
+    assert _scheduled(queue) == []
+    clock.now = _ms("00:01:02")  # on time (2s late, grace 10s)
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00"]
+    # every scheduler down from 00:01:02 to 00:04:30: 00:02, 00:03 and 00:04 were missed
+    clock.now = _ms("00:04:30")
+    scheduler = Scheduler(queue, [_minutely(policy, **fields)])  # a fresh process
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", *caught_up]
+    scheduler.tick()  # nothing more for those times
+    clock.now = _ms("00:05:01")
+    scheduler.tick()
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", *caught_up, "00:05:00"]
+    with queue.transaction() as conn:
+        store = CronStore(queue.storage)
+        runs = store.recent_runs(conn, "minutely")
+        state = store.state(conn, "minutely")
+    assert [run.scheduled_at for run in runs] == sorted(
+        (_ms(at) for at in ["00:01:00", *caught_up, "00:05:00"]), reverse=True
+    )
+    assert state is not None and state.runs == len(caught_up) + 2
+    assert {job.id for job in queue.list_jobs(limit=100)} == {run.job_id for run in runs}
+
+
+def test_racing_schedulers_enqueue_each_time_once(
+    clocked_queue: Callable[..., Queue],
+) -> None:
+    clock = Clock(_ms("00:00:30"))
+    queues = [clocked_queue(clock) for _ in range(6)]  # each its own connections
+    schedule = _minutely("all")
+    Scheduler(queues[0], [schedule]).tick()
+    for minute in range(1, 4):
+        clock.now = _ms(f"00:0{minute}:00")
+        start = threading.Barrier(len(queues))
+        errors: list[BaseException] = []
+
+        def race(queue: Queue, start: threading.Barrier = start) -> None:
+            try:
+                scheduler = Scheduler(queue, [schedule])
+                scheduler.prepare()
+                start.wait()
+                scheduler.run_due(schedule)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=race, args=(queue,)) for queue in queues]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert errors == []
+    assert _scheduled(queues[0]) == ["00:01:00", "00:02:00", "00:03:00"]
+
+
+def test_a_stale_compare_and_set_rolls_back_its_jobs(clocked_queue: Callable[..., Queue]) -> None:
+    clock = Clock(_ms("00:00:30"))
+    queue = clocked_queue(clock)
+    schedule = _minutely("all")
+    scheduler = Scheduler(queue, [schedule])
+    scheduler.tick()
+    store = CronStore(queue.storage)
+    with queue.transaction() as conn:
+        stale = store.state(conn, "minutely")
+    assert stale is not None
+    clock.now = _ms("00:01:01")
+    assert len(scheduler.run_due(schedule)) == 1  # moves the mark
+    for state in (stale, None):  # a scheduler that read the old mark; one that read the new
+        with pytest.raises(Lost), queue.transaction() as conn:
+            current = state or store.state(conn, "minutely")
+            assert current is not None
+            job = queue.enqueue("noop", {}).job
+            # the same scheduled time again: the mark (stale) or the run key (fresh) refuses
+            store.advance(conn, current, clock.now, [Run("minutely", _ms("00:01:00"), job.id, 0)])
+    assert _scheduled(queue) == ["00:01:00"]
+    assert len(queue.list_jobs(limit=10)) == 1
