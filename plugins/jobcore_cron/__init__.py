@@ -150,6 +150,11 @@ def start_scheduler(owner: str, queue: Queue) -> bool:
             return False
         _running.by_owner[owner] = scheduler
     scheduler.start()
+    log.info(
+        "schedules running in %s: %s",
+        owner,
+        ", ".join(f"{item.name} ({item.when})" for item in usable),
+    )
     return True
 
 
