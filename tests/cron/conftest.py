@@ -11,10 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "http"))
 
-from stores import _pg_hub_database, store_db  # noqa: E402, F401  (fixtures: both stores)
+from stores import _pg_hub_database, store_db  # noqa: F401  (fixtures: both stores)
 
-from jobcore import Queue, make_plugin_manager  # noqa: E402
-from jobcore.testing import make_config  # noqa: E402
+from jobcore import Queue, make_plugin_manager
+from jobcore.testing import make_config
 
 
 class Clock:
@@ -25,6 +25,12 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A test clock at 2026-01-01T00:00:30Z."""
+    return Clock(1_767_225_630_000)
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import pytest
-from conftest import Clock
-
-from jobcore import Queue
 from jobcore_cron.scheduler import Scheduler
 from jobcore_cron.spec import Schedule, parse_schedule
 from jobcore_cron.store import CronStore, Lost, Run
+
+from jobcore import Queue
 
 
 def _ms(text: str) -> int:
@@ -42,9 +42,12 @@ def _scheduled(queue: Queue) -> list[str]:
     ],
 )
 def test_runs_missed_while_every_scheduler_was_down(
-    clocked_queue: Callable[..., Queue], policy: str, fields: dict[str, str], caught_up: list[str]
+    clocked_queue: Callable[..., Queue],
+    clock: Any,
+    policy: str,
+    fields: dict[str, str],
+    caught_up: list[str],
 ) -> None:
-    clock = Clock(_ms("00:00:30"))
     queue = clocked_queue(clock)
     scheduler = Scheduler(queue, [_minutely(policy, **fields)])
     scheduler.tick()  # first seen: starts from now, nothing enqueued
@@ -74,18 +77,19 @@ def test_runs_missed_while_every_scheduler_was_down(
 
 
 def test_racing_schedulers_enqueue_each_time_once(
-    clocked_queue: Callable[..., Queue],
+    clocked_queue: Callable[..., Queue], clock: Any
 ) -> None:
-    clock = Clock(_ms("00:00:30"))
     queues = [clocked_queue(clock) for _ in range(6)]  # each its own connections
     schedule = _minutely("all")
     Scheduler(queues[0], [schedule]).tick()
+    errors: list[BaseException] = []
     for minute in range(1, 4):
         clock.now = _ms(f"00:0{minute}:00")
         start = threading.Barrier(len(queues))
-        errors: list[BaseException] = []
 
-        def race(queue: Queue, start: threading.Barrier = start) -> None:
+        def race(
+            queue: Queue, start: threading.Barrier = start, errors: list[BaseException] = errors
+        ) -> None:
             try:
                 scheduler = Scheduler(queue, [schedule])
                 scheduler.prepare()
@@ -103,8 +107,9 @@ def test_racing_schedulers_enqueue_each_time_once(
     assert _scheduled(queues[0]) == ["00:01:00", "00:02:00", "00:03:00"]
 
 
-def test_a_stale_compare_and_set_rolls_back_its_jobs(clocked_queue: Callable[..., Queue]) -> None:
-    clock = Clock(_ms("00:00:30"))
+def test_a_stale_compare_and_set_rolls_back_its_jobs(
+    clocked_queue: Callable[..., Queue], clock: Any
+) -> None:
     queue = clocked_queue(clock)
     schedule = _minutely("all")
     scheduler = Scheduler(queue, [schedule])
