@@ -171,7 +171,10 @@ def parse_schedules(tables: Any, source: str) -> list[Schedule]:
         raise ConfigError(
             f"schedules from {source}: must be a table of schedules ([plugins.cron.schedules.NAME])"
         )
+    from_env = source.startswith("JOBCORE_")
     return [
-        parse_schedule(name, table, f"{source} [plugins.cron.schedules.{name}]")
+        parse_schedule(
+            name, table, source if from_env else f"{source} [plugins.cron.schedules.{name}]"
+        )
         for name, table in tables.items()
     ]
