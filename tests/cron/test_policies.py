@@ -129,3 +129,23 @@ def test_a_stale_compare_and_set_rolls_back_its_jobs(
             store.advance(conn, current, clock.now, [Run("minutely", _ms("00:01:00"), job.id, 0)])
     assert _scheduled(queue) == ["00:01:00"]
     assert len(queue.list_jobs(limit=10)) == 1
+
+
+def test_enabled_false_keeps_a_process_from_scheduling(store_db: object, clock: Any) -> None:
+    from jobcore_cron import start_scheduler, stop_scheduler
+
+    from jobcore.testing import make_queue
+
+    modules = ["jobcore_cron", *(["jobcore_postgres"] if isinstance(store_db, str) else [])]
+    schedules = {"tick": {"type": "noop", "every": "1s"}}
+    for enabled, started in ((False, False), (True, True)):
+        queue = make_queue(
+            str(store_db),
+            modules=modules,
+            plugin_settings={"cron": {"enabled": enabled, "schedules": schedules}},
+        )
+        try:
+            assert start_scheduler("w", queue) is started
+        finally:
+            stop_scheduler("w")
+            queue.close()
