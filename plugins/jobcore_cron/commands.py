@@ -11,7 +11,7 @@ from jobcore.cli import CliState, pass_state
 from jobcore.cli.output import emit_json, table
 from jobcore.timeutil import iso
 from jobcore_cron.spec import Schedule
-from jobcore_cron.store import CronStore
+from jobcore_cron.store import CronStore, Run, State
 
 
 @click.command()
@@ -56,19 +56,21 @@ def _job_cell(job: dict[str, Any] | None) -> str:
     return "" if job is None else f"{job['id']} {job['status']}"
 
 
-def describe(queue: Queue, found: list[Schedule]) -> list[dict[str, Any]]:
-    """`{name, when, type, queue, policy, next_run_at, last_run_at, last_job, runs}` per schedule."""
-    store = CronStore(queue.storage)
-    with queue.transaction() as conn:
-        now = queue.storage.now()
-        states = store.states(conn) if store.exists(conn) else {}
-        last_runs = {
-            name: runs[0] for name in states if (runs := store.recent_runs(conn, name, limit=1))
-        }
+def describe(
+    queue: Queue,
+    found: list[Schedule],
+    recorded: dict[str, tuple[State, Run | None]] | None = None,
+) -> list[dict[str, Any]]:
+    """`{name, when, type, queue, policy, next_run_at, last_run_at, last_job, runs}` per
+    schedule; `recorded` (`CronStore.latest`) is read from the store when not given."""
+    if recorded is None:
+        store = CronStore(queue.storage)
+        with queue.transaction() as conn:
+            recorded = store.latest(conn)
+    now = queue.storage.now()
     rows = []
     for item in found:
-        seen = states.get(item.name)
-        last = last_runs.get(item.name)
+        seen, last = recorded.get(item.name, (None, None))
         start = max(now, seen.last_at) if seen is not None else now
         job = None
         if last is not None:

@@ -165,6 +165,12 @@ class CronStore:
                 {"name": old.name, "keep": KEEP_RUNS},
             )
 
+    def latest(self, conn: Any) -> dict[str, tuple[State, Run | None]]:
+        """Each recorded schedule's state and its newest run (none if the tables are missing)."""
+        if not self.exists(conn):
+            return {}
+        return latest_of(lambda sql: self._exec(conn, sql).fetchall(), self.schedules, self.runs)
+
     def recent_runs(self, conn: Any, name: str, limit: int = 10) -> list[Run]:
         rows = self._exec(
             conn,
@@ -173,3 +179,21 @@ class CronStore:
             {"name": name, "limit": limit},
         ).fetchall()
         return [Run(*row) for row in rows]
+
+
+def latest_of(
+    rows: Any, schedules: str = "cron_schedules", runs: str = "cron_runs"
+) -> dict[str, tuple[State, Run | None]]:
+    """`latest` through `rows(sql) -> list of tuples` (e.g. the dashboard's read-only reader,
+    whose connection's search path is the store's schema)."""
+    found: dict[str, tuple[State, Run | None]] = {}
+    for row in rows(
+        "SELECT s.name, s.last_at, s.last_job_id, s.last_enqueued_at, s.runs, "
+        "r.scheduled_at, r.job_id, r.enqueued_at "
+        f"FROM {schedules} AS s LEFT JOIN {runs} AS r ON r.schedule = s.name AND "
+        f"r.scheduled_at = (SELECT MAX(scheduled_at) FROM {runs} WHERE schedule = s.name)"
+    ):
+        state = State(*row[:5])
+        run = Run(row[0], row[5], row[6], row[7]) if row[5] is not None else None
+        found[state.name] = (state, run)
+    return found

@@ -4,6 +4,7 @@ like any worker (DESIGN §16: no leader, whichever process is up), and lists sch
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -34,12 +35,26 @@ def stop(queue: Queue) -> None:
         cron.stop_scheduler(owner())
 
 
-def listing(queue: Queue) -> list[dict[str, Any]]:
+def listing(queue: Queue, read: Callable[..., list[Any]] | None = None) -> list[dict[str, Any]]:
     """Each schedule with its next and last run (as `jobcore schedules --json`); [] without
-    the plugin."""
+    the plugin or without schedules. `read(sql)`: a read-only reader of the store (the
+    dashboard's) instead of a transaction on the hub's connection."""
     cron = cron_plugin(queue)
     if cron is None:
         return []
+    found = cron.schedules_of(queue.config)
+    if not found:
+        return []
     from jobcore_cron.commands import describe
+    from jobcore_cron.store import CronStore, latest_of
 
-    return describe(queue, cron.schedules_of(queue.config))
+    recorded = None
+    if read is not None:
+        postgres = CronStore(queue.storage).postgres  # the reader's search path: the schema
+        exists = (
+            "SELECT 1 WHERE to_regclass('cron_schedules') IS NOT NULL"
+            if postgres
+            else "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cron_schedules'"
+        )
+        recorded = latest_of(read) if read(exists) else {}
+    return describe(queue, found, recorded)

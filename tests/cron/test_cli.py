@@ -16,7 +16,7 @@ from jobcore.testing import make_queue
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "http"))
 
-from hubproc import Hub
+from hubproc import Hub, jobcore
 
 JOBCORE = [sys.executable, "-m", "jobcore"]
 GOOD = """
@@ -154,9 +154,10 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path) -> None:
         JOBCORE_PLUGINS="jobcore_test_plugin,jobcore_cron",
         JOBCORE_CRON_SCHEDULES=json.dumps({"tick": {"type": "noop", "every": "1s"}}),
     )
-    hub = Hub(db, "--insecure-no-auth", env=env)
+    hub = Hub(db, env=env)
     try:
-        with hub.client() as client:
+        read = jobcore(db, "tokens", "create", "--name", "r", "--scope", "read").stdout.strip()
+        with hub.client(read) as client:
 
             def ran() -> dict[str, object] | None:
                 rows = client.get("/api/schedules").json()["schedules"]
@@ -166,6 +167,12 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path) -> None:
             assert row["name"] == "tick" and row["when"] == "every 1s"
             time.sleep(1.2)
             jobs = client.get("/api/jobs", params={"type": "noop"}).json()
+            client.post("/ui/login", data={"token": read, "next": "/"})
+            overview = client.get("/")  # the dashboard's read-only section
+            assert overview.status_code == 200, overview.text[:500]
+            section = overview.text.split('id="schedules"')[1].split("</section>")[0]
+            assert '<th scope="row">tick</th>' in section and "every 1s" in section
+            assert "(completed)" in section or "(pending)" in section or "(claimed)" in section
     finally:
         assert hub.terminate() == 0, hub.output()
     assert "schedules running in hub:" in hub.output()
