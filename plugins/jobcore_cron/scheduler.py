@@ -130,7 +130,7 @@ class Scheduler:
                 self.store.advance(conn, state, mark, runs)
         except Lost:
             log.debug("schedule %s: another scheduler ran it first", schedule.name)
-            self._next.pop(schedule.name, None)  # read the mark again next tick
+            self._next[schedule.name] = 0  # read the moved mark on the next tick
             return []
         skipped = _count_missed(schedule, state.last_at, mark, times)
         for run in runs:
