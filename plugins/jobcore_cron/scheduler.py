@@ -23,6 +23,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from jobcore import JobcoreError, Queue
 from jobcore.timeutil import iso
@@ -59,6 +60,16 @@ def plan(schedule: Schedule, last_at: int, now: int) -> tuple[list[int], int | N
         runs = due
     capped = len(due) == MAX_RUNS_PER_TICK
     return runs, (due[-1] if capped else now)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What one committed pass over a schedule did."""
+
+    following: int  # the schedule's next time after this pass
+    last_at: int  # the mark it found
+    mark: int | None = None  # the mark it left (None: nothing was due)
+    runs: list[Run] = field(default_factory=list)
 
 
 class Scheduler:
@@ -99,56 +110,60 @@ class Scheduler:
     def run_due(self, schedule: Schedule) -> list[Run]:
         """One compare-and-set transaction for `schedule`: the runs this scheduler enqueued."""
         try:
-            with self.queue.transaction() as conn:
-                now = self.queue.storage.now()
-                state = self.store.state(conn, schedule.name, lock=True)
-                if state is None:
-                    self.store.start(conn, schedule.name, now)
-                    self._next[schedule.name] = _first_after(schedule, now)
-                    return []
-                times, mark = plan(schedule, state.last_at, now)
-                self._next[schedule.name] = _first_after(
-                    schedule, max(state.last_at, now if mark is None else mark)
-                )
-                if mark is None:
-                    return []
-                jobs = [
-                    self.queue.build(
-                        schedule.type,
-                        schedule.payload,
-                        queue=schedule.queue,
-                        priority=schedule.priority,
-                        meta={"cron": {"schedule": schedule.name, "scheduled_at": iso(at)}},
-                    )
-                    for at in times
-                ]
-                inserted = self.queue.insert(jobs) if jobs else []
-                runs = [
-                    Run(schedule.name, at, item.job.id, now)
-                    for at, item in zip(times, inserted, strict=True)
-                ]
-                self.store.advance(conn, state, mark, runs)
+            pass_ = self._pass(schedule)
         except Lost:
             log.debug("schedule %s: another scheduler ran it first", schedule.name)
             self._next[schedule.name] = 0  # read the moved mark on the next tick
             return []
-        skipped = _count_missed(schedule, state.last_at, mark, times)
-        for run in runs:
+        # set only once committed: after a failure the schedule stays due and is tried again
+        self._next[schedule.name] = pass_.following
+        for run in pass_.runs:
             log.info(
                 "schedule %s: enqueued job %s for %s",
                 schedule.name,
                 run.job_id,
                 iso(run.scheduled_at),
             )
-        if skipped:
-            log.warning(
-                "schedule %s: %d run(s) missed while no scheduler ran were not enqueued "
-                "(policy %s)",
-                schedule.name,
-                skipped,
-                schedule.policy,
-            )
-        return runs
+        if pass_.mark is not None:
+            missed = _count_missed(schedule, pass_.last_at, pass_.mark, len(pass_.runs))
+            if missed:
+                log.warning(
+                    "schedule %s: %d run(s) missed while no scheduler ran were not enqueued "
+                    "(policy %s)",
+                    schedule.name,
+                    missed,
+                    schedule.policy,
+                )
+        return pass_.runs
+
+    def _pass(self, schedule: Schedule) -> _Pass:
+        with self.queue.transaction() as conn:
+            now = self.queue.storage.now()
+            state = self.store.state(conn, schedule.name, lock=True)
+            if state is None:  # first seen: starts from now
+                self.store.start(conn, schedule.name, now)
+                return _Pass(following=_first_after(schedule, now), last_at=now)
+            times, mark = plan(schedule, state.last_at, now)
+            following = _first_after(schedule, max(state.last_at, now if mark is None else mark))
+            if mark is None:
+                return _Pass(following=following, last_at=state.last_at)
+            jobs = [
+                self.queue.build(
+                    schedule.type,
+                    schedule.payload,
+                    queue=schedule.queue,
+                    priority=schedule.priority,
+                    meta={"cron": {"schedule": schedule.name, "scheduled_at": iso(at)}},
+                )
+                for at in times
+            ]
+            inserted = self.queue.insert(jobs) if jobs else []
+            runs = [
+                Run(schedule.name, at, item.job.id, now)
+                for at, item in zip(times, inserted, strict=True)
+            ]
+            self.store.advance(conn, state, mark, runs)
+            return _Pass(following=following, last_at=state.last_at, mark=mark, runs=runs)
 
     # -- the thread ------------------------------------------------------------------
 
@@ -184,16 +199,14 @@ def _first_after(schedule: Schedule, at: int) -> int:
     return next(iter(schedule.timing.times_after(at)))
 
 
-def _count_missed(schedule: Schedule, last_at: int, mark: int | None, runs: list[int]) -> int:
+def _count_missed(schedule: Schedule, last_at: int, mark: int, enqueued: int) -> int:
     """Scheduled times in (last_at, mark] not enqueued (counted up to a bound)."""
-    if mark is None:
-        return 0
     count = 0
     for at in schedule.timing.times_after(last_at):
         if at > mark or count > MAX_RUNS_PER_TICK:
             break
         count += 1
-    return max(0, count - len(runs))
+    return max(0, count - enqueued)
 
 
 def check(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, str]:
