@@ -148,13 +148,13 @@ def test_schedules_declared_in_python(tmp_path: Path) -> None:
     assert set(rows) == {"tick", "nightly", "report", "purge"}
 
 
-def test_the_hub_runs_and_lists_schedules(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
+def test_the_hub_runs_and_lists_schedules(tmp_path: Path, store_db: Path | str) -> None:
+    db = store_db
     env = subprocess_env(
         JOBCORE_PLUGINS="jobcore_test_plugin,jobcore_cron",
         JOBCORE_CRON_SCHEDULES=json.dumps({"tick": {"type": "noop", "every": "1s"}}),
     )
-    hub = Hub(db, env=env)
+    hub = Hub(db, env=env, logs=tmp_path)
     try:
         read = jobcore(db, "tokens", "create", "--name", "r", "--scope", "read").stdout.strip()
         with hub.client(read) as client:
