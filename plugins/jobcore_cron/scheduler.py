@@ -40,26 +40,38 @@ MAX_BACKOFF = 30.0
 def plan(schedule: Schedule, last_at: int, now: int) -> tuple[list[int], int | None]:
     """The scheduled times to enqueue now, and the new high-water mark (None: nothing
     was due, leave it)."""
-    grace, window = schedule.grace_ms, max(schedule.catchup_ms, schedule.grace_ms)
-    reach = grace if schedule.policy == "skip" else window
-    start = max(last_at, now - reach)
-    due = list(
-        itertools.islice(
-            itertools.takewhile(lambda at: at <= now, schedule.timing.times_after(start)),
-            MAX_RUNS_PER_TICK,
-        )
-    )
-    if not due:
+    newest = _newest(schedule, last_at, now)
+    if newest is None:
         return [], None
-    on_time = [at for at in due if now - at <= grace]
-    if schedule.policy == "skip":
-        runs = on_time
-    elif schedule.policy == "latest":
-        runs = on_time or due[-1:]
+    grace, window = schedule.grace_ms, max(schedule.catchup_ms, schedule.grace_ms)
+    if schedule.policy == "all":
+        runs = _due(schedule, max(last_at, now - window), now)
     else:
-        runs = due
-    capped = len(due) == MAX_RUNS_PER_TICK
-    return runs, (due[-1] if capped else now)
+        runs = _due(schedule, max(last_at, now - grace), now)  # the on-time ones
+        if not runs and schedule.policy == "latest" and now - newest <= window:
+            runs = [newest]
+    capped = len(runs) == MAX_RUNS_PER_TICK
+    return runs, (runs[-1] if capped else now)
+
+
+def _due(schedule: Schedule, after: int, now: int, limit: int = MAX_RUNS_PER_TICK) -> list[int]:
+    """The first `limit` scheduled times in (after, now]."""
+    times = itertools.takewhile(lambda at: at <= now, schedule.timing.times_after(after))
+    return list(itertools.islice(times, limit))
+
+
+def _newest(schedule: Schedule, after: int, now: int) -> int | None:
+    """The latest scheduled time in (after, now], without walking a long outage from its
+    start: past a few, look back from now over a window that doubles until it holds one."""
+    first = _due(schedule, after, now, MAX_RUNS_PER_TICK + 1)
+    if len(first) <= MAX_RUNS_PER_TICK:
+        return first[-1] if first else None
+    span = 1000
+    while True:
+        tail = _due(schedule, max(after, now - span), now, MAX_RUNS_PER_TICK + 1)
+        if tail:
+            return tail[-1]
+        span *= 2
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,26 @@ def test_every_runs_on_utc_multiples_of_its_interval() -> None:
     ]
     # strictly after: a time on the grid is not returned again
     assert next(Every(1000).times_after(5000)) == 6000
+
+
+def test_a_long_outage_is_planned_without_walking_it() -> None:
+    from jobcore_cron.scheduler import plan
+    from jobcore_cron.spec import parse_schedule
+
+    day = 86_400_000
+    now = _ms("2026-06-01T12:00:00.400+00:00")
+    last = now - 30 * day  # a month of every-second runs missed
+    schedule = {"type": "noop", "every": "1s", "grace": "10s", "catchup_window": "60d"}
+    latest = parse_schedule("s", {**schedule, "every": "1m", "policy": "latest"}, "test")
+    later = now + 30_000  # 12:00:30.4: the 12:00 run is 30s late, past its 10s grace
+    assert plan(latest, last, later) == ([now - 400], later)  # the newest one only
+    skip = parse_schedule("s", {**schedule, "policy": "skip"}, "test")
+    assert plan(skip, last, now) == (list(range(now - 9400, now, 1000)), now)  # on time
+    every = parse_schedule("s", {**schedule, "policy": "all"}, "test")
+    runs, mark = plan(every, last, now)  # the oldest first, a thousand per pass
+    assert len(runs) == 1000 and runs[0] == last - last % 1000 + 1000 and mark == runs[-1]
+    # a daily cron a year behind: the newest time, found by looking back from now
+    daily = parse_schedule(
+        "d", {"type": "noop", "cron": "0 3 * * *", "policy": "latest", "catchup_window": "2d"}, "t"
+    )
+    assert plan(daily, now - 400 * day, now) == ([_ms("2026-06-01T03:00:00+00:00")], now)
