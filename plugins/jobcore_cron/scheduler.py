@@ -140,7 +140,7 @@ class Scheduler:
             missed = _count_missed(schedule, pass_.last_at, pass_.mark, len(pass_.runs))
             if missed:
                 log.warning(
-                    "schedule %s: %d run(s) missed while no scheduler ran were not enqueued "
+                    "schedule %s: %s run(s) missed while no scheduler ran were not enqueued "
                     "(policy %s)",
                     schedule.name,
                     missed,
@@ -211,14 +211,17 @@ def _first_after(schedule: Schedule, at: int) -> int:
     return next(iter(schedule.timing.times_after(at)))
 
 
-def _count_missed(schedule: Schedule, last_at: int, mark: int, enqueued: int) -> int:
-    """Scheduled times in (last_at, mark] not enqueued (counted up to a bound)."""
+def _count_missed(schedule: Schedule, last_at: int, mark: int, enqueued: int) -> str:
+    """How many scheduled times in (last_at, mark] were not enqueued ("" for none); counted
+    up to a bound, past it "over N"."""
     count = 0
     for at in schedule.timing.times_after(last_at):
-        if at > mark or count > MAX_RUNS_PER_TICK:
+        if at > mark:
             break
         count += 1
-    return max(0, count - enqueued)
+        if count > MAX_RUNS_PER_TICK + enqueued:
+            return f"over {MAX_RUNS_PER_TICK}"
+    return str(count - enqueued) if count > enqueued else ""
 
 
 def check(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, str]:

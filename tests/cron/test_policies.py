@@ -4,6 +4,7 @@ once-per-time guarantee when schedulers race, and the record of runs."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -33,12 +34,12 @@ def _scheduled(queue: Queue) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("policy", "fields", "caught_up"),
+    ("policy", "fields", "caught_up", "dropped"),
     [
-        ("skip", {}, []),
-        ("latest", {}, ["00:04:00"]),
-        ("all", {}, ["00:02:00", "00:03:00", "00:04:00"]),
-        ("all", {"catchup_window": "100s"}, ["00:03:00", "00:04:00"]),
+        ("skip", {}, [], "3"),
+        ("latest", {}, ["00:04:00"], "2"),
+        ("all", {}, ["00:02:00", "00:03:00", "00:04:00"], None),
+        ("all", {"catchup_window": "100s"}, ["00:03:00", "00:04:00"], "1"),
     ],
 )
 def test_runs_missed_while_every_scheduler_was_down(
@@ -47,6 +48,8 @@ def test_runs_missed_while_every_scheduler_was_down(
     policy: str,
     fields: dict[str, str],
     caught_up: list[str],
+    dropped: str | None,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     queue = clocked_queue(clock)
     scheduler = Scheduler(queue, [_minutely(policy, **fields)])
@@ -58,8 +61,18 @@ def test_runs_missed_while_every_scheduler_was_down(
     # every scheduler down from 00:01:02 to 00:04:30: 00:02, 00:03 and 00:04 were missed
     clock.now = _ms("00:04:30")
     scheduler = Scheduler(queue, [_minutely(policy, **fields)])  # a fresh process
-    scheduler.tick()
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        scheduler.tick()
     assert _scheduled(queue) == ["00:01:00", *caught_up]
+    warned = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    assert warned == (
+        []
+        if dropped is None
+        else [
+            f"schedule minutely: {dropped} run(s) missed "
+            f"while no scheduler ran were not enqueued (policy {policy})"
+        ]
+    )
     scheduler.tick()  # nothing more for those times
     clock.now = _ms("00:05:01")
     scheduler.tick()
