@@ -162,3 +162,34 @@ def test_enabled_false_keeps_a_process_from_scheduling(store_db: object, clock: 
         finally:
             stop_scheduler("w")
             queue.close()
+
+
+@pytest.mark.parametrize(
+    ("day", "expected"),
+    [
+        # spring forward (02:00 CET -> 03:00 CEST at 01:00Z): the skipped 02:30 runs at 03:00
+        ("2026-03-29", {"daily": ["01:00"], "hourly": ["23:30", "00:30", "01:30"]}),
+        # fall back (03:00 CEST -> 02:00 CET at 01:00Z): the repeated 02:30 runs once daily,
+        # twice hourly
+        ("2026-10-25", {"daily": ["00:30"], "hourly": ["23:30", "00:30", "01:30"]}),
+    ],
+)
+def test_paris_dst_changes_with_a_store_and_a_ticking_clock(
+    clocked_queue: Callable[..., Queue], clock: Any, day: str, expected: dict[str, list[str]]
+) -> None:
+    start = int(datetime.fromisoformat(f"{day}T00:00:00+00:00").timestamp() * 1000) - 3_600_000
+    clock.now = start - 60_000  # 22:59Z the day before
+    queue = clocked_queue(clock)
+    paris = {"timezone": "Europe/Paris", "type": "noop", "grace": "20m"}
+    schedules = [
+        parse_schedule("daily", {**paris, "cron": "30 2 * * *"}, "test"),
+        parse_schedule("hourly", {**paris, "cron": "30 * * * *"}, "test"),
+    ]
+    scheduler = Scheduler(queue, schedules)
+    for step in range(19):  # every 10 minutes from 22:59Z to 01:59Z
+        clock.now = start - 60_000 + step * 600_000
+        scheduler.tick()
+    found: dict[str, list[str]] = {"daily": [], "hourly": []}
+    for job in sorted(queue.list_jobs(limit=100), key=lambda j: j.meta["cron"]["scheduled_at"]):
+        found[job.meta["cron"]["schedule"]].append(job.meta["cron"]["scheduled_at"][11:16])
+    assert found == expected
