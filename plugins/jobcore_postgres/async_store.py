@@ -93,6 +93,9 @@ class AsyncPostgres:
 
     async def pool(self) -> AsyncConnectionPool[_AsyncPooled]:
         loop = asyncio.get_running_loop()
+        pool = self._pool
+        if pool is not None and self._loop is loop:
+            return pool  # the usual call: open already, on this loop (no lock to take)
         if self._pool is not None and self._loop is not loop:
             if self._loop is None or not self._loop.is_closed():
                 raise StorageError(
