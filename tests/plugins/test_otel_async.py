@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 
 from jobcore import Queue
@@ -114,3 +115,24 @@ def test_a_child_of_an_async_handler_joins_its_trace(
     ]
     assert child_send.parent is not None and child_send.parent.span_id == process.context.span_id
     assert child_send.context.trace_id == process.context.trace_id
+
+
+def test_a_sampled_out_async_job_passes_its_trace_on_to_its_children(
+    jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """No process span is made, but the trace context is current in the handler's task."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBasedTraceIdRatio(0.0))  # keep no trace
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    plugin = OtelPlugin(provider, MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    queue = jobcore_make_queue(plugin, tp, modules=["jobcore_async_plugin"])
+    parent = queue.enqueue("async_job", {"log": str(tmp_path / "notes"), "how": "child"}).job
+    drain(queue)
+    assert exporter.get_finished_spans() == ()
+    [child] = [job for job in queue.list_jobs() if job.parent_id == parent.id]
+    assert queue.get(child.id).status == "completed"
+
+    def trace_of(job_id: str) -> str:
+        return str(queue.get(job_id).meta["otel"]["traceparent"].split("-")[1])
+
+    assert trace_of(child.id) == trace_of(parent.id)
