@@ -20,10 +20,11 @@ otherwise it is one `OtelPlugin` per distinct configuration, shared.
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import threading
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Awaitable, Generator, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -36,11 +37,13 @@ from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry.context import Context  # noqa: E402
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation  # noqa: E402
 from opentelemetry.trace import (  # noqa: E402
+    Span,
     SpanKind,
     Status,
     StatusCode,
     TracerProvider,
     get_current_span,
+    set_span_in_context,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
@@ -90,6 +93,34 @@ def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
         "messaging.message.id": job.id,
         "jobcore.job.type": job.type,
     }
+
+
+def _record_error(span: Span, exc: BaseException, job_id: str) -> None:
+    try:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    except Exception:  # e.g. an exception whose str() raises: the job's own error wins
+        log.debug("job %s: its exception could not be put on the span", job_id)
+
+
+async def _awaited_in(
+    awaitable: Awaitable[Any], current: Context, span: Span | None, job_id: str
+) -> Any:
+    """Await an async handler's coroutine with `current` as the trace context of its task,
+    then end `span` (if any) with its outcome: the span covers the awaited handler, its
+    exception (CancelledError included) and its status."""
+    token = otel_context.attach(current)
+    try:
+        result = await awaitable
+    except BaseException as exc:
+        if span is not None:
+            _record_error(span, exc, job_id)
+        raise
+    finally:
+        otel_context.detach(token)
+        if span is not None:
+            span.end()
+    return result
 
 
 class OtelPlugin:
@@ -215,27 +246,36 @@ class OtelPlugin:
             # the trace context current so child jobs carry it on.
             token = otel_context.attach(parent)
             try:
-                return (yield)
+                result = yield
             finally:
                 otel_context.detach(token)
-        with self.tracer.start_as_current_span(
+            if inspect.isawaitable(result):  # an async handler: current in its task too
+                return _awaited_in(result, parent, None, job.id)
+            return result
+        span = self.tracer.start_span(
             f"process {job.queue}",
             context=parent,
             kind=SpanKind.CONSUMER,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            try:
-                result = yield
-            except BaseException as exc:
-                try:
-                    span.record_exception(exc)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                except Exception:  # e.g. an exception whose str() raises: the job's own error wins
-                    log.debug("job %s: its exception could not be put on the span", job.id)
-                raise
-            return result
+        )
+        current = set_span_in_context(span, parent)
+        token = otel_context.attach(current)
+        try:
+            result = yield
+        except BaseException as exc:
+            _record_error(span, exc, job.id)
+            span.end()
+            raise
+        finally:
+            otel_context.detach(token)
+        if inspect.isawaitable(result):
+            # An async handler: the hook returned its coroutine, which the worker awaits
+            # later on its loop. The span stays open until that ends (DESIGN §15).
+            return _awaited_in(result, current, span, job.id)
+        span.end()
+        return result
 
     def _would_record(self, parent: Context, name: str, attributes: dict[str, Any]) -> bool:
         """What the provider's sampler decides for a consumer span under `parent`."""
