@@ -31,6 +31,7 @@ SETTINGS_MODELS: dict[str, str | None] = {
     "plugins.agent": "jobcore_agent.settings:AgentSettings",
     "plugins.http": "jobcore_http.settings:HttpSettings",
     "plugins.postgres": "jobcore_postgres:PostgresSettings",
+    "plugins.cron": "jobcore_cron:CronSettings",
 }
 NO_SETTINGS = {
     "plugins.shell": "No settings of its own: a `shell` job's payload says everything.",

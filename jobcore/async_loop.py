@@ -20,6 +20,8 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from jobcore.async_handlers import is_async_handler, run_attempt
@@ -39,22 +41,52 @@ log = logging.getLogger("jobcore.worker")
 HELD = (Phase.CLAIMED, Phase.STARTING, Phase.STARTED, Phase.STOPPING)
 
 
+class _Mailbox:
+    """Work handed to the loop from other threads, delivered in batches: one
+    `call_soon_threadsafe` (a write to the loop's self-pipe, a syscall) per batch rather
+    than per attempt, for the claims of one commit and the start markers it confirmed."""
+
+    __slots__ = ("_items", "_loop", "_posted")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: collections.deque[Callable[[], None]] = collections.deque()
+        self._posted = False
+
+    def post(self, item: Callable[[], None]) -> None:
+        """Run `item()` on the loop soon; RuntimeError if the loop is closed."""
+        self._items.append(item)  # deque appends and pops are atomic
+        if not self._posted:
+            self._posted = True
+            try:
+                self._loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:
+                self._posted = False
+                raise
+
+    def _deliver(self) -> None:
+        self._posted = False  # before taking: what is posted from now on posts again
+        items = self._items
+        while items:
+            items.popleft()()
+
+
 class _LoopWaiter:
     """What `InFlight` sets (from any thread) when a starting attempt may go on: wakes its
     coroutine on the loop. Duck-types the `set()` of the `threading.Event` executors use,
     without its lock and condition (memory per in-flight job, DESIGN §15)."""
 
-    __slots__ = ("_flag", "_future", "_loop")
+    __slots__ = ("_flag", "_future", "_mailbox")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self, mailbox: _Mailbox) -> None:
+        self._mailbox = mailbox
         self._flag = False
         self._future: asyncio.Future[None] | None = None
 
     def set(self) -> None:
         self._flag = True
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            self._loop.call_soon_threadsafe(self._wake)
+            self._mailbox.post(self._wake)
 
     def _wake(self) -> None:
         future = self._future
@@ -64,7 +96,7 @@ class _LoopWaiter:
     async def wait_async(self) -> None:
         """Until `set()` was called (at once if it was since the last wait)."""
         if not self._flag:
-            self._future = self._loop.create_future()
+            self._future = asyncio.get_running_loop().create_future()
             await self._future
             self._future = None
         self._flag = False
@@ -86,6 +118,7 @@ class AsyncHandlers:
         self.concurrency = concurrency
         self.block_warning = block_warning
         self.loop: asyncio.AbstractEventLoop  # made by `start`: a worker never run holds none
+        self._mailbox: _Mailbox
         self._began_loop = False
         self._waiting: collections.deque[Attempt] = collections.deque()
         self._running: dict[Attempt, asyncio.Future[Any] | None] = {}  # hold a slot
@@ -104,13 +137,14 @@ class AsyncHandlers:
         if not self._began_loop:
             self._began_loop = True
             self.loop = asyncio.new_event_loop()
+            self._mailbox = _Mailbox(self.loop)
             self._thread.start()
             self._watchdog.start()
 
     def submit(self, attempt: Attempt) -> None:
         self.start()  # the worker starts it with its executors; this is a guard
         try:
-            self.loop.call_soon_threadsafe(self._arrive, attempt)
+            self._mailbox.post(partial(self._arrive, attempt))
         except RuntimeError:  # the loop is gone (stopping): the worker gives the job back
             log.warning("job %s: the event loop has stopped; not starting it", attempt.job.id)
 
@@ -175,7 +209,7 @@ class AsyncHandlers:
     def _fill(self) -> None:
         while self._waiting and len(self._running) < self.concurrency:
             attempt = self._waiting.popleft()
-            waiter = _LoopWaiter(self.loop)
+            waiter = _LoopWaiter(self._mailbox)
             if not self.inflight.begin(attempt, cast(threading.Event, waiter)):
                 continue  # released or cancelled while it waited for a slot
             if self.inflight.self_noting:  # start slots are the executor threads': the

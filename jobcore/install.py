@@ -24,6 +24,7 @@ FIRST_PARTY_COMMANDS: dict[str, str] = {
     "agent": "agent",
     "artifacts": "agent",
     "copy": "postgres",
+    "schedules": "cron",
 }
 
 

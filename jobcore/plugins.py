@@ -58,7 +58,7 @@ FIRST_PARTY_JOB_TYPES: dict[str, str] = {
     "exec": "agent",
 }
 FIRST_PARTY_EXTRAS: dict[str, str] = {
-    name: name for name in ("claude", "aws", "otel", "agent", "http", "postgres")
+    name: name for name in ("claude", "aws", "otel", "agent", "http", "postgres", "cron")
 }
 # URL schemes of first-party storage backends, for the error when none handles a URL
 FIRST_PARTY_BACKENDS: dict[str, str] = {"postgres": "postgres", "postgresql": "postgres"}

@@ -21,6 +21,7 @@ from jobcore.clockjump import SweepGuard
 from jobcore.errors import JobTimeout
 from jobcore.models import Failed, Job, Lease, Released, Retrying
 from jobcore.queue import Queue
+from jobcore_http import schedules
 from jobcore_http.claim_replays import ClaimReplays
 from jobcore_http.engine import Engine
 from jobcore_http.events import REREAD, EventFeed
@@ -81,6 +82,7 @@ class Hub:
         self.engine.start()
         self.waiter.start()
         self._maintenance.start()
+        schedules.start(self.queue)  # recurring jobs, when the cron plugin is loaded
         self.started = True
 
     def request_shutdown(self) -> None:
@@ -103,6 +105,7 @@ class Hub:
     def close(self) -> None:
         self.begin_shutdown()
         self._halt.set()
+        schedules.stop(self.queue)
         if self._maintenance.is_alive():
             self._maintenance.join(10)
         self.engine.stop()

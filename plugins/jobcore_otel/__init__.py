@@ -20,11 +20,12 @@ otherwise it is one `OtelPlugin` per distinct configuration, shared.
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import re
 import threading
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Awaitable, Generator, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -115,14 +116,6 @@ def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
     return Context(), False
 
 
-def _record_error(span: Span, exc: BaseException, job: Job) -> None:
-    try:
-        span.record_exception(exc)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-    except Exception:  # e.g. an exception whose str() raises: the job's own error wins
-        log.debug("job %s: its exception could not be put on the span", job.id)
-
-
 def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
     return {
         "messaging.system": SYSTEM,
@@ -131,6 +124,41 @@ def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
         "messaging.message.id": job.id,
         "jobcore.job.type": job.type,
     }
+
+
+def _record_error(span: Span, exc: BaseException, job_id: str) -> None:
+    try:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    except Exception:  # e.g. an exception whose str() raises: the job's own error wins
+        log.debug("job %s: its exception could not be put on the span", job_id)
+
+
+async def _awaited_in(
+    awaitable: Awaitable[Any], current: Context, span: Span | None, job_id: str
+) -> Any:
+    """Await an async handler's coroutine with `current` as the trace context of its task,
+    then end `span` (if any) with its outcome: the span covers the awaited handler, its
+    exception (CancelledError included) and its status."""
+    token = otel_context.attach(current)
+    try:
+        result = await awaitable
+    except BaseException as exc:
+        if span is not None:
+            _record_error(span, exc, job_id)
+        raise
+    finally:
+        otel_context.detach(token)
+        if span is not None:
+            _end(span, job_id)
+    return result
+
+
+def _end(span: Span, job_id: str) -> None:
+    try:
+        span.end()
+    except Exception:  # the job's outcome stands whatever the span processor does
+        log.exception("job %s: its process span could not be ended", job_id)
 
 
 class OtelPlugin:
@@ -285,23 +313,36 @@ class OtelPlugin:
             # the trace context current so child jobs carry it on.
             token = otel_context.attach(parent)
             try:
-                return (yield)
+                result = yield
             finally:
                 otel_context.detach(token)
-        with self.tracer.start_as_current_span(
+            if inspect.isawaitable(result):  # an async handler: current in its task too
+                return _awaited_in(result, parent, None, job.id)
+            return result
+        span = self.tracer.start_span(
             f"process {job.queue}",
             context=parent,
             kind=SpanKind.CONSUMER,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            try:
-                result = yield
-            except BaseException as exc:
-                _record_error(span, exc, job)
-                raise
-            return result
+        )
+        current = set_span_in_context(span, parent)
+        token = otel_context.attach(current)
+        try:
+            result = yield
+        except BaseException as exc:
+            _record_error(span, exc, job.id)
+            span.end()
+            raise
+        finally:
+            otel_context.detach(token)
+        if inspect.isawaitable(result):
+            # An async handler: the hook returned its coroutine, which the worker awaits
+            # later on its loop. The span stays open until that ends (DESIGN §15).
+            return _awaited_in(result, current, span, job.id)
+        span.end()
+        return result
 
     def _process_directly(
         self, job: Job, parent: Context, attributes: dict[str, Any]
@@ -314,20 +355,22 @@ class OtelPlugin:
         except Exception:  # e.g. a sampler that raises: the job runs untraced, never fails for it
             log.exception("job %s: its process span could not be started", job.id)
         # Sampled out: no span, but the trace context stays current so child jobs carry it on.
-        token = otel_context.attach(parent if span is None else set_span_in_context(span, parent))
+        current = parent if span is None else set_span_in_context(span, parent)
+        token = otel_context.attach(current)
         try:
-            return (yield)
+            result = yield
         except BaseException as exc:
             if span is not None:
-                _record_error(span, exc, job)
+                _record_error(span, exc, job.id)
+                _end(span, job.id)
             raise
         finally:
             otel_context.detach(token)
-            if span is not None:
-                try:
-                    span.end()
-                except Exception:  # the job's outcome stands whatever the processor does
-                    log.exception("job %s: its process span could not be ended", job.id)
+        if inspect.isawaitable(result):  # an async handler: the span ends once it is awaited
+            return _awaited_in(result, current, span, job.id)
+        if span is not None:
+            _end(span, job.id)
+        return result
 
     def _would_record(self, parent: Context, name: str, attributes: dict[str, Any]) -> bool:
         """What the provider's sampler decides for a consumer span under `parent`."""

@@ -58,6 +58,20 @@ def check(conn: Any) -> None:
         )
 
 
+class _AsyncPooled(psycopg.AsyncConnection[tuple[Any, ...]]):
+    """A pooled async connection that keeps one cursor for the inserts run alone: a new
+    cursor per statement costs more client time than a small insert's dumping (as
+    `PostgresStorage`'s pooled connections)."""
+
+    _kept: psycopg.AsyncCursor[tuple[Any, ...]] | None = None
+
+    def kept_cursor(self) -> psycopg.AsyncCursor[tuple[Any, ...]]:
+        cursor = self._kept
+        if cursor is None or cursor.closed:
+            cursor = self._kept = self.cursor()
+        return cursor
+
+
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(json_loads, conn)
 
@@ -68,7 +82,7 @@ class AsyncPostgres:
     def __init__(self, storage: PostgresStorage, *, pool_max: int = 10) -> None:
         self.storage = storage
         self.pool_max = pool_max
-        self._pool: AsyncConnectionPool | None = None
+        self._pool: AsyncConnectionPool[_AsyncPooled] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening = asyncio.Lock()
         self._hooks: weakref.WeakKeyDictionary[Any, _CommitHook] = weakref.WeakKeyDictionary()
@@ -77,8 +91,11 @@ class AsyncPostgres:
         if not self.storage._ready:  # migrations run once, off the loop
             await asyncio.to_thread(self.storage._ensure_ready)
 
-    async def pool(self) -> AsyncConnectionPool:
+    async def pool(self) -> AsyncConnectionPool[_AsyncPooled]:
         loop = asyncio.get_running_loop()
+        pool = self._pool
+        if pool is not None and self._loop is loop:
+            return pool  # the usual call: open already, on this loop (no lock to take)
         if self._pool is not None and self._loop is not loop:
             if self._loop is None or not self._loop.is_closed():
                 raise StorageError(
@@ -98,6 +115,7 @@ class AsyncPostgres:
                     timeout=max(30.0, self.storage.connect_timeout),  # a wait for a free one
                     name=f"jobcore-async-{self.storage.schema}",
                     configure=_configure,
+                    connection_class=_AsyncPooled,
                     kwargs={"autocommit": True},
                 )
                 with mapped(self.storage.where):
@@ -126,20 +144,26 @@ class AsyncPostgres:
         with mapped(self.storage.where):
             async with pool.connection() as pooled:
                 if len(jobs) == 1 or all(j.idempotency_key is None for j in jobs):
-                    return await self._insert_on(pooled, jobs)  # one statement: atomic alone
+                    # one statement: atomic alone
+                    return await self._insert_on(pooled, jobs, pooled.kept_cursor())
                 async with pooled.transaction():
                     return await self._insert_on(pooled, jobs)
 
     async def _insert_on(
-        self, conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        jobs: Sequence[NewJob],
+        cursor: psycopg.AsyncCursor[Any] | None = None,
     ) -> list[Inserted]:
-        """`PostgresStorage._insert_on`, awaited."""
+        """`PostgresStorage._insert_on`, awaited; on `cursor` if given (a kept one)."""
         store = self.storage
         keyed = any(j.idempotency_key is not None for j in jobs)
         shape = store._shape(jobs)
         sql = store._statement(("insert", keyed, shape), store._insert_sql, keyed, shape)
         params = store._shaped_params(jobs, shape)
-        cursor = await conn.execute(sql, params)
+        if cursor is None:
+            cursor = conn.cursor()
+        await cursor.execute(sql, params)
         rows = await cursor.fetchall()
         if shape == "shared" and not keyed:
             [(_, status_text, at, due, count)] = rows

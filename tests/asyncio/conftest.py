@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from collections.abc import Iterator
@@ -14,24 +13,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "postgres"))  # pg_testing
 
 from async_workers import Workers  # noqa: E402
-from pg_testing import SERVER, unavailable, with_database  # noqa: E402
+from pg_testing import temporary_database  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def pg_server_database() -> Iterator[str]:
-    try:
-        import psycopg
-    except ImportError as exc:
-        unavailable(f"psycopg is not installed ({exc})")
-    name = f"jobcore_async_{os.getpid()}_{secrets.token_hex(3)}"
-    try:
-        with psycopg.connect(SERVER, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-    except psycopg.OperationalError as exc:
-        unavailable(f"no PostgreSQL server reachable at {SERVER} ({str(exc).strip()})")
-    yield with_database(SERVER, name)
-    with psycopg.connect(SERVER, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from temporary_database("jobcore_async")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

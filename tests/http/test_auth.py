@@ -39,6 +39,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("DELETE", "/api/tokens/nobody", None, "admin"),
     ("POST", "/api/jobs/reports", {**W, "reports": []}, "agent"),
     ("GET", "/api/queues", None, "read"),
+    ("GET", "/api/schedules", None, "read"),
     ("POST", "/api/queues/authz-paused/pause", {"reason": "matrix"}, "produce"),
     ("POST", "/api/queues/authz-paused/resume", None, "produce"),
     ("POST", "/api/types/authz-type/pause", {"reason": "matrix"}, "produce"),

@@ -9,55 +9,19 @@ from typing import Any
 
 import httpx
 import pytest
-from hubproc import Hub, jobcore
+from fleet import Fleet, running_fleet
+from hubproc import jobcore
 
 
-class Fleet:
-    """A hub, an admin client and two agents (tokens bound to their worker names)."""
-
-    def __init__(self, hub: Hub, db: Path | str) -> None:
-        admin = jobcore(db, "tokens", "create", "--name", "admin", "--scope", "admin")
-        self.admin = hub.client(admin.stdout.strip())
-        self.a = hub.client(self._agent("agent-a"))
-        self.b = hub.client(self._agent("agent-b"))
-
-    def _agent(self, name: str) -> str:
-        made = self.admin.post(
-            "/api/tokens", json={"name": name, "scope": "agent", "agent_id": name}
-        )
-        assert made.status_code == 201, made.text
-        return str(made.json()["token"])
-
+class ReportsFleet(Fleet):
     def claimed(self, n: int, client: httpx.Client | None = None) -> list[dict[str, Any]]:
-        client = client or self.a
-        worker = "agent-a" if client is self.a else "agent-b"
-        jobs = [{"type": "noop", "payload": {}} for _ in range(n)]
-        made = self.admin.post("/api/jobs/batch", json={"jobs": jobs})
-        assert made.status_code in (200, 201), made.text
-        got = client.post("/api/jobs/claim", json={"worker_id": worker, "max_jobs": n})
-        assert got.status_code == 200, got.text
-        claimed: list[dict[str, Any]] = got.json()
-        assert len(claimed) == n
-        return claimed
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.admin.get(f"/api/jobs/{job_id}").json()
-        return answer
-
-    def close(self) -> None:
-        for client in (self.admin, self.a, self.b):
-            client.close()
+        return self.enqueue_and_claim([{"type": "noop", "payload": {}} for _ in range(n)], client)
 
 
 @pytest.fixture
-def fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    made = Fleet(hub, store_db)
-    try:
+def fleet(store_db: Path | str, tmp_path: Path) -> Iterator[ReportsFleet]:
+    with running_fleet(store_db, tmp_path, "30s", ReportsFleet) as made:
         yield made
-    finally:
-        made.close()
-        assert hub.terminate() == 0, hub.output()
 
 
 def _reports(client: httpx.Client, worker: str, items: list[dict[str, Any]]) -> list[Any]:
@@ -88,7 +52,7 @@ def _mixed(jobs: list[dict[str, Any]], worker: str = "agent-a") -> list[dict[str
     ]
 
 
-def test_a_batch_records_each_kind_and_its_repeat_answers_already(fleet: Fleet) -> None:
+def test_a_batch_records_each_kind_and_its_repeat_answers_already(fleet: ReportsFleet) -> None:
     jobs = fleet.claimed(4)
     items = _mixed(jobs)
     first = _reports(fleet.a, "agent-a", items)
@@ -112,7 +76,7 @@ def states_of(jobs: list[dict[str, Any]]) -> list[str]:
     return [job["status"] for job in jobs]
 
 
-def test_wrong_lease_or_wrong_worker_is_stale_and_changes_nothing(fleet: Fleet) -> None:
+def test_wrong_lease_or_wrong_worker_is_stale_and_changes_nothing(fleet: ReportsFleet) -> None:
     jobs = fleet.claimed(4)
     before = [fleet.job(job["id"]) for job in jobs]
     wrong_lease = [{**item, "lease_id": "not-the-lease"} for item in _mixed(jobs)]
@@ -130,7 +94,7 @@ def test_wrong_lease_or_wrong_worker_is_stale_and_changes_nothing(fleet: Fleet) 
     assert [fleet.job(job["id"]) for job in jobs] == before
 
 
-def test_one_bad_item_is_refused_alone(fleet: Fleet) -> None:
+def test_one_bad_item_is_refused_alone(fleet: ReportsFleet) -> None:
     jobs = fleet.claimed(3)
     good = [
         {"job_id": job["id"], "lease_id": job["lease_id"], "kind": "result", "result": i}
@@ -165,7 +129,7 @@ def test_one_bad_item_is_refused_alone(fleet: Fleet) -> None:
     assert _states(_reports(fleet.a, "agent-a", [good[1]])) == ["recorded"]
 
 
-def test_a_revoked_token_gets_the_batch_refused_and_nothing_changes(fleet: Fleet) -> None:
+def test_a_revoked_token_gets_the_batch_refused_and_nothing_changes(fleet: ReportsFleet) -> None:
     jobs = fleet.claimed(4)
     before = [fleet.job(job["id"]) for job in jobs]
     assert fleet.admin.delete("/api/tokens/agent-a").status_code == 204
@@ -178,7 +142,7 @@ def test_a_revoked_token_gets_the_batch_refused_and_nothing_changes(fleet: Fleet
 
 
 def test_a_read_token_and_an_oversized_batch_are_refused(
-    fleet: Fleet, store_db: Path | str
+    fleet: ReportsFleet, store_db: Path | str
 ) -> None:
     reader = jobcore(store_db, "tokens", "create", "--name", "r", "--scope", "read")
     with httpx.Client(

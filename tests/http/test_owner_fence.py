@@ -11,40 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hubproc import Hub, jobcore
-
-
-class Agents:
-    def __init__(self, hub: Hub, db: Path | str) -> None:
-        admin = jobcore(db, "tokens", "create", "--name", "admin", "--scope", "admin")
-        self.admin = hub.client(admin.stdout.strip())
-        self.a = hub.client(self._agent("agent-a"))
-        self.b = hub.client(self._agent("agent-b"))
-
-    def _agent(self, name: str) -> str:
-        made = self.admin.post(
-            "/api/tokens", json={"name": name, "scope": "agent", "agent_id": name}
-        )
-        assert made.status_code == 201, made.text
-        return str(made.json()["token"])
-
-    def close(self) -> None:
-        for client in (self.admin, self.a, self.b):
-            client.close()
+from fleet import Fleet, running_fleet
 
 
 @pytest.fixture
-def agents(store_db: Path | str, tmp_path: Path) -> Iterator[Agents]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    made = Agents(hub, store_db)
-    try:
+def agents(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
+    with running_fleet(store_db, tmp_path, "30s", Fleet) as made:
         yield made
-    finally:
-        made.close()
-        assert hub.terminate() == 0, hub.output()
 
 
-def _claimed(agents: Agents) -> dict[str, Any]:
+def _claimed(agents: Fleet) -> dict[str, Any]:
     enqueued = agents.admin.post("/api/jobs", json={"type": "noop"})
     assert enqueued.status_code == 201, enqueued.text
     claimed = agents.a.post("/api/jobs/claim", json={"worker_id": "agent-a"})
@@ -54,7 +30,7 @@ def _claimed(agents: Agents) -> dict[str, Any]:
     return job
 
 
-def _unchanged(agents: Agents, job: dict[str, Any]) -> None:
+def _unchanged(agents: Fleet, job: dict[str, Any]) -> None:
     now = agents.admin.get(f"/api/jobs/{job['id']}").json()
     assert now["status"] == "claimed"
     assert (now["worker_id"], now["lease_id"]) == ("agent-a", job["lease_id"])
@@ -63,7 +39,7 @@ def _unchanged(agents: Agents, job: dict[str, Any]) -> None:
 
 
 def test_another_agent_with_the_lease_id_is_refused_and_nothing_changes(
-    agents: Agents,
+    agents: Fleet,
 ) -> None:
     job = _claimed(agents)
     # what any read token sees: the lease id is in the listing
@@ -104,7 +80,7 @@ def test_another_agent_with_the_lease_id_is_refused_and_nothing_changes(
     ]
 
 
-def test_another_agents_fail_repeat_and_release_are_refused(agents: Agents) -> None:
+def test_another_agents_fail_repeat_and_release_are_refused(agents: Fleet) -> None:
     job = _claimed(agents)
     body = {"worker_id": "agent-a", "lease_id": job["lease_id"], "reason": "boom"}
     failed = agents.a.post(f"/api/jobs/{job['id']}/fail", json={**body, "retryable": False})

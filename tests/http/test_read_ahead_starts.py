@@ -15,56 +15,22 @@ from typing import Any
 
 import httpx
 import pytest
-from hubproc import Hub, jobcore
+from fleet import Fleet, running_fleet
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class Fleet:
-    """A hub with a short lease, an admin client and two agents bound to their names."""
-
-    def __init__(self, hub: Hub, db: Path | str) -> None:
-        admin = jobcore(db, "tokens", "create", "--name", "admin", "--scope", "admin")
-        self.admin = hub.client(admin.stdout.strip())
-        self.a = hub.client(self._agent("agent-a"))
-        self.b = hub.client(self._agent("agent-b"))
-
-    def _agent(self, name: str) -> str:
-        made = self.admin.post(
-            "/api/tokens", json={"name": name, "scope": "agent", "agent_id": name}
-        )
-        assert made.status_code == 201, made.text
-        return str(made.json()["token"])
-
+class StartsFleet(Fleet):
     def claim(self, n: int, **extra: Any) -> list[dict[str, Any]]:
+        """`n` jobs, highest priority first, all claimed by agent a."""
         jobs = [{"type": "noop", "payload": {}, "priority": n - i} for i in range(n)]
-        made = self.admin.post("/api/jobs/batch", json={"jobs": jobs})
-        assert made.status_code in (200, 201), made.text
-        body = {"worker_id": "agent-a", "max_jobs": n, **extra}
-        got = self.a.post("/api/jobs/claim", json=body)
-        assert got.status_code == 200, got.text
-        claimed: list[dict[str, Any]] = got.json()
-        assert len(claimed) == n
-        return claimed
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = self.admin.get(f"/api/jobs/{job_id}").json()
-        return answer
-
-    def close(self) -> None:
-        for client in (self.admin, self.a, self.b):
-            client.close()
+        return self.enqueue_and_claim(jobs, **extra)
 
 
 @pytest.fixture
-def fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
-    hub = Hub(store_db, "--lease", "2s", logs=tmp_path)
-    made = Fleet(hub, store_db)
-    try:
+def fleet(store_db: Path | str, tmp_path: Path) -> Iterator[StartsFleet]:
+    with running_fleet(store_db, tmp_path, "2s", StartsFleet) as made:
         yield made
-    finally:
-        made.close()
-        assert hub.terminate() == 0, hub.output()
 
 
 def _starts(client: httpx.Client, worker: str, jobs: list[dict[str, Any]]) -> list[Any]:
@@ -86,7 +52,7 @@ def _wait_swept(fleet: Fleet, job_ids: list[str]) -> list[dict[str, Any]]:
     raise AssertionError(f"still claimed after 30 s: {jobs}")
 
 
-def test_a_claim_marks_started_only_the_jobs_that_start_at_once(fleet: Fleet) -> None:
+def test_a_claim_marks_started_only_the_jobs_that_start_at_once(fleet: StartsFleet) -> None:
     jobs = fleet.claim(4, start=1)
     assert jobs[0]["started_at"] is not None
     assert [job["started_at"] for job in jobs[1:]] == [None, None, None]
@@ -101,7 +67,7 @@ def test_a_claim_marks_started_only_the_jobs_that_start_at_once(fleet: Fleet) ->
         assert [a["outcome"] for a in job["attempts_detail"]] == ["released"]
 
 
-def test_a_claim_without_start_marks_every_job_started_as_before(fleet: Fleet) -> None:
+def test_a_claim_without_start_marks_every_job_started_as_before(fleet: StartsFleet) -> None:
     jobs = fleet.claim(3)
     assert all(job["started_at"] is not None for job in jobs)
     swept = _wait_swept(fleet, [job["id"] for job in jobs])
@@ -109,7 +75,7 @@ def test_a_claim_without_start_marks_every_job_started_as_before(fleet: Fleet) -
     assert all([e["error"] for e in job["errors"]] == ["lease expired"] for job in swept)
 
 
-def test_a_start_report_makes_the_start_durable_and_is_fenced(fleet: Fleet) -> None:
+def test_a_start_report_makes_the_start_durable_and_is_fenced(fleet: StartsFleet) -> None:
     jobs = fleet.claim(3, start=0)
     # another agent knowing the lease ids (any reader does) cannot start them
     assert [r["state"] for r in _starts(fleet.b, "agent-b", jobs)] == ["stale"] * 3
@@ -134,7 +100,7 @@ def test_a_start_report_makes_the_start_durable_and_is_fenced(fleet: Fleet) -> N
     assert [fleet.job(job["id"])["status"] for job in jobs] == ["pending"] * 3
 
 
-def test_a_cancelled_read_ahead_job_never_starts(fleet: Fleet) -> None:
+def test_a_cancelled_read_ahead_job_never_starts(fleet: StartsFleet) -> None:
     jobs = fleet.claim(2, start=0)
     assert fleet.admin.delete(f"/api/jobs/{jobs[1]['id']}").status_code == 204
     results = _starts(fleet.a, "agent-a", jobs)
@@ -149,7 +115,7 @@ def test_a_cancelled_read_ahead_job_never_starts(fleet: Fleet) -> None:
     assert ended["status"] == "cancelled" and ended["attempts"] == 0
 
 
-def test_starts_ride_with_results_in_one_batch(fleet: Fleet) -> None:
+def test_starts_ride_with_results_in_one_batch(fleet: StartsFleet) -> None:
     jobs = fleet.claim(2, start=1)
     first, second = jobs
     items = [
@@ -162,7 +128,7 @@ def test_starts_ride_with_results_in_one_batch(fleet: Fleet) -> None:
     assert fleet.job(second["id"])["started_at"] is not None
 
 
-def test_start_out_of_range_is_a_422_and_claims_nothing(fleet: Fleet) -> None:
+def test_start_out_of_range_is_a_422_and_claims_nothing(fleet: StartsFleet) -> None:
     made = fleet.admin.post("/api/jobs", json={"type": "noop"})
     assert made.status_code == 201, made.text
     for start in (-1, 1001, "all", 1.5):
@@ -176,7 +142,7 @@ def test_start_out_of_range_is_a_422_and_claims_nothing(fleet: Fleet) -> None:
     assert "start" in str(spec["ReportIn"]["properties"]["kind"])
 
 
-def test_a_read_ahead_job_past_its_timeout_is_given_back_not_failed(fleet: Fleet) -> None:
+def test_a_read_ahead_job_past_its_timeout_is_given_back_not_failed(fleet: StartsFleet) -> None:
     register = {"worker_id": "agent-a", "name": "a", "types": ["noop"]}
     assert fleet.a.post("/api/workers/register", json=register).status_code == 200
     made = fleet.admin.post(
@@ -195,7 +161,7 @@ def test_a_read_ahead_job_past_its_timeout_is_given_back_not_failed(fleet: Fleet
     assert [r["state"] for r in _starts(fleet.a, "agent-a", [ahead])] == ["stale"]
 
 
-def test_a_repeated_release_or_fail_of_a_cancelled_job_answers_already(fleet: Fleet) -> None:
+def test_a_repeated_release_or_fail_of_a_cancelled_job_answers_already(fleet: StartsFleet) -> None:
     """A release or a retryable fail of a cancel-requested job ends it `cancelled`; the same
     report repeated (its answer was lost) is `already`, not `stale`."""
     jobs = fleet.claim(2)

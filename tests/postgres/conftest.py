@@ -9,14 +9,13 @@ CI cannot pass by skipping them.
 from __future__ import annotations
 
 import itertools
-import os
 import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jobcore_test_plugin as tp
 import pytest
-from pg_testing import HOUR, SERVER, unavailable, with_database
+from pg_testing import HOUR, temporary_database
 
 from jobcore import Queue
 from jobcore.testing import make_queue
@@ -25,19 +24,7 @@ from jobcore.testing import make_queue
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """URL of a database created for this run (dropped at the end)."""
-    try:
-        import psycopg
-    except ImportError as exc:
-        unavailable(f"psycopg is not installed ({exc}); pip install -e '.[postgres]'")
-    name = f"jobcore_test_{os.getpid()}_{secrets.token_hex(3)}"
-    try:
-        with psycopg.connect(SERVER, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-    except psycopg.OperationalError as exc:
-        unavailable(f"no PostgreSQL server reachable at {SERVER} ({str(exc).strip()})")
-    yield with_database(SERVER, name)
-    with psycopg.connect(SERVER, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from temporary_database("jobcore_test")
 
 
 _schemas = itertools.count(1)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +31,24 @@ def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"PostgreSQL tests cannot run under CI: {reason}", pytrace=False)
     pytest.skip(f"PostgreSQL tests skipped: {reason}")
+
+
+def temporary_database(prefix: str) -> Iterator[str]:
+    """Generator for a session fixture: the URL of a new database `<prefix>_<pid>_<hex>`
+    on `SERVER`, dropped at the end; skips (fails under CI) when no server answers."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        unavailable(f"psycopg is not installed ({exc}); pip install -e '.[postgres]'")
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(3)}"
+    try:
+        with psycopg.connect(SERVER, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.OperationalError as exc:
+        unavailable(f"no PostgreSQL server reachable at {SERVER} ({str(exc).strip()})")
+    yield with_database(SERVER, name)
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 HOUR = 3600.0

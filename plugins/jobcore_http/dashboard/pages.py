@@ -25,6 +25,7 @@ from jobcore_http.dashboard.render import duration, page
 from jobcore_http.dashboard.session import Session
 from jobcore_http.dashboard.state import dashboard
 from jobcore_http.dashboard.workers import worker_rows
+from jobcore_http.schedules import listing
 
 router = APIRouter(include_in_schema=False)
 
@@ -110,6 +111,7 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
             "stuck": stuck,
             "queues": queue_rows(counts.value, finished),
             "paused": dash.queue.storage.pauses(),  # DESIGN §16
+            "schedules": listing(dash.queue, dash.reader.rows),  # plugin cron, if loaded
             "types": sorted(types.items()),
             "hour_chart": bar_chart(
                 series(finished, now, bars=60, minutes_per_bar=1),

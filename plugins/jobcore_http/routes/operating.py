@@ -48,6 +48,15 @@ def queues(request: Request) -> JSONResponse:
     return JSONResponse({"queues": operating.queue_rows(queue), "paused_types": paused_types})
 
 
+@router.get("/schedules", responses=ERRORS, dependencies=[Depends(require("read"))])
+def schedules(request: Request) -> JSONResponse:
+    """Recurring jobs (plugin `cron`): each schedule with its next and last run; an empty
+    list when the plugin is not loaded."""
+    from jobcore_http.schedules import listing
+
+    return JSONResponse({"schedules": listing(hub_of(request).queue)})
+
+
 def _pause(request: Request, kind: str, name: str, body: PauseIn | None) -> JSONResponse:
     by = _may_pause(request, kind, name)
     reason = body.reason if body is not None else ""

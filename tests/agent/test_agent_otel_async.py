@@ -1,0 +1,71 @@
+"""otel on a remote agent: the process span of an `async def` handler covers the awaited
+handler, exported over OTLP/HTTP by a real `jobcore agent` (DESIGN §15)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hubenv import Agent, Hub, wait_until
+from otlp_receiver import OtlpReceiver
+
+pytest.importorskip("opentelemetry.sdk")
+
+PLUGINS = {"JOBCORE_PLUGINS": "jobcore_test_plugin,agent_test_plugin,jobcore_async_plugin"}
+ERROR = 2  # STATUS_CODE_ERROR in OTLP
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[Hub]:
+    hub = Hub(tmp_path, lease="5s", env_extra=PLUGINS)
+    yield hub
+    hub.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver()
+    yield server
+    server.close()
+
+
+def test_an_agents_async_handler_span_covers_the_awaited_handler(
+    hub: Hub, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    notes = str(tmp_path / "notes")
+    slow = hub.enqueue("async_job", {"log": notes, "sleep": 0.2})
+    failing = hub.enqueue("async_job", {"log": notes, "sleep": 0.2, "how": "error"}, max_attempts=1)
+    agent = Agent(
+        hub,
+        "a1",
+        env_extra={
+            **PLUGINS,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        },
+    )
+    try:
+        hub.wait_status(slow["id"], "completed")
+        hub.wait_status(failing["id"], "failed")
+
+        def process_spans() -> dict[str, dict[str, object]] | None:
+            found = {
+                span["attributes"]["messaging.message.id"]: span
+                for span in list(receiver.spans)
+                if span["name"].startswith("process ")
+            }
+            return found if len(found) == 2 else None
+
+        spans = wait_until(process_spans)
+        assert spans[slow["id"]]["seconds"] >= 0.2
+        assert spans[slow["id"]]["status"] != ERROR and spans[slow["id"]]["events"] == []
+        assert spans[failing["id"]]["seconds"] >= 0.2
+        assert spans[failing["id"]]["status"] == ERROR
+        assert spans[failing["id"]]["events"] == ["exception"]
+        agent.signal(signal.SIGTERM)
+        assert agent.wait() == 0
+    finally:
+        agent.kill()
