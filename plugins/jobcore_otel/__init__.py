@@ -23,6 +23,7 @@ import atexit
 import inspect
 import logging
 import os
+import re
 import threading
 from collections.abc import Awaitable, Generator, Iterable, Mapping
 from functools import partial
@@ -35,24 +36,54 @@ require("opentelemetry.sdk", extra="otel")
 
 from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry.context import Context  # noqa: E402
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation  # noqa: E402
+from opentelemetry.metrics import (  # noqa: E402
+    CallbackOptions,
+    Histogram,
+    MeterProvider,
+    Observation,
+)
+from opentelemetry.sdk.metrics import Meter as SdkMeter  # noqa: E402
+from opentelemetry.sdk.trace import SpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace import Tracer as SdkTracer  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider  # noqa: E402
 from opentelemetry.trace import (  # noqa: E402
+    NonRecordingSpan,
     Span,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
+    TraceFlags,
     TracerProvider,
     get_current_span,
     set_span_in_context,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
+from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter  # noqa: E402
+from jobcore_otel.job_span import JobSpan, JobSpanFactory  # noqa: E402
+
 __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 
 SYSTEM = "jobcore"
 COUNTERS = ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
 PROPAGATOR = TraceContextTextMapPropagator()
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 log = logging.getLogger("jobcore.otel")
+
+
+def _extract(carrier: dict[str, str]) -> Context:
+    """`PROPAGATOR.extract(carrier)`, read directly for the common carrier (a lone version-00
+    `traceparent`, what this plugin writes); anything else goes to the propagator."""
+    match = TRACEPARENT.fullmatch(carrier.get("traceparent", "")) if len(carrier) == 1 else None
+    if match is not None:
+        trace_id, span_id = int(match[1], 16), int(match[2], 16)
+        if trace_id and span_id:
+            remote = SpanContext(
+                trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(match[3], 16))
+            )
+            return set_span_in_context(NonRecordingSpan(remote), Context())
+    return PROPAGATOR.extract(carrier)
 
 
 def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
@@ -70,7 +101,7 @@ def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
     ):
         try:
-            return PROPAGATOR.extract(carrier), True
+            return _extract(carrier), True
         except Exception as exc:  # a propagator that trips on odd input: same as bad input
             problem = f"{type(exc).__name__}: {exc}"
     else:
@@ -119,8 +150,15 @@ async def _awaited_in(
     finally:
         otel_context.detach(token)
         if span is not None:
-            span.end()
+            _end(span, job_id)
     return result
+
+
+def _end(span: Span, job_id: str) -> None:
+    try:
+        span.end()
+    except Exception:  # the job's outcome stands whatever the span processor does
+        log.exception("job %s: its process span could not be ended", job_id)
 
 
 class OtelPlugin:
@@ -131,11 +169,18 @@ class OtelPlugin:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         env: Mapping[str, str] | None = None,
+        span_processor: SpanProcessor | None = None,
     ) -> None:
+        """`span_processor`: `tracer_provider`'s only span processor, to be handed the process
+        spans directly (`job_span`); the providers built from `OTEL_*` with the OTLP exporter
+        do that by themselves."""
         self._given = (tracer_provider, meter_provider)
+        self._direct = span_processor
         self._env = env
         self._ready = False
         self._queue: Queue | None = None
+        self._spans: JobSpanFactory | None = None
+        self._metric_exporter: OtlpMetricExporter | None = None
 
     def _setup(self) -> None:
         if self._ready:
@@ -144,13 +189,23 @@ class OtelPlugin:
         if tracer_provider is None or meter_provider is None:
             from jobcore_otel.providers import providers_from_env
 
-            built_tp, built_mp, _ = providers_from_env(self._env)
+            built_tp, built_mp, direct, metric_exporter = providers_from_env(self._env)
+            if tracer_provider is None:
+                self._direct = direct
+            if meter_provider is None:
+                self._metric_exporter = metric_exporter
             tracer_provider = tracer_provider or built_tp
             meter_provider = meter_provider or built_mp
             atexit.register(built_tp.shutdown)  # flush batched spans and metrics at exit
             atexit.register(built_mp.shutdown)
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.tracer = tracer_provider.get_tracer("jobcore")
+        if (
+            self._direct is not None
+            and isinstance(tracer_provider, SdkTracerProvider)
+            and isinstance(self.tracer, SdkTracer)  # not a no-op one (OTEL_SDK_DISABLED)
+        ):
+            self._spans = JobSpanFactory(tracer_provider, self._direct, "jobcore")
         meter = meter_provider.get_meter("jobcore")
         # Counted in plain dicts on the hot path; the SDK reads the totals when it collects.
         self._totals: dict[str, dict[tuple[str, str], int]] = {}
@@ -163,12 +218,22 @@ class OtelPlugin:
                 unit="{job}",
                 description=f"jobs {name}",
             )
-        self.duration = meter.create_histogram(
-            "jobcore.job.duration", unit="ms", description="run time of completed attempts"
+        histograms = (
+            ("jobcore.job.duration", "ms", "run time of completed attempts"),
+            ("jobcore.job.queue_wait", "ms", "from due (enqueue or run_at) to claim"),
         )
-        self.queue_wait = meter.create_histogram(
-            "jobcore.job.queue_wait", unit="ms", description="from due (enqueue or run_at) to claim"
-        )
+        self.duration: Histogram | JobHistogram
+        self.queue_wait: Histogram | JobHistogram
+        if self._metric_exporter is not None and isinstance(meter, SdkMeter):  # not disabled
+            # aggregated here for the exporter (`histograms`)
+            own = tuple(JobHistogram(*histogram) for histogram in histograms)
+            self._metric_exporter.histograms = own
+            self.duration, self.queue_wait = own
+        else:
+            self.duration, self.queue_wait = (
+                meter.create_histogram(name, unit=unit, description=description)
+                for name, unit, description in histograms
+            )
         meter.create_observable_gauge(
             "jobcore.queue.depth",
             callbacks=[self._observe_depth],
@@ -241,6 +306,8 @@ class OtelPlugin:
             "messaging.client.id": ctx.worker,
             "jobcore.job.attempt": job.attempts,
         }
+        if self._spans is not None:
+            return (yield from self._process_directly(job, parent, attributes))
         if carried and not self._would_record(parent, f"process {job.queue}", attributes):
             # Sampled out (e.g. at enqueue): skip building a span nobody records, but keep
             # the trace context current so child jobs carry it on.
@@ -275,6 +342,34 @@ class OtelPlugin:
             # later on its loop. The span stays open until that ends (DESIGN §15).
             return _awaited_in(result, current, span, job.id)
         span.end()
+        return result
+
+    def _process_directly(
+        self, job: Job, parent: Context, attributes: dict[str, Any]
+    ) -> Generator[None, Any, Any]:
+        """`jobcore_execute_job` with a `JobSpan` (the same span, for less work)."""
+        assert self._spans is not None
+        span: JobSpan | None = None
+        try:
+            span = self._spans.start(f"process {job.queue}", parent, SpanKind.CONSUMER, attributes)
+        except Exception:  # e.g. a sampler that raises: the job runs untraced, never fails for it
+            log.exception("job %s: its process span could not be started", job.id)
+        # Sampled out: no span, but the trace context stays current so child jobs carry it on.
+        current = parent if span is None else set_span_in_context(span, parent)
+        token = otel_context.attach(current)
+        try:
+            result = yield
+        except BaseException as exc:
+            if span is not None:
+                _record_error(span, exc, job.id)
+                _end(span, job.id)
+            raise
+        finally:
+            otel_context.detach(token)
+        if inspect.isawaitable(result):  # an async handler: the span ends once it is awaited
+            return _awaited_in(result, current, span, job.id)
+        if span is not None:
+            _end(span, job.id)
         return result
 
     def _would_record(self, parent: Context, name: str, attributes: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -20,10 +21,11 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
 from jobcore import ConfigError
+from jobcore_otel.histograms import OtlpMetricExporter
 
 log = logging.getLogger("jobcore.otel")
 
@@ -80,38 +82,45 @@ def configured_exporters(env: Mapping[str, str]) -> list[str]:
     return found
 
 
-def providers_from_env(
-    env: Mapping[str, str] | None = None,
-) -> tuple[TracerProvider, MeterProvider, bool]:
-    """The providers, and whether any exporter is configured at all."""
+class Providers(NamedTuple):
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    # The tracer provider's span processor when it is the only one, OTLP's: it may be
+    # given spans directly (`job_span.JobSpan`), nothing else would see them.
+    span_processor: SpanProcessor | None
+    # The meter provider's exporter when it is the only one, OTLP's, and takes
+    # explicit-bucket histograms: the per-job histograms may be aggregated for it.
+    metric_exporter: OtlpMetricExporter | None
+
+
+def providers_from_env(env: Mapping[str, str] | None = None) -> Providers:
+    """The providers the `OTEL_*` settings in `env` (default `os.environ`) describe."""
     env = os.environ if env is None else env
     configured_exporters(env)  # raises on a bad setting before anything is built
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "jobcore"})
     tracer_provider = TracerProvider(resource=resource)
     trace_exporters = _exporter_names(env, "traces")
+    otlp: SpanProcessor | None = None
     for name in trace_exporters:
         if name == "otlp":
             _check_protocol(env, "traces")
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from jobcore_otel.otlp_export import OtlpSpanExporter
 
-            exporter = OTLPSpanExporter(endpoint=_endpoint(env, "traces"))
-            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+            otlp = BatchSpanProcessor(OtlpSpanExporter(endpoint=_endpoint(env, "traces")))
+            tracer_provider.add_span_processor(otlp)
         else:
             tracer_provider.add_span_processor(
                 BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr))
             )
     readers: list[MetricReader] = []
+    otlp_metrics: OtlpMetricExporter | None = None
     interval = int(env.get("OTEL_METRIC_EXPORT_INTERVAL", "60000"))
     for name in _exporter_names(env, "metrics"):
         if name == "otlp":
             _check_protocol(env, "metrics")
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
+            otlp_metrics = OtlpMetricExporter(endpoint=_endpoint(env, "metrics"))
             readers.append(
-                PeriodicExportingMetricReader(
-                    OTLPMetricExporter(endpoint=_endpoint(env, "metrics")),
-                    export_interval_millis=interval,
-                )
+                PeriodicExportingMetricReader(otlp_metrics, export_interval_millis=interval)
             )
         else:
             readers.append(
@@ -119,5 +128,13 @@ def providers_from_env(
                     ConsoleMetricExporter(out=sys.stderr), export_interval_millis=interval
                 )
             )
-    exporting = bool(trace_exporters or readers)
-    return tracer_provider, MeterProvider(resource=resource, metric_readers=readers), exporting
+    if otlp_metrics is not None and (len(readers) > 1 or not otlp_metrics.aggregates_here()):
+        otlp_metrics = None
+    if otlp_metrics is not None:
+        otlp_metrics.resource = resource
+    return Providers(
+        tracer_provider,
+        MeterProvider(resource=resource, metric_readers=readers),
+        otlp if trace_exporters == ["otlp"] else None,
+        otlp_metrics,
+    )

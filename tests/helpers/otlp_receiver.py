@@ -18,6 +18,8 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
         self.metric_names: set[str] = set()
+        self.histograms: dict[str, dict[str, tuple[int, float]]] = {}  # name -> type -> count, sum
+        self.encodings: set[tuple[str, str | None]] = set()  # (path, content-encoding)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -27,6 +29,7 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 encoding = self.headers.get("content-encoding")
+                receiver.encodings.add((self.path, encoding))
                 if encoding == "gzip":
                     body = gzip.decompress(body)
                 elif encoding == "deflate":
@@ -46,6 +49,7 @@ class OtlpReceiver:
                                         "name": span.name,
                                         "kind": span.kind,
                                         "trace": span.trace_id.hex(),
+                                        "id": span.span_id.hex(),
                                         "parent": span.parent_span_id.hex(),
                                         "seconds": (
                                             span.end_time_unix_nano - span.start_time_unix_nano
@@ -65,6 +69,17 @@ class OtlpReceiver:
                     for resource in request.resource_metrics:
                         for scope in resource.scope_metrics:
                             receiver.metric_names.update(m.name for m in scope.metrics)
+                            for metric in scope.metrics:
+                                for point in metric.histogram.data_points:  # cumulative: latest
+                                    [job_type] = [
+                                        a.value.string_value
+                                        for a in point.attributes
+                                        if a.key == "jobcore.job.type"
+                                    ]
+                                    receiver.histograms.setdefault(metric.name, {})[job_type] = (
+                                        point.count,
+                                        point.sum,
+                                    )
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", "0")

@@ -14,6 +14,8 @@ from typing import Any
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_otel import InertOtel, MisconfiguredOtel, OtelPlugin, load_plugin
+from jobcore_otel.histograms import JobHistogram
+from jobcore_otel.job_span import JobSpan
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -32,16 +34,28 @@ MakeQueue = Callable[..., Queue]
 
 
 class Telemetry:
-    def __init__(self) -> None:
+    """The plugin with in-memory exporters; `direct`: process spans are `JobSpan`s handed
+    straight to the processor (as with the OTLP exporter built from `OTEL_*`)."""
+
+    def __init__(self, direct: bool = False) -> None:
+        self.direct = direct
         self.spans = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        processor = SimpleSpanProcessor(self.spans)
+        self.tracer_provider.add_span_processor(processor)
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.plugin = OtelPlugin(self.tracer_provider, self.meter_provider)
+        self.plugin = OtelPlugin(
+            self.tracer_provider,
+            self.meter_provider,
+            span_processor=processor if direct else None,
+        )
 
     def finished(self) -> list[ReadableSpan]:
-        return sorted(self.spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+        spans = sorted(self.spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+        for span in spans:  # the path under test is the one taken
+            assert isinstance(span, JobSpan) == (self.direct and span.name.startswith("process"))
+        return spans
 
     def metrics(self) -> dict[str, list[Any]]:
         data = self.reader.get_metrics_data()
@@ -53,9 +67,9 @@ class Telemetry:
         return found
 
 
-@pytest.fixture
-def telemetry() -> Telemetry:
-    return Telemetry()
+@pytest.fixture(params=["sdk-span", "job-span"])
+def telemetry(request: pytest.FixtureRequest) -> Telemetry:
+    return Telemetry(direct=request.param == "job-span")
 
 
 @pytest.fixture
@@ -118,6 +132,40 @@ def test_trace_of_a_job_that_failed_once_then_succeeded(queue: Queue, telemetry:
     assert second.attributes is not None and second.attributes["jobcore.job.attempt"] == 2
     assert retry.attributes is not None and retry.attributes["jobcore.job.outcome"] == "retrying"
     assert queue.get(job.id).meta["otel"]["traceparent"].startswith("00-")
+
+
+def test_a_failing_sampler_or_processor_never_fails_a_job(
+    jobcore_make_queue: MakeQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the direct path (`JobSpan`) the job runs untraced and the failure is logged."""
+
+    class Broken(SimpleSpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            if span.name.startswith("process"):
+                raise RuntimeError("processor broke")
+            super().on_end(span)
+
+    telemetry = Telemetry(direct=True)
+    broken = Broken(telemetry.spans)
+    telemetry.plugin = OtelPlugin(
+        telemetry.tracer_provider, telemetry.meter_provider, span_processor=broken
+    )
+    queue = jobcore_make_queue(telemetry.plugin, tp)
+    ended = queue.enqueue("noop", {}).job
+    drain(queue)
+    assert queue.get(ended.id).status == "completed"
+    assert f"job {ended.id}: its process span could not be ended" in caplog.text
+
+    class RaisingSampler(ParentBasedTraceIdRatio):
+        def should_sample(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("sampler broke")
+
+    assert telemetry.plugin._spans is not None
+    telemetry.plugin._spans.sampler = RaisingSampler(1.0)
+    started = queue.enqueue("noop", {}).job
+    drain(queue)
+    assert queue.get(started.id).status == "completed"
+    assert f"job {started.id}: its process span could not be started" in caplog.text
 
 
 def test_final_failure_has_error_status(queue: Queue, telemetry: Telemetry) -> None:
@@ -297,7 +345,7 @@ def test_otlp_http_export_end_to_end(receiver: OtlpReceiver, tmp_path: Path) -> 
     enqueued = jobcore("enqueue", "flaky", json.dumps({"fail_times": 1}))
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = enqueued.stdout.strip()
-    ran = jobcore("run", "--until-empty")
+    ran = jobcore("run", "--until-empty", "--worker-id", "w-e2e")
     assert ran.returncode == 0, ran.stderr
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and len(receiver.spans) < 4:
@@ -309,11 +357,32 @@ def test_otlp_http_export_end_to_end(receiver: OtlpReceiver, tmp_path: Path) -> 
     ) == 1
     assert {span["service"] for span in receiver.spans} == {"jobcore-e2e"}
     assert all(span["attributes"]["messaging.message.id"] == job_id for span in receiver.spans)
+    [send] = [span for span in receiver.spans if span["name"] == "send default"]
+    first, second = sorted(
+        (span for span in receiver.spans if span["name"] == "process default"),
+        key=lambda span: span["attributes"]["jobcore.job.attempt"],
+    )
+    assert first["parent"] == second["parent"] == send["id"]  # the process spans' parent
+    assert (first["status"], first["events"]) == (2, ["exception"])  # STATUS_CODE_ERROR
+    assert (second["status"], second["events"]) == (0, [])
+    assert first["kind"] == 5 and first["attributes"] == {  # SPAN_KIND_CONSUMER
+        "messaging.system": "jobcore",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "default",
+        "messaging.message.id": job_id,
+        "jobcore.job.type": "flaky",
+        "messaging.operation.name": "process",
+        "messaging.client.id": "w-e2e",
+        "jobcore.job.attempt": 1,
+    }
     assert {
         "jobcore.jobs.completed",
         "jobcore.job.duration",
         "jobcore.queue.depth",
     } <= receiver.metric_names
+    # two attempts claimed, one completed (the last export, at exit, holds the totals)
+    assert receiver.histograms["jobcore.job.queue_wait"]["flaky"][0] == 2
+    assert receiver.histograms["jobcore.job.duration"]["flaky"][0] == 1
 
 
 def test_the_loaded_plugin_exports_to_its_endpoint(
@@ -334,6 +403,28 @@ def test_the_loaded_plugin_exports_to_its_endpoint(
     assert {span["service"] for span in receiver.spans} == {"in-process"}
     plugin.meter_provider.shutdown()  # its last export, while the receiver still listens
     plugin.tracer_provider.shutdown()
+    assert isinstance(plugin.duration, JobHistogram)  # aggregated by the plugin for OTLP
+    assert receiver.histograms["jobcore.job.duration"]["noop"][0] == 1
+    assert receiver.histograms["jobcore.job.queue_wait"]["noop"][0] == 1
+
+
+def test_the_exporters_compress_as_the_environment_asks(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, jobcore_make_queue: MakeQueue
+) -> None:
+    """The direct encoder's requests go through the SDK exporter's settings (gzip here)."""
+    clear_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    plugin = OtelPlugin(env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    queue = jobcore_make_queue(plugin, tp)
+    job = queue.enqueue("noop", {}, queue="zipped").job
+    drain(queue)
+    plugin.meter_provider.shutdown()
+    plugin.tracer_provider.shutdown()
+    assert sorted(span["name"] for span in receiver.spans) == ["process zipped", "send zipped"]
+    assert {span["attributes"]["messaging.message.id"] for span in receiver.spans} == {job.id}
+    assert receiver.encodings == {("/v1/traces", "gzip"), ("/v1/metrics", "gzip")}
+    assert plugin._spans is not None and isinstance(plugin.duration, JobHistogram)  # direct path
+    assert receiver.histograms["jobcore.job.duration"]["noop"][0] == 1
 
 
 def test_a_sampled_out_job_makes_no_process_span_but_passes_its_trace_on(

@@ -9,6 +9,7 @@ from pathlib import Path
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_otel import OtelPlugin
+from jobcore_otel.job_span import JobSpan
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -24,19 +25,29 @@ MakeQueue = Callable[..., Queue]
 
 
 class Spans:
-    def __init__(self) -> None:
+    """`direct`: process spans are `JobSpan`s handed straight to the processor."""
+
+    def __init__(self, direct: bool = False) -> None:
+        self.direct = direct
         self.exporter = InMemorySpanExporter()
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.plugin = OtelPlugin(provider, MeterProvider(metric_readers=[InMemoryMetricReader()]))
+        processor = SimpleSpanProcessor(self.exporter)
+        provider.add_span_processor(processor)
+        self.plugin = OtelPlugin(
+            provider,
+            MeterProvider(metric_readers=[InMemoryMetricReader()]),
+            span_processor=processor if direct else None,
+        )
 
     def process(self, job_id: str) -> list[ReadableSpan]:
-        return [
+        found = [
             span
             for span in self.exporter.get_finished_spans()
             if span.kind is SpanKind.CONSUMER
             and (span.attributes or {}).get("messaging.message.id") == job_id
         ]
+        assert all(isinstance(span, JobSpan) == self.direct for span in found)  # the path taken
+        return found
 
 
 def seconds(span: ReadableSpan) -> float:
@@ -44,9 +55,9 @@ def seconds(span: ReadableSpan) -> float:
     return (span.end_time - span.start_time) / 1e9
 
 
-@pytest.fixture
-def spans() -> Spans:
-    return Spans()
+@pytest.fixture(params=["sdk-span", "job-span"])
+def spans(request: pytest.FixtureRequest) -> Spans:
+    return Spans(direct=request.param == "job-span")
 
 
 @pytest.fixture
@@ -117,14 +128,20 @@ def test_a_child_of_an_async_handler_joins_its_trace(
     assert child_send.context.trace_id == process.context.trace_id
 
 
+@pytest.mark.parametrize("direct", [False, True])
 def test_a_sampled_out_async_job_passes_its_trace_on_to_its_children(
-    jobcore_make_queue: MakeQueue, tmp_path: Path
+    jobcore_make_queue: MakeQueue, tmp_path: Path, direct: bool
 ) -> None:
     """No process span is made, but the trace context is current in the handler's task."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ParentBasedTraceIdRatio(0.0))  # keep no trace
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    plugin = OtelPlugin(provider, MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    plugin = OtelPlugin(
+        provider,
+        MeterProvider(metric_readers=[InMemoryMetricReader()]),
+        span_processor=processor if direct else None,
+    )
     queue = jobcore_make_queue(plugin, tp, modules=["jobcore_async_plugin"])
     parent = queue.enqueue("async_job", {"log": str(tmp_path / "notes"), "how": "child"}).job
     drain(queue)

@@ -1,0 +1,240 @@
+"""A job attempt's `process` span, built without the SDK span's per-span machinery.
+
+Used only when the plugin built the tracer provider itself with the OTLP
+exporter as its one span processor: the SDK's `Span` takes a lock, validates
+every attribute into `BoundedAttributes`, and copies itself into a
+`ReadableSpan` when it ends; a worker exporting every job paid more for that
+than for the job. `JobSpan` is a full `opentelemetry.trace.Span` (handlers may
+set attributes, add events, record exceptions on the current span) that is
+its own readable span: when it ends it is handed as-is to the batch processor,
+whose exporter encodes it with `otlp_encoding`. The sampler, id generator,
+resource and span limits are the provider's.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Mapping, Sequence
+from time import time_ns
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    Link,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    get_current_span,
+)
+from opentelemetry.util import types
+
+from jobcore_otel.otlp_encoding import UNSET_STATUS
+
+log = logging.getLogger("jobcore.otel")
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+
+
+class JobSpanFactory:
+    """Starts `JobSpan`s with a provider's sampler, ids, resource and limits; ends into `processor`."""
+
+    def __init__(self, provider: TracerProvider, processor: SpanProcessor, scope: str) -> None:
+        self.sampler = provider.sampler
+        self.id_generator = provider.id_generator
+        self.resource = provider.resource
+        self.scope = InstrumentationScope(scope)  # equal to the provider's tracer's scope
+        self.limits: SpanLimits = getattr(provider, "_span_limits", None) or SpanLimits()
+        # With a length limit (or very few attributes allowed) the start attributes are
+        # bounded as the SDK bounds them; by default a plain dict is the same.
+        self.bounded = self.limits.max_span_attribute_length is not None or (
+            self.limits.max_span_attributes is not None and self.limits.max_span_attributes < 32
+        )
+        self.processor = processor
+
+    def start(
+        self,
+        name: str,
+        parent: Context,
+        kind: SpanKind,
+        attributes: dict[str, types.AttributeValue],
+    ) -> JobSpan | None:
+        """A started span, or None when the sampler does not record it (`attributes` is kept)."""
+        parent_span = get_current_span(parent).get_span_context()
+        remote_parent = parent_span if parent_span.is_valid else None
+        trace_id = parent_span.trace_id if remote_parent else self.id_generator.generate_trace_id()
+        if self.sampler is DEFAULT_ON:  # the default, ParentBased(ALWAYS_ON), decided directly:
+            # follow a parent's sampled flag, sample a root; attributes as given
+            if remote_parent is not None and not remote_parent.trace_flags.sampled:
+                return None
+            trace_state = remote_parent.trace_state if remote_parent is not None else None
+            flags = SAMPLED
+        else:
+            result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
+            if result.decision is Decision.DROP:
+                return None
+            trace_state = result.trace_state
+            flags = SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else NOT_SAMPLED
+            attributes = dict(result.attributes)
+        context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=flags,
+            trace_state=trace_state,
+        )
+        span = JobSpan(self, name, context, remote_parent, kind, attributes)
+        if self.bounded:
+            span.bound_attributes()
+        return span
+
+
+class JobSpan(Span):
+    """A recording span that is its own `ReadableSpan` once ended (see the module's doc)."""
+
+    def __init__(
+        self,
+        factory: JobSpanFactory,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, types.AttributeValue],
+    ) -> None:
+        self._factory = factory
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.kind = kind
+        self.attributes: Mapping[str, types.AttributeValue] = attributes
+        self.events: Sequence[Event] = ()  # a BoundedList from the first event on
+        self.links: Sequence[Link] = ()
+        self.status = UNSET_STATUS
+        self.resource = factory.resource
+        self.instrumentation_scope = factory.scope
+        self.start_time = time_ns()
+        self.end_time: int | None = None
+
+    @property
+    def dropped_attributes(self) -> int:
+        return getattr(self.attributes, "dropped", 0)
+
+    @property
+    def dropped_events(self) -> int:
+        return getattr(self.events, "dropped", 0)
+
+    @property
+    def dropped_links(self) -> int:
+        return getattr(self.links, "dropped", 0)
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def is_recording(self) -> bool:
+        return self.end_time is None
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_time is not None:
+            log.warning("Calling end() on an ended span.")
+            return
+        self.end_time = end_time if end_time is not None else time_ns()
+        self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
+
+    def _writable(self) -> bool:
+        if self.end_time is not None:
+            log.warning("Setting attribute on ended span.")
+            return False
+        return True
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        if not self._writable():
+            return
+        self.bound_attributes()  # validated from the first write on
+        self.attributes[key] = value  # type: ignore[index]  # a BoundedAttributes now
+
+    def bound_attributes(self) -> None:
+        """Hold the attributes in a `BoundedAttributes` with the span limits, as the SDK's span."""
+        if not isinstance(self.attributes, BoundedAttributes):
+            limits = self._factory.limits
+            self.attributes = BoundedAttributes(
+                limits.max_span_attributes,
+                self.attributes,
+                immutable=False,
+                max_value_len=limits.max_span_attribute_length,
+            )
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        if not self._writable():
+            return
+        limits = self._factory.limits
+        if not isinstance(self.events, BoundedList):  # keeps the newest, as the SDK's span
+            self.events = BoundedList(limits.max_events)
+        bounded = BoundedAttributes(
+            limits.max_event_attributes,
+            attributes,
+            max_value_len=limits.max_attribute_length,
+            immutable=True,
+        )
+        self.events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        if not self._writable() or context is None or not context.is_valid:
+            return
+        limits = self._factory.limits
+        if not isinstance(self.links, BoundedList):
+            self.links = BoundedList(limits.max_links)
+        bounded = BoundedAttributes(
+            limits.max_link_attributes,
+            attributes,
+            max_value_len=limits.max_attribute_length,
+            immutable=True,
+        )
+        self.links.append(Link(context, bounded))
+
+    def update_name(self, name: str) -> None:
+        if self._writable():
+            self.name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self.status.status_code is StatusCode.OK:  # final, as in the SDK
+            return
+        if isinstance(status, Status):
+            if status.status_code is not StatusCode.UNSET:
+                self.status = status
+        elif status is not StatusCode.UNSET:
+            self.status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """An `exception` event with the same attributes as the SDK's."""
+        module = type(exception).__module__
+        qualname = type(exception).__qualname__
+        event: dict[str, types.AttributeValue] = {
+            "exception.type": f"{module}.{qualname}"
+            if module and module != "builtins"
+            else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            event.update(attributes)
+        self.add_event("exception", event, timestamp)

@@ -1,0 +1,227 @@
+"""`JobSpan` records what the SDK's span records, and the fast trace-context read equals the propagator's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from jobcore_otel import PROPAGATOR, _extract
+from jobcore_otel.histograms import JobHistogram
+from jobcore_otel.job_span import JobSpan, JobSpanFactory
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_ON,
+    Decision,
+    ParentBased,
+    StaticSampler,
+)
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    get_current_span,
+    set_span_in_context,
+)
+
+PARENT = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1))
+ATTRIBUTES = {"messaging.system": "jobcore", "jobcore.job.attempt": 1}
+
+
+def raised() -> ValueError:
+    try:
+        raise ValueError("bad ünï")
+    except ValueError as exc:
+        return exc
+
+
+ERROR = raised()  # one exception, so both spans carry the same stack trace
+
+
+def exercise(span: Span) -> None:
+    """Everything a handler may do to the current span, including what the limits drop."""
+    span.set_attribute("user.int", 3)
+    span.set_attributes({"user.list": ["a", "b"], "user.float": 0.5, "user.long": "x" * 50})
+    span.set_attribute("user.bad", {"a": "dict"})  # type: ignore[arg-type]  # rejected, as the SDK does
+    span.add_event("one", {"k": "v"}, timestamp=1)
+    span.add_event("two", {f"k{i}": i for i in range(5)}, timestamp=2)
+    span.add_event("three", timestamp=3)
+    span.add_link(SpanContext(PARENT.trace_id, 0x1234, False, TraceFlags(1)), {"l": 1})
+    span.add_link(SpanContext(PARENT.trace_id, 0x5678, False, TraceFlags(1)))
+    span.update_name("renamed")
+    span.record_exception(ERROR, {"extra": True}, timestamp=4)
+    span.set_status(Status(StatusCode.ERROR, "ValueError: bad"))
+    span.set_status(StatusCode.UNSET)  # ignored
+    span.end(end_time=10)
+    span.set_attribute("after.end", 1)  # ignored
+    span.end()  # ignored
+
+
+def request(spans: Any) -> ExportTraceServiceRequest:
+    """The spans as OTLP, with what differs by run (span ids, start times) cleared."""
+    message = ExportTraceServiceRequest.FromString(encode_spans(spans).SerializePartialToString())
+    for resource in message.resource_spans:
+        for scope in resource.scope_spans:
+            for span in scope.spans:
+                span.ClearField("span_id")
+                span.ClearField("start_time_unix_nano")
+    return message
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [SpanLimits(), SpanLimits(max_attributes=4, max_events=2, max_links=1, max_attribute_length=8)],
+)
+def test_a_job_span_records_what_an_sdk_span_records(limits: SpanLimits) -> None:
+    made: list[list[Any]] = []
+    for direct in (False, True):
+        provider = TracerProvider(span_limits=limits)
+        exporter = InMemorySpanExporter()
+        processor = SimpleSpanProcessor(exporter)
+        provider.add_span_processor(processor)
+        parent = set_span_in_context(NonRecordingSpan(PARENT))
+        if direct:
+            span: Span | None = JobSpanFactory(provider, processor, "jobcore").start(
+                "process q", parent, SpanKind.CONSUMER, dict(ATTRIBUTES)
+            )
+            assert isinstance(span, JobSpan)
+        else:
+            span = provider.get_tracer("jobcore").start_span(
+                "process q", parent, SpanKind.CONSUMER, dict(ATTRIBUTES)
+            )
+        assert span is not None and span.is_recording()
+        exercise(span)
+        assert not span.is_recording()
+        made.append(list(exporter.get_finished_spans()))
+    sdk, job = made
+    assert len(job) == 1 and job[0].get_span_context().trace_id == PARENT.trace_id
+    assert request(job) == request(sdk)
+    assert job[0].parent == PARENT and job[0].context.trace_flags.sampled
+
+
+def test_start_attributes_are_bounded_by_the_span_limits_as_the_sdks() -> None:
+    made = []
+    for direct in (False, True):
+        provider = TracerProvider(span_limits=SpanLimits(max_span_attribute_length=4))
+        exporter = InMemorySpanExporter()
+        processor = SimpleSpanProcessor(exporter)
+        provider.add_span_processor(processor)
+        attributes = {"messaging.message.id": "0123456789", "n": 1}
+        if direct:
+            span = JobSpanFactory(provider, processor, "jobcore").start(
+                "p", Context(), SpanKind.CONSUMER, attributes
+            )
+            assert isinstance(span, JobSpan)
+        else:
+            span = provider.get_tracer("jobcore").start_span("p", attributes=attributes)
+        span.end()
+        made.append(dict(exporter.get_finished_spans()[0].attributes or {}))
+    assert made[0] == made[1] == {"messaging.message.id": "0123", "n": 1}
+
+
+def test_a_sampler_that_drops_makes_no_job_span_and_one_that_records_only_exports_none() -> None:
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    root = factory.start(
+        "process q", set_span_in_context(NonRecordingSpan(PARENT)), SpanKind.CONSUMER, {}
+    )
+    assert root is not None  # a sampled parent is followed
+    assert factory.start("process q", get_current_context_root(), SpanKind.CONSUMER, {}) is None
+    factory.sampler = StaticSampler(Decision.RECORD_ONLY)
+    recording = factory.start("process q", get_current_context_root(), SpanKind.CONSUMER, {})
+    assert recording is not None and not recording.context.trace_flags.sampled
+    recording.end()
+    root.end()
+    assert [span.name for span in exporter.get_finished_spans()] == [
+        "process q"
+    ]  # only the sampled
+
+
+@pytest.mark.parametrize("sampler", [DEFAULT_ON, ParentBased(ALWAYS_ON)])  # directly, and asked
+def test_the_default_sampler_follows_the_parent_and_samples_roots(sampler: Any) -> None:
+    provider = TracerProvider(sampler=sampler)
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    state = TraceState([("vendor", "v1")])
+    unsampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(0), state)
+    sampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(1), state)
+    assert (
+        factory.start("p", set_span_in_context(NonRecordingSpan(unsampled)), SpanKind.CONSUMER, {})
+        is None
+    )
+    child = factory.start(
+        "p", set_span_in_context(NonRecordingSpan(sampled)), SpanKind.CONSUMER, {}
+    )
+    root = factory.start("p", Context(), SpanKind.CONSUMER, {"a": 1})
+    assert child is not None and root is not None
+    assert child.context.trace_state == state and child.context.trace_flags.sampled
+    assert root.context.trace_id != PARENT.trace_id and root.context.trace_flags.sampled
+    assert dict(root.attributes) == {"a": 1} and root.parent is None
+
+
+def get_current_context_root() -> Any:
+    from opentelemetry.context import Context
+
+    return Context()  # no parent: a new trace
+
+
+def test_with_the_sdk_disabled_the_plugin_makes_no_job_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobcore_otel import OtelPlugin
+
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    plugin = OtelPlugin(env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    plugin._setup()
+    assert plugin._spans is None
+    assert not isinstance(plugin.duration, JobHistogram)
+    plugin.tracer_provider.shutdown()
+    plugin.meter_provider.shutdown()
+
+
+CARRIERS: list[dict[str, str]] = [
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-ff"},
+    {"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01"},
+    {"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"},
+    {"traceparent": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    {"traceparent": "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra"},
+    {"traceparent": " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 "},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n"},
+    {"traceparent": "garbage"},
+    {"traceparent": ""},
+    {"other": "x"},
+    {},
+    {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": "vendor=v1,x=y",
+    },
+]
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+def test_the_direct_traceparent_read_equals_the_propagators(carrier: dict[str, str]) -> None:
+    read: Callable[[dict[str, str]], Any] = _extract
+    mine, theirs = get_current_span(read(carrier)), get_current_span(PROPAGATOR.extract(carrier))
+    assert mine.get_span_context() == theirs.get_span_context()
+    assert mine.get_span_context().trace_state == theirs.get_span_context().trace_state
+    assert type(mine) is type(theirs)
