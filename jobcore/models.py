@@ -157,7 +157,7 @@ FIELD_INDEX = {name: index for index, name in enumerate(_JOB_FIELDS)}
 _job_values = operator.attrgetter(*_JOB_FIELDS)
 
 
-def _slot_filler(cls: type[_C], names: Sequence[str]) -> Callable[..., _C]:
+def slot_filler(cls: type[_C], names: Sequence[str]) -> Callable[..., _C]:
     """A function taking the value of each of `names`, in order, that returns a `cls` with
     its slots set through their descriptors: no generated __init__, no frozen __setattr__,
     one call per slot in straight-line code (made once, as dataclasses makes __init__)."""
@@ -170,7 +170,7 @@ def _slot_filler(cls: type[_C], names: Sequence[str]) -> Callable[..., _C]:
     return fill
 
 
-job_from_fields = _slot_filler(Job, _JOB_FIELDS)
+job_from_fields = slot_filler(Job, _JOB_FIELDS)
 """`job_from_fields(id, type, …, history)`: a `Job` from the value of every field as
 positional arguments, in field order (types not checked). A Job is built per claimed row,
 per recorded outcome (the worker's hot path) and per enqueued job."""
@@ -233,7 +233,9 @@ class NewJob:
 
 
 _NEW_JOB_FIELDS = tuple(f.name for f in fields(NewJob))
-_fill_new_job = _slot_filler(NewJob, _NEW_JOB_FIELDS)
+new_job_from_fields = slot_filler(NewJob, _NEW_JOB_FIELDS)
+"""`new_job_from_fields(id, type, …, payload_json)`: a `NewJob` from the value of every
+field as positional arguments, in field order (types not checked): once per enqueued job."""
 
 
 def new_job_from_values(values: Sequence[Any]) -> NewJob:
@@ -243,7 +245,7 @@ def new_job_from_values(values: Sequence[Any]) -> NewJob:
     """
     if len(values) != len(_NEW_JOB_FIELDS):
         raise TypeError(f"a NewJob has {len(_NEW_JOB_FIELDS)} fields, not {len(values)}")
-    return _fill_new_job(*values)
+    return new_job_from_fields(*values)
 
 
 @dataclass(frozen=True, slots=True)

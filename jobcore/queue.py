@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import operator
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from jobcore import wakeup
 from jobcore.config import Config
@@ -25,9 +23,17 @@ from jobcore.errors import (
     UnknownJobType,
 )
 from jobcore.ids import new_id, new_ids
+from jobcore.job_build import (
+    Repeated,
+    Settled,
+    flat_json_values,
+    no_lone_surrogates,
+    validated,
+)
 from jobcore.json_values import check_finite, check_meta, encode_finite, probe_finite
 from jobcore.limits import check_enqueue_options, check_text
-from jobcore.models import FINISHED, Job, JobStatus, NewJob, new_job_from_values
+from jobcore.models import FINISHED, Job, JobStatus, NewJob
+from jobcore.payload_codec import PayloadCodec, codec_for
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
@@ -40,16 +46,6 @@ class _AnyPayload(Payload):
     """Model for types this process does not know (allowed by `allow_unregistered_types`)."""
 
     model_config = ConfigDict(extra="allow")
-
-
-def describe_validation_error(type_name: str, exc: ValidationError) -> str:
-    """One line naming each bad field: `payload for 'shell': command: Field required`."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(item) for item in error["loc"]) or "(payload)"
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-        parts.append(f"{where}: {message}")
-    return f"invalid payload for {type_name!r}: " + "; ".join(parts)
 
 
 class Queue:
@@ -78,7 +74,7 @@ class Queue:
         self.pm.configure(self.config)
         self.registry = self._collect_job_types()
         self._has_meta_hooks = bool(self.pm.hook.jobcore_enqueue_meta.get_hookimpls())
-        self._settled: dict[tuple[Any, ...], _Settled] = {}  # see `_settle_options`
+        self._settled: dict[tuple[Any, ...], Settled] = {}  # see `_settle_options`
 
     def _collect_job_types(self) -> JobTypeRegistry:
         registry = JobTypeRegistry()
@@ -138,14 +134,7 @@ class Queue:
         raise UnknownJobType(self.pm.unknown_job_type(name, (t.name for t in self.registry)))
 
     def validate_payload(self, job_type: JobType, payload: Any) -> BaseModel:
-        if not isinstance(payload, dict):
-            raise InvalidPayload(
-                f"payload for {job_type.name!r} must be a JSON object, not {type(payload).__name__}"
-            )
-        try:
-            return job_type.payload_model.model_validate(payload)
-        except ValidationError as exc:
-            raise InvalidPayload(describe_validation_error(job_type.name, exc)) from None
+        return validated(job_type, codec_for(job_type.payload_model), payload)
 
     def build(
         self,
@@ -181,30 +170,47 @@ class Queue:
         type: str,
         payload: Any,
         options: dict[str, Any],
-        settled: _Settled | None,
+        settled: Settled | None,
         *,
         finite: bool = False,
         job_id: str | None = None,
-    ) -> tuple[NewJob, _Settled]:
+    ) -> tuple[NewJob, Settled]:
         """`build`, reusing the options `settled` for an earlier payload of the same call.
 
         `finite`: the caller found no NaN or Infinity anywhere in `payload` already.
         `job_id`: the new job's id, when the caller drew it.
         """
         job_type = self.job_type(type) if settled is None else settled.job_type
+        model, stored, encoded = self._payload(type, job_type, payload, finite)
+        if settled is None:
+            settled = self._settle_options(type, job_type, options)
+        job = settled.new_job(type, job_id or new_id(), model, stored, encoded)
+        self._add_meta(job)
+        return job, settled
+
+    def _payload(
+        self,
+        type: str,
+        job_type: JobType,
+        payload: Any,
+        finite: bool,
+        codec: PayloadCodec | None = None,
+    ) -> tuple[BaseModel, Any, str]:
+        """`payload` validated (the model), dumped as JSON values and encoded, each checked."""
         if not finite:  # before the model: it may turn NaN in untyped fields into null
             check_finite(f"payload for {type!r}", payload)
-        model = self.validate_payload(job_type, {} if payload is None else payload)
+        codec = codec or codec_for(job_type.payload_model)
+        model = validated(job_type, codec, {} if payload is None else payload)
         if job_type.check is not None:
             job_type.check(model, self.config)
         try:
-            stored = model.model_dump(mode="json")
+            stored = codec.dump(model)
         except ValueError as exc:  # pydantic: "Maximum serialization depth exceeded"
             raise InvalidPayload(f"payload for {type!r} cannot be stored: {exc}") from None
         # a model's JSON dump holds no circular reference: encode without looking for one
         encoded = encode_finite(f"payload for {type!r}", stored, acyclic=True)
         if "\\ud" in encoded or "\\uD" in encoded:
-            _no_lone_surrogates(type, stored)
+            no_lone_surrogates(type, stored)
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         limit = self.config.core.max_payload_bytes
         if size > limit:
@@ -212,11 +218,7 @@ class Queue:
                 f"payload for {type!r} is {size} bytes, over the {limit}-byte limit "
                 "(max_payload_bytes); store large data elsewhere and pass a reference"
             )
-        if settled is None:
-            settled = self._settle_options(type, job_type, options)
-        job = settled.new_job(type, job_id or new_id(), model, stored, encoded)
-        self._add_meta(job)
-        return job, settled
+        return model, stored, encoded
 
     def _add_meta(self, job: NewJob) -> None:
         """Add the `jobcore_enqueue_meta` hooks' meta to `job` and check it is JSON."""
@@ -232,28 +234,61 @@ class Queue:
 
         A list or tuple is looked at whole first: one NaN probe over every payload (each
         is then probed again only if that one found something) and one draw of the ids.
+        In a list or tuple, the same payload object given again in a row is validated
+        once when that gives the same answer every time (`Repeated`).
         """
-        finite, ids = False, None
-        if isinstance(payloads, list | tuple):
-            finite, ids = probe_finite(payloads), new_ids(len(payloads))
+        if not isinstance(payloads, list | tuple):
+            return self._build_each_as_it_comes(type, payloads, options)
+        finite, ids, count = probe_finite(payloads), new_ids(len(payloads)), len(payloads)
         jobs = []
-        settled: _Settled | None = None  # the options, checked and resolved at the first item
+        settled: Settled | None = None  # the options, checked and resolved at the first item
+        again: Repeated | None = None
         for index, payload in enumerate(payloads, start=1):
+            job_id = ids[index - 1]
             try:
-                job, settled = self._build(
-                    type,
-                    payload,
-                    options,
-                    settled,
-                    finite=finite,
-                    job_id=None if ids is None else ids[index - 1],
-                )
+                if again is not None and payload is again.payload:
+                    job = again.job(type, job_id)
+                    if self._has_meta_hooks or job.meta:
+                        self._add_meta(job)
+                    jobs.append(job)
+                    continue
+                again = None
+                if index == count or payloads[index] is not payload:
+                    job, settled = self._build(
+                        type, payload, options, settled, finite=finite, job_id=job_id
+                    )
+                    jobs.append(job)
+                    continue
+                # the next item is this same object: validate it once if that is allowed
+                job_type = self.job_type(type) if settled is None else settled.job_type
+                codec = codec_for(job_type.payload_model)
+                model, stored, encoded = self._payload(type, job_type, payload, finite, codec)
+                if settled is None:
+                    settled = self._settle_options(type, job_type, options)
+                if codec.pure and job_type.check is None and flat_json_values(stored):
+                    again = Repeated(payload, settled, model, dict(stored), encoded)
+                job = settled.new_job(type, job_id, model, stored, encoded)
+                self._add_meta(job)
             except (InvalidPayload, PayloadTooLarge) as exc:
                 raise exc.__class__(f"item {index}: {exc}") from None
             jobs.append(job)
         return jobs
 
-    def _settle_options(self, type: str, job_type: JobType, options: dict[str, Any]) -> _Settled:
+    def _build_each_as_it_comes(
+        self, type: str, payloads: Iterable[Any], options: dict[str, Any]
+    ) -> list[NewJob]:
+        """`_build_each` of an iterator: each payload built before the next is asked for."""
+        jobs = []
+        settled: Settled | None = None  # the options, checked and resolved at the first item
+        for index, payload in enumerate(payloads, start=1):
+            try:
+                job, settled = self._build(type, payload, options, settled)
+            except (InvalidPayload, PayloadTooLarge) as exc:
+                raise exc.__class__(f"item {index}: {exc}") from None
+            jobs.append(job)
+        return jobs
+
+    def _settle_options(self, type: str, job_type: JobType, options: dict[str, Any]) -> Settled:
         """`_settle`, remembered per type, option values and the core defaults it reads
         (the answer is the same every time; `[types.NAME]` settings are fixed at load)."""
         if options.get("meta") is not None or not _OPTION_NAMES.issuperset(options):
@@ -287,7 +322,7 @@ class Queue:
         idempotency_key: str | None = None,
         parent_id: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> _Settled:
+    ) -> Settled:
         """Check the enqueue options and resolve them against settings and type defaults."""
         settings = self.config.type_settings(type)
         check_enqueue_options(
@@ -303,7 +338,7 @@ class Queue:
         effective_timeout = _first(
             timeout, settings.timeout, job_type.timeout, self.config.core.timeout
         )
-        return _Settled(
+        return Settled(
             job_type=job_type,
             queue=_first(queue, settings.queue, job_type.queue, "default"),
             priority=_first(priority, settings.priority, 0),
@@ -556,37 +591,6 @@ class Queue:
         return decision
 
 
-@dataclass(frozen=True, slots=True)
-class _Settled:
-    """An enqueue call's options, checked and resolved; the same for all its payloads."""
-
-    job_type: JobType
-    queue: str
-    priority: int
-    max_attempts: int
-    run_at: int | None
-    delay_ms: int
-    timeout_ms: int | None
-    idempotency_key: str | None
-    parent_id: str | None
-    meta: dict[str, Any] | None
-
-    def new_job(
-        self, type: str, job_id: str, model: BaseModel, stored: Any, encoded: str
-    ) -> NewJob:
-        """The job of one validated payload (`stored`, JSON `encoded`) with these options."""
-        key = self.idempotency_key
-        if key is None and self.job_type.idempotency_key is not None:
-            key = self.job_type.idempotency_key(model)
-        return new_job_from_values(
-            (
-                *(job_id, type, self.queue, stored, self.priority),
-                *(self.max_attempts, self.run_at, self.timeout_ms, key, self.parent_id),
-                *(dict(self.meta or {}), self.delay_ms, encoded),
-            )
-        )
-
-
 _SETTLED_CACHE_SIZE = 256
 _OPTION_ORDER = (
     *("queue", "priority", "delay", "run_at", "max_attempts", "timeout", "idempotency_key"),
@@ -594,17 +598,6 @@ _OPTION_ORDER = (
 )  # `_settle`'s options, in the order of `_settle_options`'s keys
 _OPTION_NAMES = frozenset(_OPTION_ORDER)
 _class_of = operator.attrgetter("__class__")
-
-
-def _no_lone_surrogates(type: str, payload: Any) -> None:
-    """A lone surrogate (e.g. an undecodable file name) cannot be sent as UTF-8 JSON."""
-    try:
-        json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidPayload(
-            f"payload for {type!r} holds a lone surrogate (\\uD800-\\uDFFF); "
-            "it could not be sent as JSON: use valid Unicode text"
-        ) from None
 
 
 def _first(*values: Any) -> Any:

@@ -19,7 +19,9 @@ from jobcore.models import (
     compact_json,
     job_from_fields,
     job_from_values,
+    slot_filler,
 )
+from jobcore.storage.base import Inserted
 from jobcore.transitions import apply, owner_transitions
 
 log = logging.getLogger("jobcore.storage")
@@ -182,14 +184,40 @@ def new_row(
         status = JobStatus.PENDING if run_at <= now else JobStatus.SCHEDULED
     # Every field in `Job`'s order (built without its __init__: once per enqueued job).
     return job_from_fields(
-        *(job.id, job.type, job.queue, job.payload, status, job.priority),
-        *(0, job.max_attempts, run_at, job.timeout_ms, job.idempotency_key),
-        *(None, None, None, None),  # locked_by, locked_at, lease_expires_at, heartbeat_at
-        *(False, None, [], None),  # cancel_requested, last_error, errors, result
-        *(job.parent_id, dict(job.meta), now),  # parent_id, meta, created_at
-        *(None, None, now),  # claimed_at, completed_at, updated_at
-        *(None, None, []),  # lease_id, started_at, history
-    )
+        job.id, job.type, job.queue, job.payload, status, job.priority,
+        0, job.max_attempts, run_at, job.timeout_ms, job.idempotency_key,
+        None, None, None, None,  # locked_by, locked_at, lease_expires_at, heartbeat_at
+        False, None, [], None,  # cancel_requested, last_error, errors, result
+        job.parent_id, dict(job.meta), now,  # parent_id, meta, created_at
+        None, None, now,  # claimed_at, completed_at, updated_at
+        None, None, [],  # lease_id, started_at, history
+    )  # fmt: skip
+
+
+def inserted_rows(
+    jobs: Sequence[NewJob], now: int, *, run_at: int | None = None, status: JobStatus | None = None
+) -> list[Inserted]:
+    """`Inserted(new_row(job, now, run_at=run_at, status=status), created=True)` for each
+    of `jobs`: the answer of a batch that inserted every job, made in one loop."""
+    made: list[Inserted] = []
+    append, row_of, pending, scheduled = made.append, job_from_fields, _PENDING, _SCHEDULED
+    for job in jobs:
+        due = run_at
+        if due is None:
+            due = job.run_at if job.run_at is not None else now + job.delay_ms
+        row = row_of(
+            job.id, job.type, job.queue, job.payload,
+            (pending if due <= now else scheduled) if status is None else status, job.priority,
+            0, job.max_attempts, due, job.timeout_ms, job.idempotency_key,
+            None, None, None, None, False, None, [], None,
+            job.parent_id, dict(job.meta), now, None, None, now, None, None, [],
+        )  # fmt: skip
+        append(_inserted(row, True))
+    return made
+
+
+_PENDING, _SCHEDULED = JobStatus.PENDING, JobStatus.SCHEDULED
+_inserted = slot_filler(Inserted, ("job", "created"))
 
 
 def after_transition(job: Job, outcome: Outcome, now: int) -> Job:

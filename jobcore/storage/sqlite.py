@@ -40,7 +40,7 @@ from jobcore.owned import own
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
+from jobcore.storage.rows import insert_values, inserted_rows, new_row, row_to_job, rows_of
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_connect import open_connection
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
@@ -327,7 +327,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             conn.execute(_INSERT, insert_values(jobs[0], now))
         else:
             conn.executemany(_INSERT, [insert_values(job, now) for job in jobs])
-        return [Inserted(new_row(job, now), created=True) for job in jobs]
+        return inserted_rows(jobs, now)
 
     @boundary
     def insert(self, jobs: Sequence[NewJob], *, conn: Any = None) -> list[Inserted]:

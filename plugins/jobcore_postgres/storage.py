@@ -33,7 +33,7 @@ from jobcore.models import (
     Outcome,
 )
 from jobcore.storage.base import Inserted, Recorded
-from jobcore.storage.rows import new_row
+from jobcore.storage.rows import inserted_rows, new_row
 from jobcore.transitions import (
     EXTEND,
     MARK_STARTED,
@@ -620,7 +620,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
             if count != len(jobs):  # pragma: no cover - without keys no row can conflict
                 raise StorageError(f"inserted {count} of {len(jobs)} jobs at {self.where}")
             status = _STATUS[status_text]
-            return [Inserted(new_row(job, at, run_at=due, status=status), True) for job in jobs]
+            return inserted_rows(jobs, at, run_at=due, status=status)
         created = {row[0]: row[1:] for row in rows}
         results: list[Inserted] = []
         for job in jobs:
