@@ -1,4 +1,5 @@
-"""Operating a queue (DESIGN §16): pause and resume queues and job types, list queues.
+"""Operating a queue (DESIGN §16): pause and resume queues and job types, list queues,
+set and clear concurrency limits.
 
 Callers are the CLI, the hub and applications; the rules (checked names,
 clamped text, waking workers on resume) live here once.
@@ -9,9 +10,11 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 from jobcore import wakeup
+from jobcore.concurrency import Limit, checked_limit, checked_scope, declared_limits
 from jobcore.pauses import MAX_REASON, Pause, checked_kind, checked_name, checked_text
 from jobcore.queue import Queue
 
@@ -73,3 +76,41 @@ def queue_rows(queue: Queue) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def set_limit(queue: Queue, scope: str, name: str, concurrency: Any) -> Limit:
+    """Allow at most `concurrency` claimed jobs per queue, type or key of a type, from the
+    next claim on (jobs already claimed above it finish); wins over a declared limit."""
+    limit = checked_limit(scope, name, concurrency)
+    made = queue.storage.set_limit(limit.scope, limit.name, limit.concurrency)
+    wakeup.notify(queue.wake_key)  # a raised limit may free work for idle workers
+    return made
+
+
+def clear_limit(queue: Queue, scope: str, name: str) -> Limit | None:
+    """Remove a limit (None when there was none); a type's declared limit comes back
+    when a worker that registers the type next starts."""
+    scope = checked_scope(scope)
+    name = checked_name("type" if scope == "key" else scope, name)
+    cleared = queue.storage.clear_limit(scope, name)
+    if cleared is not None:
+        wakeup.notify(queue.wake_key)
+    return cleared
+
+
+def declare_types(queue: Queue, names: Sequence[str]) -> None:
+    """Write the concurrency limits the job types `names` declare to the store (a worker
+    does at start), so every claimer on the store respects them."""
+    registered = [t for t in (queue.registry.get(name) for name in names) if t is not None]
+    declared, unlimited = declared_limits(registered)
+    queue.storage.declare_limits(declared, unlimited)
+
+
+def limit_rows(queue: Queue) -> list[dict[str, Any]]:
+    """Each limit with how many jobs it holds claimed now (for a key limit: its keys at
+    the limit)."""
+    held = queue.storage.held()
+    return [
+        {**limit.to_json(), "held": held.get((limit.scope, limit.name), 0)}
+        for limit in queue.storage.limits()
+    ]

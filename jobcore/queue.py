@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from jobcore import wakeup
+from jobcore.concurrency import key_of
 from jobcore.config import Config
 from jobcore.errors import (
     IllegalTransition,
@@ -578,11 +579,13 @@ class _Settled:
         key = self.idempotency_key
         if key is None and self.job_type.idempotency_key is not None:
             key = self.job_type.idempotency_key(model)
+        by = self.job_type.concurrency_key
+        limit_key = None if by is None else key_of(type, by, model)
         return new_job_from_values(
             (
                 *(job_id, type, self.queue, stored, self.priority),
                 *(self.max_attempts, self.run_at, self.timeout_ms, key, self.parent_id),
-                *(dict(self.meta or {}), self.delay_ms, encoded),
+                *(dict(self.meta or {}), self.delay_ms, encoded, limit_key),
             )
         )
 

@@ -165,6 +165,7 @@ def insert_values(job: NewJob, now: int) -> tuple[Any, ...]:
         job.parent_id,
         compact_json(job.meta) if job.meta else "{}",
         now,
+        job.limit_key,
     )
 
 

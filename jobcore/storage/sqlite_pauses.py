@@ -71,11 +71,15 @@ class SQLitePauses:
         queues: Sequence[str],
         types: Sequence[str],
         params: dict[str, Any],
+        held_queues: Sequence[str] = (),
+        held_types: Sequence[str] = (),
     ) -> tuple[str, ...]:
         """`sqlite_statements.claim` for these filters, less what is paused as this
-        transaction sees it; () when every queue or type the claimer takes is paused."""
-        paused_queues: list[str] = []
-        paused_types: list[str] = []
+        transaction sees it; () when every queue or type the claimer takes is paused.
+
+        `held_queues`/`held_types` (at their concurrency limit) are skipped as paused ones."""
+        paused_queues: list[str] = list(held_queues)
+        paused_types: list[str] = list(held_types)
         for kind, name in conn.execute(_KINDS_AND_NAMES):
             (paused_queues if kind == "queue" else paused_types).append(name)
         if not paused_queues and not paused_types:
