@@ -148,3 +148,35 @@ def at_limit(
 ) -> set[tuple[str, str]]:
     """The (scope, name) pairs whose claimed count has reached their limit."""
     return {pair for pair, cap in limits.items() if counts.get(pair, 0) >= cap}
+
+
+Candidate = tuple[str, int, int, str, str, str | None]
+"""A pending job a limited claim may take: id, priority, run_at, queue, type, limit_key."""
+
+
+class Room:
+    """What each limited queue, type and key may still take in this claim."""
+
+    def __init__(self, caps: dict[tuple[str, str], int], held: dict[tuple[str, str], int]) -> None:
+        self.caps = caps
+        self.left = {pair: cap - held.get(pair, 0) for pair, cap in caps.items()}
+        self.keys: dict[str, dict[str, int]] = {}  # keyed type -> key -> room left
+
+    def full(self, scope: str) -> list[str]:
+        return [name for (s, name), left in self.left.items() if s == scope and left <= 0]
+
+    def take(self, candidate: Candidate) -> bool:
+        """Take one slot of each limit `candidate` falls under; False (nothing taken) if full."""
+        _, _, _, queue, type_, key = candidate
+        pairs = [pair for pair in (("queue", queue), ("type", type_)) if pair in self.left]
+        if any(self.left[pair] <= 0 for pair in pairs):
+            return False
+        keys = self.keys.get(type_)
+        if keys is not None and key is not None:
+            left = keys.get(key, self.caps[("key", type_)])
+            if left <= 0:
+                return False
+            keys[key] = left - 1
+        for pair in pairs:
+            self.left[pair] -= 1
+        return True

@@ -56,11 +56,13 @@ def resume(queue: Queue, kind: str, name: str) -> Pause | None:
 
 
 def queue_rows(queue: Queue) -> list[dict[str, Any]]:
-    """Each queue with unfinished jobs or a pause: depth by status, and its pause if any."""
+    """Each queue with unfinished jobs, a pause or a limit: depth by status, its pause
+    if any, its concurrency limit (None: none)."""
     depths = queue.storage.queue_depths()
     paused = {p.name: p for p in queue.storage.pauses() if p.kind == "queue"}
+    caps = {lim.name: lim.concurrency for lim in queue.storage.limits() if lim.scope == "queue"}
     rows = []
-    for name in sorted(set(depths) | set(paused)):
+    for name in sorted(set(depths) | set(paused) | set(caps)):
         counts = depths.get(name, {})
         pause_ = paused.get(name)
         rows.append(
@@ -73,6 +75,7 @@ def queue_rows(queue: Queue) -> list[dict[str, Any]]:
                 "reason": pause_.reason if pause_ else None,
                 "since": pause_.to_json()["since"] if pause_ else None,
                 "by": pause_.by if pause_ else None,
+                "concurrency": caps.get(name),
             }
         )
     return rows

@@ -17,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from jobcore.concurrency import Limit, checked_scope
+from jobcore.concurrency import Candidate, Limit, Room, checked_scope
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.rows import rows_of
 from jobcore.storage.sqlite_errors import boundary
@@ -70,8 +70,6 @@ MAX_ROUNDS = 8
 """A limited claim picks and claims in rounds (a round ends when a queue or type
 it was taking from reaches its limit); at most this many per claim."""
 
-Candidate = tuple[str, int, int, str, str, str | None]  # S.CANDIDATE_COLUMNS
-
 
 def _limit(row: Sequence[Any]) -> Limit:
     scope, name, concurrency, source = row
@@ -93,34 +91,6 @@ def _queue_filter(queues: Sequence[str], skip: Iterable[str], params: dict[str, 
     if skipped:
         where += f" AND queue NOT IN ({', '.join(skipped)})"
     return where
-
-
-class _Room:
-    """What each limited queue, type and key may still take in this claim."""
-
-    def __init__(self, caps: dict[tuple[str, str], int], held: dict[tuple[str, str], int]):
-        self.caps = caps
-        self.left = {pair: cap - held.get(pair, 0) for pair, cap in caps.items()}
-        self.keys: dict[str, dict[str, int]] = {}  # keyed type -> key -> room left
-
-    def full(self, scope: str) -> list[str]:
-        return [name for (s, name), left in self.left.items() if s == scope and left <= 0]
-
-    def take(self, candidate: Candidate) -> bool:
-        """Take one slot of each limit `candidate` falls under; False (nothing taken) if full."""
-        _, _, _, queue, type_, key = candidate
-        pairs = [pair for pair in (("queue", queue), ("type", type_)) if pair in self.left]
-        if any(self.left[pair] <= 0 for pair in pairs):
-            return False
-        keys = self.keys.get(type_)
-        if keys is not None and key is not None:
-            left = keys.get(key, self.caps[("key", type_)])
-            if left <= 0:
-                return False
-            keys[key] = left - 1
-        for pair in pairs:
-            self.left[pair] -= 1
-        return True
 
 
 class SQLiteLimits:
@@ -154,7 +124,7 @@ class SQLiteLimits:
             for queue, type_, count in conn.execute(_HELD):
                 for pair in (("queue", queue), ("type", type_)):
                     held[pair] = held.get(pair, 0) + count
-        room = _Room(caps, held)
+        room = Room(caps, held)
         keyed = sorted(name for scope, name in caps if scope == "key")
         if types:
             keyed = [name for name in keyed if name in types]
@@ -213,7 +183,7 @@ class SQLiteLimits:
         self,
         conn: apsw.Connection,
         type_name: str,
-        room: _Room,
+        room: Room,
         queues: Sequence[str],
         skip_queues: Iterable[str],
         need: int,

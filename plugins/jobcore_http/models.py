@@ -433,6 +433,7 @@ class QueueOut(BaseModel):
     reason: str | None
     since: str | None
     by: str | None
+    concurrency: int | None = None  # its concurrency limit, if any (DESIGN §16)
 
 
 class QueuesOut(BaseModel):
