@@ -19,7 +19,7 @@ cleared.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -141,13 +141,6 @@ def declared_limits(types: Iterable[Any]) -> tuple[list[Limit], list[str]]:
         scope = "key" if getattr(job_type, "concurrency_key", None) is not None else "type"
         made.append(checked_limit(scope, job_type.name, concurrency, "declared"))
     return made, unlimited
-
-
-def at_limit(
-    limits: Mapping[tuple[str, str], int], counts: Mapping[tuple[str, str], int]
-) -> set[tuple[str, str]]:
-    """The (scope, name) pairs whose claimed count has reached their limit."""
-    return {pair for pair, cap in limits.items() if counts.get(pair, 0) >= cap}
 
 
 Candidate = tuple[str, int, int, str, str, str | None]

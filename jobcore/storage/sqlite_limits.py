@@ -1,23 +1,22 @@
 """The SQLite backend's global concurrency limits (DESIGN §16), a mixin.
 
-A claim reads the `limits` table inside its own write transaction; with none,
-it is the plain claim. With limits, it counts the claimed rows per limited
-queue, type and key (from the claimed rows themselves: nothing to keep in
-sync), skips the queues and types at their limit as it skips paused ones,
-reads keyed types through their own index so that keys at their limit are
-never read row by row, and claims by id only what fits under every limit.
+A claim reads the `limits` table inside its own write transaction (SQLite runs
+one at a time); with none, it is the plain claim. With limits, it is
+`jobcore.limited_claim` over the reads below: the claimed count of every limit
+is derived from the claimed rows, so every way out of `claimed` frees a slot.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import apsw
 
-from jobcore.concurrency import Candidate, Limit, Room, checked_scope
+from jobcore.concurrency import Candidate, Limit, checked_scope
+from jobcore.limited_claim import claim_limited
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.rows import rows_of
 from jobcore.storage.sqlite_errors import boundary
@@ -66,31 +65,102 @@ WITH RECURSIVE keys(k) AS (
 SELECT k FROM keys WHERE k IS NOT NULL"""
 _ORDER = "ORDER BY priority DESC, run_at, id"
 
-MAX_ROUNDS = 8
-"""A limited claim picks and claims in rounds (a round ends when a queue or type
-it was taking from reaches its limit); at most this many per claim."""
-
 
 def _limit(row: Sequence[Any]) -> Limit:
     scope, name, concurrency, source = row
     return Limit(checked_scope(str(scope)), str(name), int(concurrency), source)
 
 
-def _queue_filter(queues: Sequence[str], skip: Iterable[str], params: dict[str, Any]) -> str:
-    where = ""
-    if queues:
-        names = []
-        for index, name in enumerate(queues):
-            params[f"kq{index}"] = name
-            names.append(f":kq{index}")
-        where += f" AND queue IN ({', '.join(names)})"
-    skipped = []
-    for index, name in enumerate(skip):
-        params[f"kx{index}"] = name
-        skipped.append(f":kx{index}")
-    if skipped:
-        where += f" AND queue NOT IN ({', '.join(skipped)})"
-    return where
+def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any], op: str) -> str:
+    if not values:
+        return ""
+    for index, value in enumerate(values):
+        params[f"{prefix}{index}"] = value
+    return f" AND {column} {op} ({', '.join(f':{prefix}{i}' for i in range(len(values)))})"
+
+
+class _Reads:
+    """`jobcore.limited_claim.LimitedReads` in one SQLite write transaction."""
+
+    def __init__(
+        self,
+        store: SQLiteLimits,
+        conn: apsw.Connection,
+        queues: Sequence[str],
+        types: Sequence[str],
+        params: dict[str, Any],
+    ) -> None:
+        self.store, self.conn, self.queues, self.types = store, conn, queues, types
+        self.params = params
+        self.start = params["limit"] if params["started_at"] is not None else 0
+
+    def held(self) -> dict[tuple[str, str], int]:
+        held: dict[tuple[str, str], int] = {}
+        for queue, type_, count in self.conn.execute(_HELD):
+            for pair in (("queue", queue), ("type", type_)):
+                held[pair] = held.get(pair, 0) + count
+        return held
+
+    def held_keys(self, type_name: str) -> dict[str, int]:
+        return dict(rows_of(self.conn, _HELD_KEYS, {"type": type_name}))
+
+    def paused(self) -> dict[str, set[str]]:
+        paused: dict[str, set[str]] = {"queue": set(), "type": set()}
+        for kind, name in self.conn.execute(_PAUSED):
+            paused.setdefault(kind, set()).add(name)
+        return paused
+
+    def candidates(
+        self, need: int, skip_queues: Sequence[str], skip_types: Sequence[str]
+    ) -> list[Candidate]:
+        params = {**self.params, "limit": need}
+        found: list[Candidate] = []
+        statements = self.store._claim_statements(
+            self.conn, self.queues, self.types, params, skip_queues, skip_types
+        )
+        for statement in statements:
+            found += rows_of(self.conn, S.candidates_of(statement), params)
+            if len(found) >= need:
+                break
+            params["limit"] = need - len(found)
+        return found
+
+    def _queue_filter(self, skip_queues: Sequence[str], params: dict[str, Any]) -> str:
+        return _in("queue", self.queues, "kq", params, "IN") + _in(
+            "queue", skip_queues, "kx", params, "NOT IN"
+        )
+
+    def type_head(self, type_name: str, window: int, skip_queues: Sequence[str]) -> list[Candidate]:
+        params: dict[str, Any] = {"type": type_name, "window": window}
+        where = self._queue_filter(skip_queues, params)
+        return rows_of(
+            self.conn,
+            f"SELECT {S.CANDIDATE_COLUMNS} FROM jobs INDEXED BY jobs_claim_type "
+            f"WHERE status = 'pending' AND type = :type{where} {_ORDER} LIMIT :window",
+            params,
+        )
+
+    def pending_keys(self, type_name: str) -> list[str]:
+        return [row[0] for row in rows_of(self.conn, _KEYS, {"type": type_name})]
+
+    def key_heads(
+        self, type_name: str, rooms: dict[str, int], skip_queues: Sequence[str]
+    ) -> list[Candidate]:
+        params: dict[str, Any] = {"type": type_name}
+        where = self._queue_filter(skip_queues, params)
+        sql = (
+            f"SELECT {S.CANDIDATE_COLUMNS} FROM jobs INDEXED BY jobs_claim_keyed "
+            "WHERE status = 'pending' AND limit_key IS NOT NULL AND type = :type "
+            f"AND limit_key = :key{where} {_ORDER} LIMIT :window"
+        )
+        found: list[Candidate] = []
+        for key, room in rooms.items():
+            params["key"], params["window"] = key, room
+            found += rows_of(self.conn, sql, params)
+        return found
+
+    def claim_ids(self, ids: list[str], done: int) -> list[Any]:
+        return rows_of(self.conn, S.CLAIM_IDS_SQL, {**self.params, "ids": json.dumps(ids)})
 
 
 class SQLiteLimits:
@@ -119,109 +189,8 @@ class SQLiteLimits:
         (none without limits: the plain claim runs instead)."""
         if not caps:
             return []
-        held: dict[tuple[str, str], int] = {}
-        if any(scope != "key" for scope, _ in caps):
-            for queue, type_, count in conn.execute(_HELD):
-                for pair in (("queue", queue), ("type", type_)):
-                    held[pair] = held.get(pair, 0) + count
-        room = Room(caps, held)
-        keyed = sorted(name for scope, name in caps if scope == "key")
-        if types:
-            keyed = [name for name in keyed if name in types]
-        paused: dict[str, set[str]] = {"queue": set(), "type": set()}
-        for kind, name in conn.execute(_PAUSED):
-            paused.setdefault(kind, set()).add(name)
-        for name in keyed:
-            room.keys[name] = {
-                key: caps[("key", name)] - count
-                for key, count in conn.execute(_HELD_KEYS, {"type": name})
-            }
-        wanted = params["limit"]
-        rows: list[Any] = []
-        all_keyed = [name for scope, name in caps if scope == "key"]
-        for _ in range(MAX_ROUNDS):
-            need = wanted - len(rows)
-            if need <= 0:
-                break
-            params["limit"] = need
-            held_queues = room.full("queue")
-            held_types = sorted({*room.full("type"), *all_keyed})
-            candidates: list[Candidate] = []
-            statements = self._claim_statements(
-                conn, queues, types, params, held_queues, held_types
-            )
-            for statement in statements:
-                candidates += rows_of(conn, S.candidates_of(statement), params)
-                if len(candidates) >= need:
-                    break
-                params["limit"] = need - len(candidates)
-            params["limit"] = need
-            skip_queues = {*held_queues, *paused["queue"]}
-            for name in keyed:
-                if name in paused["type"] or name in room.full("type"):
-                    continue
-                candidates += self._keyed_candidates(conn, name, room, queues, skip_queues, need)
-            candidates.sort(key=lambda c: (-c[1], c[2], c[0]))
-            chosen: list[str] = []
-            refused = False
-            for candidate in dict.fromkeys(candidates):
-                if len(chosen) >= need:
-                    break
-                if room.take(candidate):
-                    chosen.append(candidate[0])
-                else:
-                    refused = True
-            if chosen:
-                params["ids"] = json.dumps(chosen)
-                rows += rows_of(conn, S.CLAIM_IDS_SQL, params)
-            if not refused or not chosen:
-                break
-        params["limit"] = wanted
-        return rows
-
-    def _keyed_candidates(
-        self,
-        conn: apsw.Connection,
-        type_name: str,
-        room: Room,
-        queues: Sequence[str],
-        skip_queues: Iterable[str],
-        need: int,
-    ) -> list[Candidate]:
-        """Pending jobs of a key-limited type in claim order, none of a key at its limit.
-
-        First the head of the type's pending rows (cheap when few keys are full);
-        when keys at their limit fill that window, each key's own head instead,
-        one index seek per key with pending jobs, so their backlog is never read."""
-        params: dict[str, Any] = {"type": type_name}
-        where = _queue_filter(queues, skip_queues, params)
-        window = 4 * need + 64
-        params["window"] = window
-        head: list[Candidate] = rows_of(
-            conn,
-            f"SELECT {S.CANDIDATE_COLUMNS} FROM jobs INDEXED BY jobs_claim_type "
-            f"WHERE status = 'pending' AND type = :type{where} {_ORDER} LIMIT :window",
-            params,
-        )
-        keys = room.keys[type_name]
-        cap = room.caps[("key", type_name)]
-        fits = [c for c in head if c[5] is None or keys.get(c[5], cap) > 0]
-        if len(fits) >= need or len(head) < window:
-            return fits
-        found: list[Candidate] = []
-        for (key,) in rows_of(conn, _KEYS, {"type": type_name}):
-            left = keys.get(key, cap)
-            if left <= 0:
-                continue
-            params["key"], params["window"] = key, min(left, need)
-            found += rows_of(
-                conn,
-                f"SELECT {S.CANDIDATE_COLUMNS} FROM jobs INDEXED BY jobs_claim_keyed "
-                f"WHERE status = 'pending' AND limit_key IS NOT NULL AND type = :type "
-                f"AND limit_key = :key{where} {_ORDER} LIMIT :window",
-                params,
-            )
-        return [c for c in head if c[5] is None] + found
+        reads = _Reads(self, conn, queues, types, params)
+        return claim_limited(reads, caps, types, params["limit"])
 
     @boundary
     def set_limit(self, scope: str, name: str, concurrency: int) -> Limit:
@@ -263,6 +232,6 @@ class SQLiteLimits:
                     counts[pair] = counts.get(pair, 0) + count
         for (scope, name), cap in caps.items():
             if scope == "key":
-                full = sum(1 for _, n in conn.execute(_HELD_KEYS, {"type": name}) if n >= cap)
-                counts[(scope, name)] = full
+                keys = rows_of(conn, _HELD_KEYS, {"type": name})
+                counts[(scope, name)] = sum(1 for _, n in keys if n >= cap)
         return counts
