@@ -6,8 +6,10 @@ that no other limited claim runs beside; this picks, in rounds:
 1. the queues and types at their limit are skipped as paused ones are, so their
    backlog is not read;
 2. key-limited types are read on their own: the head of the type's pending
-   jobs, and, when keys at their limit fill that head, each key's own head
-   (one index seek per key with pending jobs, never a full key's backlog);
+   jobs in claim order, and, when keys at their limit fill that head, the heads
+   of the next keys with room, taking turns from where the last such claim
+   stopped (one index seek per key; keys at their limit are at most the claimed
+   jobs, so this never reads a full key's backlog nor every key);
 3. the candidates are taken best first while every limit they fall under has
    room, and claimed by id; a round that refused a candidate (a limit filled
    during the round) is followed by another that skips what is now full.
@@ -15,7 +17,7 @@ that no other limited claim runs beside; this picks, in rounds:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from jobcore.concurrency import Candidate, Room
@@ -45,8 +47,12 @@ class LimitedReads(Protocol):
     def type_head(self, type_name: str, window: int, skip_queues: Sequence[str]) -> list[Candidate]:
         """The first `window` pending jobs of a type in claim order, not in `skip_queues`."""
 
-    def pending_keys(self, type_name: str) -> list[str]:
-        """The keys of a type that have pending jobs."""
+    cursors: dict[str, str]
+    """Per key-limited type, the last key a claim past full keys served (kept by the
+    store between claims: where the next such claim starts, so keys take turns)."""
+
+    def next_key(self, type_name: str, after: str | None) -> str | None:
+        """The first key of a type with pending jobs after `after` (None: the first)."""
 
     def key_heads(
         self, type_name: str, rooms: dict[str, int], skip_queues: Sequence[str]
@@ -112,9 +118,30 @@ def _keyed(
     fits = [c for c in head if c[5] is None or keys.get(c[5], cap) > 0]
     if len(fits) >= need or len(head) < window:
         return fits
-    rooms = {}
-    for key in reads.pending_keys(name):
+    rooms: dict[str, int] = {}
+    for key in _keys_in_turn(reads, name, reads.cursors.get(name), need + len(keys) + 1):
         left = keys.get(key, cap)
         if left > 0:
             rooms[key] = min(left, need)
+            reads.cursors[name] = key
+            if len(rooms) >= need:
+                break
     return [c for c in head if c[5] is None] + reads.key_heads(name, rooms, skip_queues)
+
+
+def _keys_in_turn(reads: LimitedReads, name: str, after: str | None, most: int) -> Iterator[str]:
+    """Up to `most` keys of type `name` with pending jobs: those after `after`, then
+    from the first one round to `after`."""
+    wrapped = after is None
+    key = reads.next_key(name, after)
+    for _ in range(most):
+        if key is None:
+            if wrapped:
+                return
+            wrapped = True
+            key = reads.next_key(name, None)
+            continue
+        if wrapped and after is not None and key > after:
+            return
+        yield key
+        key = reads.next_key(name, key)

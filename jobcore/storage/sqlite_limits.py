@@ -51,18 +51,11 @@ _HELD_KEYS = (
     "SELECT limit_key, count(*) FROM jobs INDEXED BY jobs_held_keyed "
     "WHERE status = 'claimed' AND limit_key IS NOT NULL AND type = :type GROUP BY limit_key"
 )
-_KEYS = """
-WITH RECURSIVE keys(k) AS (
-  SELECT (SELECT limit_key FROM jobs INDEXED BY jobs_claim_keyed
-           WHERE status = 'pending' AND limit_key IS NOT NULL AND type = :type
-           ORDER BY limit_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT limit_key FROM jobs INDEXED BY jobs_claim_keyed
-           WHERE status = 'pending' AND limit_key IS NOT NULL AND type = :type
-             AND limit_key > keys.k ORDER BY limit_key LIMIT 1)
-    FROM keys WHERE keys.k IS NOT NULL
+_FIRST_KEY = (
+    "SELECT limit_key FROM jobs INDEXED BY jobs_claim_keyed WHERE status = 'pending' "
+    "AND limit_key IS NOT NULL AND type = :type ORDER BY limit_key LIMIT 1"
 )
-SELECT k FROM keys WHERE k IS NOT NULL"""
+_NEXT_KEY = _FIRST_KEY.replace("ORDER BY", "AND limit_key > :after ORDER BY")
 _ORDER = "ORDER BY priority DESC, run_at, id"
 
 
@@ -92,7 +85,7 @@ class _Reads:
     ) -> None:
         self.store, self.conn, self.queues, self.types = store, conn, queues, types
         self.params = params
-        self.start = params["limit"] if params["started_at"] is not None else 0
+        self.cursors: dict[str, str] = store.__dict__.setdefault("_key_cursors", {})
 
     def held(self) -> dict[tuple[str, str], int]:
         held: dict[tuple[str, str], int] = {}
@@ -140,8 +133,10 @@ class _Reads:
             params,
         )
 
-    def pending_keys(self, type_name: str) -> list[str]:
-        return [row[0] for row in rows_of(self.conn, _KEYS, {"type": type_name})]
+    def next_key(self, type_name: str, after: str | None) -> str | None:
+        params = {"type": type_name, "after": after}
+        rows = rows_of(self.conn, _FIRST_KEY if after is None else _NEXT_KEY, params)
+        return str(rows[0][0]) if rows else None
 
     def key_heads(
         self, type_name: str, rooms: dict[str, int], skip_queues: Sequence[str]

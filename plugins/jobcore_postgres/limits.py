@@ -66,8 +66,10 @@ _FILTERS = (
 class _Reads:
     """`jobcore.limited_claim.LimitedReads` in one PostgreSQL transaction."""
 
-    def __init__(self, d: Dialect, conn: Conn, params: dict[str, Any]) -> None:
-        self.d, self.conn, self.params = d, conn, params
+    def __init__(
+        self, d: Dialect, conn: Conn, params: dict[str, Any], cursors: dict[str, str]
+    ) -> None:
+        self.d, self.conn, self.params, self.cursors = d, conn, params, cursors
         self.jobs = d.table("jobs")
 
     def held(self) -> dict[tuple[str, str], int]:
@@ -137,9 +139,14 @@ class _Reads:
         }
         return [tuple(row) for row in self.conn.execute(sql, params)]
 
-    def pending_keys(self, type_name: str) -> list[str]:
-        sql = _skip_scan(self.jobs, "limit_key", " AND limit_key IS NOT NULL AND type = %(type)s")
-        return [row[0] for row in self.conn.execute(sql, {"type": type_name})]
+    def next_key(self, type_name: str, after: str | None) -> str | None:
+        after_ = "" if after is None else " AND limit_key > %(after)s"
+        row = self.conn.execute(
+            f"SELECT limit_key FROM {self.jobs} WHERE status = 'pending' "
+            f"AND limit_key IS NOT NULL AND type = %(type)s{after_} ORDER BY limit_key LIMIT 1",
+            {"type": type_name, "after": after},
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     def key_heads(
         self, type_name: str, rooms: dict[str, int], skip_queues: Sequence[str]
@@ -221,7 +228,8 @@ class PostgresLimits:
                 queues=list(queues),
                 types=list(types),
             )
-            rows = claim_limited(_Reads(d, conn, params), caps, types, limit)
+            cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
+            rows = claim_limited(_Reads(d, conn, params, cursors), caps, types, limit)
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return jobs
@@ -289,7 +297,7 @@ class PostgresLimits:
                     f"SELECT scope, name, concurrency FROM {self._d.table('limits')}"
                 )
             }
-            reads = _Reads(self._d, conn, {})
+            reads = _Reads(self._d, conn, {}, {})
             counts = {pair: n for pair, n in reads.held().items() if pair in caps}
             for (scope, name), cap in caps.items():
                 if scope == "key":
