@@ -11,9 +11,10 @@ claim that never waits). The rate is read from the store (first `claimed_at`
 to last `completed_at`); CPU per job is the worker process's user+system time.
 
 `--claims`: CPU per one-job claim inside one transaction (new code only), with
-a key limit of 1 on `noop`: N claimable jobs of N keys, and the same with
-100,000 higher-priority pending jobs of one key that is at its limit (held
-back). Flat means the two cost the same. Medians; nothing is asserted.
+a key limit of 1 on `noop`: N claimable jobs of N keys (each completed after
+its claim, as a worker would, outside the measure), and the same with 100,000
+higher-priority pending jobs of one key that is at its limit (held back).
+Flat means the two cost the same. Medians; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -75,10 +76,22 @@ made = [i.job.id for start in range(0, n, 5000)
 keyed("UPDATE jobs SET limit_key = id WHERE limit_key IS NULL",
       "UPDATE jobs SET limit_key = id WHERE limit_key IS NULL")
 storage.set_limit("key", "noop", 1)
+def finish(job_id):  # as a worker would: claimed jobs stay few
+    if "://" in db:
+        with storage._write() as conn:
+            conn.execute(f"UPDATE {storage._d.table('jobs')} SET status = 'completed' "
+                         "WHERE id = %s", (job_id,))
+    else:
+        with storage.transaction() as conn:
+            conn.execute("UPDATE jobs SET status = 'completed' WHERE id = ?", (job_id,))
+cpu = got = 0
 with storage.transaction():  # no commit per claim: the claim's own cost
-    begin = time.process_time()
-    got = sum(len(storage.claim(worker="w", limit=1, lease_ms=60_000)) for _ in range(n))
-    cpu = time.process_time() - begin
+    for _ in range(n):
+        begin = time.process_time()
+        jobs = storage.claim(worker="w", limit=1, lease_ms=60_000)
+        cpu += time.process_time() - begin
+        got += len(jobs)
+        finish(jobs[0].id)
 assert got == n, got
 import jobcore
 print(json.dumps({"rate": n / cpu, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))

@@ -111,7 +111,7 @@ def _keyed(
     reads: LimitedReads, name: str, room: Room, skip_queues: Sequence[str], need: int
 ) -> list[Candidate]:
     """Pending jobs of key-limited type `name`, none of a key at its limit."""
-    window = 4 * need + 64
+    window = 2 * need + 8
     head = reads.type_head(name, window, skip_queues)
     keys = room.keys[name]
     cap = room.caps[("key", name)]
