@@ -173,3 +173,13 @@ class Room:
         for pair in pairs:
             self.left[pair] -= 1
         return True
+
+
+def limit_rows(storage: Any) -> list[dict[str, Any]]:
+    """Each limit of `storage` as JSON, with `held`: the jobs it holds claimed now (for a
+    key limit: how many of its keys are at the limit)."""
+    held = storage.held()
+    return [
+        {**limit.to_json(), "held": held.get((limit.scope, limit.name), 0)}
+        for limit in storage.limits()
+    ]

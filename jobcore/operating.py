@@ -13,7 +13,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from jobcore import wakeup
+from jobcore import concurrency, wakeup
 from jobcore.concurrency import Limit, checked_limit, checked_scope, declared_limits
 from jobcore.pauses import MAX_REASON, Pause, checked_kind, checked_name, checked_text
 from jobcore.queue import Queue
@@ -112,8 +112,4 @@ def declare_types(queue: Queue, names: Sequence[str]) -> None:
 def limit_rows(queue: Queue) -> list[dict[str, Any]]:
     """Each limit with how many jobs it holds claimed now (for a key limit: its keys at
     the limit)."""
-    held = queue.storage.held()
-    return [
-        {**limit.to_json(), "held": held.get((limit.scope, limit.name), 0)}
-        for limit in queue.storage.limits()
-    ]
+    return concurrency.limit_rows(queue.storage)

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from jobcore import wakeup
-from jobcore.concurrency import key_of
+from jobcore.concurrency import key_of, limit_rows
 from jobcore.config import Config
 from jobcore.errors import (
     IllegalTransition,
@@ -393,6 +393,7 @@ class Queue:
     def stats(self) -> Stats:
         stats = self.storage.stats()
         stats.paused = self.storage.pauses()  # DESIGN §16: paused queues show plainly
+        stats.limits = limit_rows(self.storage)
         return stats
 
     # -- operator transitions ------------------------------------------------------

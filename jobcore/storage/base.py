@@ -74,6 +74,7 @@ class Stats:
     last_hour: dict[str, int] = field(default_factory=dict)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
     paused: list[Pause] = field(default_factory=list)  # filled by `Queue.stats` (DESIGN §16)
+    limits: list[dict[str, Any]] = field(default_factory=list)  # `operating.limit_rows`
 
 
 @runtime_checkable
