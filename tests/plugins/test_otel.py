@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 from testenv import LocalHTTPServer, subprocess_env
 
-from jobcore import ConfigError, Queue, make_plugin_manager
+from jobcore import ConfigError, Queue, make_plugin_manager, operating
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing import drain
 
@@ -467,3 +467,15 @@ def test_a_malformed_trace_context_never_fails_a_job_on_a_traced_worker(
         time.sleep(0.05)
     [span] = receiver.spans
     assert span["name"] == "process default" and span["parent"] == ""  # a fresh root
+
+
+def test_limit_metrics(queue: Queue, telemetry: Telemetry) -> None:
+    operating.set_limit(queue, "queue", "mail", 3)
+    queue.enqueue("noop", {}, queue="mail")
+    drain(queue)  # the worker's start gives the plugin the queue
+    metrics = telemetry.metrics()
+    caps = {
+        p.attributes["jobcore.limit.name"]: p.value for p in metrics["jobcore.limit.concurrency"]
+    }
+    held = {p.attributes["jobcore.limit.name"]: p.value for p in metrics["jobcore.limit.held"]}
+    assert caps == {"mail": 3} and held == {"mail": 0}
