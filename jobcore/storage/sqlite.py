@@ -385,10 +385,10 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
         }
         if promote:
             conn.execute(PROMOTE_SQL, {"now": now})
-        caps = self._caps(conn)  # concurrency limits (DESIGN §16): usually none
+        caps, paused = self._claim_state(conn)  # limits and pauses (DESIGN §16): usually none
         jobs = [row_to_job(r) for r in self._claim_limited(conn, caps, queues, types, params)]
-        for statement in () if caps else self._claim_statements(conn, queues, types, params):
-            jobs += [row_to_job(row) for row in rows_of(conn, statement, params)]  # less paused
+        for sql in () if caps else self._claim_statements(conn, queues, types, params, paused):
+            jobs += [row_to_job(row) for row in rows_of(conn, sql, params)]  # less paused
             if len(jobs) >= limit:
                 break
             params["limit"] = limit - len(jobs)

@@ -22,7 +22,7 @@ from jobcore.storage.rows import rows_of
 from jobcore.storage.sqlite_errors import boundary
 
 _ALL = "SELECT scope, name, concurrency, source FROM limits ORDER BY scope, name"
-_CAPS = "SELECT scope, name, concurrency FROM limits"
+_STATE = "SELECT scope, name, concurrency FROM limits UNION ALL SELECT kind, name, NULL FROM pauses"
 _SET = (
     "INSERT INTO limits (scope, name, concurrency, source, updated_at) "
     "VALUES (:scope, :name, :concurrency, 'set', :now) ON CONFLICT (scope, name) DO UPDATE "
@@ -109,7 +109,7 @@ class _Reads:
         params = {**self.params, "limit": need}
         found: list[Candidate] = []
         statements = self.store._claim_statements(
-            self.conn, self.queues, self.types, params, skip_queues, skip_types
+            self.conn, self.queues, self.types, params, (skip_queues, skip_types)
         )
         for statement in statements:
             found += rows_of(self.conn, S.candidates_of(statement), params)
@@ -168,9 +168,19 @@ class SQLiteLimits:
     _claim_statements: Callable[..., tuple[str, ...]]
 
     @staticmethod
-    def _caps(conn: apsw.Connection) -> dict[tuple[str, str], int]:
-        """Every limit as this transaction sees it: (scope, name) -> concurrency."""
-        return {(scope, name): cap for scope, name, cap in conn.execute(_CAPS)}
+    def _claim_state(
+        conn: apsw.Connection,
+    ) -> tuple[dict[tuple[str, str], int], tuple[list[str], list[str]]]:
+        """Every limit, (scope, name) -> concurrency, and the pauses (queues, types), as
+        this transaction sees them: one statement for what every claim reads."""
+        caps: dict[tuple[str, str], int] = {}
+        paused: tuple[list[str], list[str]] = ([], [])
+        for scope, name, cap in conn.execute(_STATE):
+            if cap is None:
+                paused[0 if scope == "queue" else 1].append(name)
+            else:
+                caps[(scope, name)] = cap
+        return caps, paused
 
     def _claim_limited(
         self,
@@ -219,7 +229,7 @@ class SQLiteLimits:
     def held(self) -> dict[tuple[str, str], int]:
         """Claimed jobs per limited (scope, name); for a key limit, the keys at their limit."""
         conn = self._conn()
-        caps = self._caps(conn)
+        caps, _ = self._claim_state(conn)
         counts: dict[tuple[str, str], int] = {}
         for queue, type_, count in conn.execute(_HELD):
             for pair in (("queue", queue), ("type", type_)):
