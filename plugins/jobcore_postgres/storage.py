@@ -1059,9 +1059,10 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         been added or made due, or a cancel requested, since this thread last looked.
 
         Optional (the worker uses it while `pushes_changes`); counted apart from
-        `wait_for_change`, so the hub's waiter still hears every commit.
+        `wait_for_change`, so the hub's waiter still hears every commit. While
+        concurrency limits exist, an outcome may free a slot: every commit counts.
         """
-        return self._wait_for(timeout, work=True)
+        return self._wait_for(timeout, work=not self._limits_exist())
 
     def _wait_for(self, timeout: float, *, work: bool) -> bool:
         timeout = max(0.0, timeout)
