@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from jobcore.concurrency import check_declaration
 from jobcore.config import Config
 from jobcore.context import JobContext
-from jobcore.errors import JobcoreError
+from jobcore.errors import InvalidPayload, JobcoreError
 from jobcore.hookspecs import hookimpl
 from jobcore.registry import JobType
 
@@ -75,6 +76,8 @@ def job_type(
     check: Callable[[Any, Config], None] | None = None,
     reconcile_key: Callable[[dict[str, Any], Config], str | None] | None = None,
     description: str | None = None,
+    concurrency: int | None = None,
+    concurrency_key: str | Callable[[Any], Any] | None = None,
 ) -> Callable[[H], H]:
     """Declare the decorated `def`/`async def handler(payload: Model, ctx)` as job type `name`.
 
@@ -82,6 +85,10 @@ def job_type(
     """
     if not isinstance(name, str) or not name:
         raise JobTypeDeclarationError(f"@job_type needs a non-empty name, got {name!r}")
+    try:
+        check_declaration(name, concurrency, concurrency_key)
+    except InvalidPayload as exc:
+        raise JobTypeDeclarationError(f"@job_type({name!r}): {exc}") from None
 
     def declare(handler: H) -> H:
         doc = inspect.getdoc(handler) or ""
@@ -98,6 +105,8 @@ def job_type(
             check=check,
             reconcile_key=reconcile_key,
             description=description if description is not None else doc.split("\n", 1)[0],
+            concurrency=concurrency,
+            concurrency_key=concurrency_key,
         )
         module = sys.modules.get(getattr(handler, "__module__", ""))
         if module is None:

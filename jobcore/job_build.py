@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from jobcore.concurrency import key_of
 from jobcore.errors import InvalidPayload
 from jobcore.models import NewJob, new_job_from_fields
 from jobcore.payload_codec import PayloadCodec
@@ -49,10 +50,12 @@ class Settled:
         key = self.idempotency_key
         if key is None and self.job_type.idempotency_key is not None:
             key = self.job_type.idempotency_key(model)
+        by = self.job_type.concurrency_key
+        limit_key = None if by is None else key_of(type, by, model)
         return new_job_from_fields(
             *(job_id, type, self.queue, stored, self.priority),
             *(self.max_attempts, self.run_at, self.timeout_ms, key, self.parent_id),
-            *({} if self.meta is None else dict(self.meta), self.delay_ms, encoded),
+            *({} if self.meta is None else dict(self.meta), self.delay_ms, encoded, limit_key),
         )
 
 

@@ -226,6 +226,7 @@ class NewJob:
     meta: dict[str, Any] = field(default_factory=dict)
     delay_ms: int = 0
     payload_json: str | None = field(default=None, compare=False, repr=False)  # payload, encoded
+    limit_key: str | None = None  # from the type's `concurrency_key` (DESIGN §16)
 
     def run_at_for(self, now: int) -> int:
         """When this job becomes due, given the store's now at insert."""

@@ -1,4 +1,5 @@
-"""Operating a queue (DESIGN §16): pause and resume queues and job types, list queues.
+"""Operating a queue (DESIGN §16): pause and resume queues and job types, list queues,
+set and clear concurrency limits.
 
 Callers are the CLI, the hub and applications; the rules (checked names,
 clamped text, waking workers on resume) live here once.
@@ -9,9 +10,11 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from collections.abc import Sequence
 from typing import Any
 
-from jobcore import wakeup
+from jobcore import concurrency, wakeup
+from jobcore.concurrency import Limit, checked_limit, checked_scope, declared_limits
 from jobcore.pauses import MAX_REASON, Pause, checked_kind, checked_name, checked_text
 from jobcore.queue import Queue
 
@@ -53,11 +56,13 @@ def resume(queue: Queue, kind: str, name: str) -> Pause | None:
 
 
 def queue_rows(queue: Queue) -> list[dict[str, Any]]:
-    """Each queue with unfinished jobs or a pause: depth by status, and its pause if any."""
+    """Each queue with unfinished jobs, a pause or a limit: depth by status, its pause
+    if any, its concurrency limit (None: none)."""
     depths = queue.storage.queue_depths()
     paused = {p.name: p for p in queue.storage.pauses() if p.kind == "queue"}
+    caps = {lim.name: lim.concurrency for lim in queue.storage.limits() if lim.scope == "queue"}
     rows = []
-    for name in sorted(set(depths) | set(paused)):
+    for name in sorted(set(depths) | set(paused) | set(caps)):
         counts = depths.get(name, {})
         pause_ = paused.get(name)
         rows.append(
@@ -70,6 +75,41 @@ def queue_rows(queue: Queue) -> list[dict[str, Any]]:
                 "reason": pause_.reason if pause_ else None,
                 "since": pause_.to_json()["since"] if pause_ else None,
                 "by": pause_.by if pause_ else None,
+                "concurrency": caps.get(name),
             }
         )
     return rows
+
+
+def set_limit(queue: Queue, scope: str, name: str, concurrency: Any) -> Limit:
+    """Allow at most `concurrency` claimed jobs per queue, type or key of a type, from the
+    next claim on (jobs already claimed above it finish); wins over a declared limit."""
+    limit = checked_limit(scope, name, concurrency)
+    made = queue.storage.set_limit(limit.scope, limit.name, limit.concurrency)
+    wakeup.notify(queue.wake_key)  # a raised limit may free work for idle workers
+    return made
+
+
+def clear_limit(queue: Queue, scope: str, name: str) -> Limit | None:
+    """Remove a limit (None when there was none); a type's declared limit comes back
+    when a worker that registers the type next starts."""
+    scope = checked_scope(scope)
+    name = checked_name("type" if scope == "key" else scope, name)
+    cleared = queue.storage.clear_limit(scope, name)
+    if cleared is not None:
+        wakeup.notify(queue.wake_key)
+    return cleared
+
+
+def declare_types(queue: Queue, names: Sequence[str]) -> None:
+    """Write the concurrency limits the job types `names` declare to the store (a worker
+    does at start), so every claimer on the store respects them."""
+    registered = [t for t in (queue.registry.get(name) for name in names) if t is not None]
+    declared, unlimited = declared_limits(registered)
+    queue.storage.declare_limits(declared, unlimited)
+
+
+def limit_rows(queue: Queue) -> list[dict[str, Any]]:
+    """Each limit with how many jobs it holds claimed now (for a key limit: its keys at
+    the limit)."""
+    return concurrency.limit_rows(queue.storage)

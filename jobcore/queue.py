@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from jobcore import wakeup
+from jobcore.concurrency import limit_rows
 from jobcore.config import Config
 from jobcore.errors import (
     IllegalTransition,
@@ -427,6 +428,7 @@ class Queue:
     def stats(self) -> Stats:
         stats = self.storage.stats()
         stats.paused = self.storage.pauses()  # DESIGN §16: paused queues show plainly
+        stats.limits = limit_rows(self.storage)
         return stats
 
     # -- operator transitions ------------------------------------------------------

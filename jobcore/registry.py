@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from jobcore.errors import JobcoreError
+from jobcore.concurrency import check_declaration
+from jobcore.errors import InvalidPayload, JobcoreError
 from jobcore.limits import check_duration
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class JobType:
     `reconcile_key(payload, config)` names what a job's effect lives at (a file,
     a resource; a stored payload dict): `reconcile` checks only the latest
     completed job of each key, as later jobs on the same thing supersede it.
+    `concurrency`: at most this many of its jobs claimed at once in the whole
+    store; with `concurrency_key` (a payload field name or a callable of the
+    payload) at most that many per key instead (DESIGN §16, `jobcore.concurrency`).
     """
 
     name: str
@@ -52,6 +56,8 @@ class JobType:
     check: Callable[[Any, Config], None] | None = None
     reconcile_key: Callable[[dict[str, Any], Config], str | None] | None = None
     description: str = ""
+    concurrency: int | None = None
+    concurrency_key: str | Callable[[Any], Any] | None = None
 
 
 class DuplicateJobType(JobcoreError):
@@ -75,6 +81,16 @@ class JobTypeRegistry:
                 raise JobcoreError(
                     f"job type {job_type.name!r} from plugin {plugin!r}: bad default {name}: {exc}"
                 ) from None
+        try:
+            check_declaration(job_type.name, job_type.concurrency, job_type.concurrency_key)
+        except InvalidPayload as exc:
+            raise JobcoreError(f"job type from plugin {plugin!r}: {exc}") from None
+        key = job_type.concurrency_key
+        if isinstance(key, str) and key not in job_type.payload_model.model_fields:
+            raise JobcoreError(
+                f"job type {job_type.name!r} from plugin {plugin!r}: concurrency_key {key!r} "
+                "is not a field of its payload model; name a field or give a callable"
+            )
         if job_type.name in self._types:
             raise DuplicateJobType(
                 f"job type {job_type.name!r} is registered by both "

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from jobcore import signals, startup, wakeup
+from jobcore import operating, signals, startup, wakeup
 from jobcore.async_loop import abandoned, claim_room, executors_for
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
@@ -226,6 +226,8 @@ class Worker:
                 stopping=lambda: self._stopping,
                 sleep=self._sleep,
             )
+            if ready:  # its types' declared concurrency limits, for every claimer (§16)
+                operating.declare_types(self.queue, self.types)
         except BaseException:
             wakeup.unsubscribe(key, self.wake)
             signals.restore(previous_handlers)

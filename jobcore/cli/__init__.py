@@ -189,6 +189,6 @@ def main(argv: list[str] | None = None) -> Any:
     return cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="jobcore")
 
 
-from jobcore.cli import admin, jobs, operating, run  # noqa: E402  (commands register on `cli`)
+from jobcore.cli import admin, jobs, limiting, operating, run  # noqa: E402  (commands register on `cli`)
 
-__all__ = ["admin", "cli", "jobs", "main", "operating", "run"]
+__all__ = ["admin", "cli", "jobs", "limiting", "main", "operating", "run"]

@@ -26,6 +26,7 @@ def stats_json(stats: Stats) -> dict[str, Any]:
         "last_hour": stats.last_hour,
         "duplicates": stats.duplicates,
         "paused": [pause.to_json() for pause in stats.paused],  # DESIGN §16
+        "limits": stats.limits,
     }
 
 
@@ -55,6 +56,14 @@ def stats_text(stats: Stats) -> str:
         if stats.failures
         else "  none"
     )
+    if stats.limits:
+        parts.append("\nConcurrency limits (claimed now / at most; key limits: keys full):")
+        parts.append(
+            table(
+                [(r["scope"], r["name"], r["held"], r["concurrency"]) for r in stats.limits],
+                ["SCOPE", "NAME", "CLAIMED", "LIMIT"],
+            )
+        )
     parts.append("\nStuck (claimed, lease expired; `jobcore sweep` reclaims them):")
     parts.append(job_rows(stats.stuck) if stats.stuck else "  none")
     parts.append("\nDurations of completed jobs, last 24h (ms):")

@@ -74,6 +74,7 @@ def queues(state: CliState, as_json: bool) -> None:
                     r["scheduled"],
                     r["pending"],
                     r["claimed"],
+                    r["concurrency"] or "",
                     "PAUSED" if r["paused"] else "",
                     r["since"] or "",
                     r["by"] or "",
@@ -81,7 +82,17 @@ def queues(state: CliState, as_json: bool) -> None:
                 )
                 for r in rows
             ],
-            ["QUEUE", "SCHEDULED", "PENDING", "CLAIMED", "PAUSED", "SINCE", "BY", "REASON"],
+            [
+                "QUEUE",
+                "SCHEDULED",
+                "PENDING",
+                "CLAIMED",
+                "LIMIT",
+                "PAUSED",
+                "SINCE",
+                "BY",
+                "REASON",
+            ],
         )
         if rows
         else "no queues with unfinished jobs or pauses"

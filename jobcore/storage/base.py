@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
+from jobcore.concurrency import Limit
 from jobcore.models import Event, Job, Lease, NewJob, Outcome
 from jobcore.pauses import Pause
 
@@ -73,6 +74,7 @@ class Stats:
     last_hour: dict[str, int] = field(default_factory=dict)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
     paused: list[Pause] = field(default_factory=list)  # filled by `Queue.stats` (DESIGN §16)
+    limits: list[dict[str, Any]] = field(default_factory=list)  # `operating.limit_rows`
 
 
 @runtime_checkable
@@ -277,3 +279,23 @@ class Storage(Protocol):
 
     def queue_depths(self) -> dict[str, dict[str, int]]:
         """Unfinished jobs per queue: queue -> status (`scheduled|pending|claimed`) -> n."""
+
+    # -- concurrency limits (DESIGN §16) -----------------------------------------------
+    # Every claim reads the limits inside its own transaction and claims only what fits
+    # under them, counting the claimed rows (so every way out of `claimed` frees a slot).
+
+    def set_limit(self, scope: str, name: str, concurrency: int) -> Limit:
+        """Set a limit at run time (it wins over a declared one); the limit as stored."""
+
+    def clear_limit(self, scope: str, name: str) -> Limit | None:
+        """Remove a limit; the limit removed, or None when there was none."""
+
+    def limits(self) -> list[Limit]:
+        """Every limit, by scope then name."""
+
+    def declare_limits(self, declared: Sequence[Limit], unlimited: Sequence[str]) -> None:
+        """Store the limits job types declare (a set one stays), and drop the declared
+        limits of the types in `unlimited` (they declare none any more)."""
+
+    def held(self) -> dict[tuple[str, str], int]:
+        """Claimed jobs per limited (scope, name); for a key limit, its keys at the limit."""

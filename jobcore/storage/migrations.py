@@ -141,6 +141,30 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ) WITHOUT ROWID;
         """,
     ),
+    (
+        "v5: global concurrency limits (DESIGN §16)",
+        """
+        -- a job's concurrency key, from its type's `concurrency_key` at enqueue
+        -- (jobcore/concurrency.py); NULL: no key limit applies to it
+        ALTER TABLE jobs ADD COLUMN limit_key TEXT;
+        -- every claim reads this table in its own write transaction; the claimed
+        -- count of each limit is derived from the claimed rows, never stored
+        CREATE TABLE limits (
+            scope       TEXT NOT NULL CHECK (scope IN ('queue', 'type', 'key')),
+            name        TEXT NOT NULL,
+            concurrency INTEGER NOT NULL CHECK (concurrency >= 1),
+            source      TEXT NOT NULL CHECK (source IN ('set', 'declared')),
+            updated_at  INTEGER NOT NULL,
+            PRIMARY KEY (scope, name)
+        ) WITHOUT ROWID;
+        -- keyed pending jobs by key (a claim past keys at their limit); keyed claimed
+        -- jobs by key (their count); rows without a key are in neither
+        CREATE INDEX jobs_claim_keyed ON jobs (type, limit_key, priority DESC, run_at, id, queue)
+            WHERE status = 'pending' AND limit_key IS NOT NULL;
+        CREATE INDEX jobs_held_keyed ON jobs (type, limit_key)
+            WHERE status = 'claimed' AND limit_key IS NOT NULL;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

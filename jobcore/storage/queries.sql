@@ -11,8 +11,8 @@ SELECT * FROM jobs
 -- name: insert_job
 INSERT INTO jobs (id, type, queue, payload, status, priority, attempts, max_attempts,
                   run_at, timeout_ms, idempotency_key, cancel_requested, errors,
-                  parent_id, meta, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, 0, '[]', ?11, ?12, ?13, ?13);
+                  parent_id, meta, created_at, updated_at, limit_key)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, 0, '[]', ?11, ?12, ?13, ?13, ?14);
 
 -- name: next_due
 SELECT min(run_at) FROM jobs INDEXED BY jobs_scheduled WHERE status = 'scheduled';

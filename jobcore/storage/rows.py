@@ -167,6 +167,7 @@ def insert_values(job: NewJob, now: int) -> tuple[Any, ...]:
         job.parent_id,
         compact_json(job.meta) if job.meta else "{}",
         now,
+        job.limit_key,
     )
 
 

@@ -45,6 +45,7 @@ from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_connect import open_connection
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
 from jobcore.storage.sqlite_identity import FileIdentity
+from jobcore.storage.sqlite_limits import SQLiteLimits
 from jobcore.storage.sqlite_outbox import AppConnections
 from jobcore.storage.sqlite_reads import Q, SQLiteReads
 from jobcore.storage.sqlite_starts import adopt_starts
@@ -91,7 +92,7 @@ class _ThreadState:
     wal_index: WalIndexHeader | None = None  # lets a change check skip the PRAGMA
 
 
-class SQLiteStorage(SQLiteReads, SQLiteAdmin):
+class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
     """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE.
 
     `clock` (ms UTC) replaces this machine's clock, for tests. `event_retention`
@@ -384,9 +385,10 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
         }
         if promote:
             conn.execute(PROMOTE_SQL, {"now": now})
-        jobs: list[Job] = []
-        for statement in self._claim_statements(conn, queues, types, params):  # less paused
-            jobs += [row_to_job(row) for row in rows_of(conn, statement, params)]
+        caps, paused = self._claim_state(conn)  # limits and pauses (DESIGN §16): usually none
+        jobs = [row_to_job(r) for r in self._claim_limited(conn, caps, queues, types, params)]
+        for sql in () if caps else self._claim_statements(conn, queues, types, params, paused):
+            jobs += [row_to_job(row) for row in rows_of(conn, sql, params)]  # less paused
             if len(jobs) >= limit:
                 break
             params["limit"] = limit - len(jobs)

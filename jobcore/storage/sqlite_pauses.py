@@ -71,13 +71,16 @@ class SQLitePauses:
         queues: Sequence[str],
         types: Sequence[str],
         params: dict[str, Any],
+        skipped: tuple[Sequence[str], Sequence[str]] | None = None,
     ) -> tuple[str, ...]:
         """`sqlite_statements.claim` for these filters, less what is paused as this
-        transaction sees it; () when every queue or type the claimer takes is paused."""
-        paused_queues: list[str] = []
-        paused_types: list[str] = []
-        for kind, name in conn.execute(_KINDS_AND_NAMES):
-            (paused_queues if kind == "queue" else paused_types).append(name)
+        transaction sees it; () when every queue or type the claimer takes is paused.
+
+        `skipped`: (queues, types) to skip instead of the pauses read here (the caller
+        read them, or adds those at their concurrency limit)."""
+        if skipped is None:
+            skipped = self._paused(conn)
+        paused_queues, paused_types = list(skipped[0]), list(skipped[1])
         if not paused_queues and not paused_types:
             return S.claim(queues, types, params)
         narrowed = narrow_for_pauses(queues, types, paused_queues, paused_types)
@@ -104,6 +107,14 @@ class SQLitePauses:
                 first = S.claim_bounded_by_queue(named, types, params)
                 return (first, *S.claim(queues, types, params, skip_queues, skip_types))
         return S.claim(queues, types, params, skip_queues, skip_types)
+
+    @staticmethod
+    def _paused(conn: apsw.Connection) -> tuple[list[str], list[str]]:
+        """(paused queues, paused types) as this transaction sees them."""
+        paused: tuple[list[str], list[str]] = ([], [])
+        for kind, name in conn.execute(_KINDS_AND_NAMES):
+            paused[0 if kind == "queue" else 1].append(name)
+        return paused
 
     @staticmethod
     def _pending_names(conn: apsw.Connection, column: str) -> list[str]:

@@ -388,3 +388,25 @@ def claim_bounded_by_queue(
     statement, filters = _bounded_for(tuple(queues), tuple(types))
     params.update(filters)
     return statement
+
+
+_UPDATE_HEAD = f"UPDATE jobs\n   SET {_CLAIM_SET}\n WHERE "
+_RETURNING = "\nRETURNING *"
+CANDIDATE_COLUMNS = "id, priority, run_at, queue, type, limit_key"
+"""What a limited claim (DESIGN §16) reads of each candidate before it claims it."""
+
+
+@functools.lru_cache(maxsize=256)
+def candidates_of(statement: str) -> str:
+    """The rows a claim statement of `claim` would claim, as a SELECT of CANDIDATE_COLUMNS
+    (a limited claim picks among them before it claims them by id)."""
+    if not (statement.startswith(_UPDATE_HEAD) and statement.endswith(_RETURNING)):
+        raise ValueError("not a claim statement")
+    where = statement[len(_UPDATE_HEAD) : -len(_RETURNING)]
+    return f"SELECT {CANDIDATE_COLUMNS} FROM jobs WHERE {where}"
+
+
+CLAIM_IDS_SQL = (
+    f"{_UPDATE_HEAD}status = 'pending' AND id IN (SELECT value FROM json_each(:ids)){_RETURNING}"
+)
+"""Claim the pending jobs `:ids` (a JSON list) lists: a limited claim's chosen ones."""

@@ -26,6 +26,7 @@ from jobcore_http.hub import Hub
 from jobcore_http.limits import BodyLimit
 from jobcore_http.responses import JSONResponse
 from jobcore_http.routes import agents, events, producers, reports, simple_queue, tokens
+from jobcore_http.routes import limits as limit_routes  # DESIGN §16
 from jobcore_http.routes import operating as operating_routes  # DESIGN §16
 from jobcore_http.tokens import SCOPES, Principal
 
@@ -66,6 +67,7 @@ def create_app(hub: Hub) -> FastAPI:
     app.include_router(simple_queue.router)
     app.include_router(tokens.router)
     app.include_router(operating_routes.router)  # pause, resume, queues (DESIGN §16)
+    app.include_router(limit_routes.router)  # concurrency limits (DESIGN §16)
     _mount_artifacts(app, hub)
     _mount_dashboard(app, hub)
     app.add_middleware(HotLane)  # inside BodyLimit: bodies are checked before it reads them

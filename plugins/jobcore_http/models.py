@@ -304,6 +304,7 @@ class StatsOut(BaseModel):
     last_hour: dict[str, int]
     duplicates: list[dict[str, Any]]
     paused: list[PauseOut] = []
+    limits: list[LimitOut] = []
 
 
 class HealthOut(BaseModel):
@@ -406,6 +407,32 @@ class PauseIn(Strict):
     reason: Annotated[Text, Field(max_length=500)] = ""
 
 
+class LimitIn(Strict):
+    """At most `concurrency` jobs claimed at once (DESIGN §16)."""
+
+    concurrency: int = Field(ge=1, le=1_000_000)
+
+
+class LimitOut(BaseModel):
+    scope: str = Field(description="queue, type, or key (per concurrency key of a type)")
+    name: str
+    concurrency: int
+    source: str = Field(description="set (at run time) or declared (by the job type)")
+    held: int = Field(
+        0, description="jobs claimed now under it; for a key limit, its keys at the limit"
+    )
+
+
+class LimitsOut(BaseModel):
+    limits: list[LimitOut]
+
+
+class LimitClearedOut(BaseModel):
+    scope: str
+    name: str
+    cleared: bool = Field(description="false when there was no such limit")
+
+
 class PauseOut(BaseModel):
     kind: str
     name: str
@@ -433,6 +460,7 @@ class QueueOut(BaseModel):
     reason: str | None
     since: str | None
     by: str | None
+    concurrency: int | None = None  # its concurrency limit, if any (DESIGN §16)
 
 
 class QueuesOut(BaseModel):

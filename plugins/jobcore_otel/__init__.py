@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from jobcore import Config, ConfigError, Job, JobContext, NewJob, Queue, hookimpl
+from jobcore.concurrency import limit_rows
 from jobcore.plugins import require
 
 require("opentelemetry.sdk", extra="otel")
@@ -240,7 +241,29 @@ class OtelPlugin:
             unit="{job}",
             description="jobs by status",
         )
+        meter.create_observable_gauge(
+            "jobcore.limit.held",
+            callbacks=[partial(self._observe_limits, "held")],
+            unit="{job}",
+            description="jobs claimed under each concurrency limit (key limits: keys full)",
+        )
+        meter.create_observable_gauge(
+            "jobcore.limit.concurrency",
+            callbacks=[partial(self._observe_limits, "concurrency")],
+            unit="{job}",
+            description="each concurrency limit (DESIGN §16)",
+        )
         self._ready = True
+
+    def _observe_limits(self, field: str, options: CallbackOptions) -> Iterable[Observation]:
+        if self._queue is None:
+            return []
+        return [
+            Observation(
+                row[field], {"jobcore.limit.scope": row["scope"], "jobcore.limit.name": row["name"]}
+            )
+            for row in limit_rows(self._queue.storage)
+        ]
 
     def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:
         if self._queue is None:

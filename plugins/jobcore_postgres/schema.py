@@ -245,6 +245,28 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        "global concurrency limits (DESIGN §16)",
+        """
+        -- a job's concurrency key, from its type's `concurrency_key` at enqueue
+        ALTER TABLE {s}.jobs ADD COLUMN IF NOT EXISTS limit_key text;
+        -- a limited claim reads this table under an advisory lock (jobcore_postgres/limits.py);
+        -- the claimed count of each limit is derived from the claimed rows, never stored
+        CREATE TABLE IF NOT EXISTS {s}.limits (
+            scope       text NOT NULL CHECK (scope IN ('queue', 'type', 'key')),
+            name        text NOT NULL,
+            concurrency integer NOT NULL CHECK (concurrency >= 1),
+            source      text NOT NULL CHECK (source IN ('set', 'declared')),
+            updated_at  bigint NOT NULL,
+            PRIMARY KEY (scope, name)
+        );
+        CREATE INDEX IF NOT EXISTS jobs_claim_keyed
+            ON {s}.jobs (type, limit_key, priority DESC, run_at, id)
+            WHERE status = 'pending' AND limit_key IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS jobs_held_keyed ON {s}.jobs (type, limit_key)
+            WHERE status = 'claimed' AND limit_key IS NOT NULL;
+        """,
+    ),
 )
 
 EVENT_IDS_PER_ROW = 1024

@@ -340,6 +340,25 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
         )
         by_queues = _by_name(jobs, "queue", pause_sql.pending_queues(d), not_paused)
         pick = pause_sql.past_paused_queues(d, pick, by_queues)
+    # with any concurrency limit, claims go through `jobcore_postgres.limits` instead
+    # (a one-time filter: the pick does not run)
+    pick = f"SELECT * FROM ({pick}) AS g WHERE NOT EXISTS (SELECT 1 FROM {d.table('limits')})"
+    return _claim_picked(d, pick)
+
+
+def claim_ids_statement(d: Dialect) -> str:
+    """Claim the pending jobs %(ids)s lists (a limited claim's choice, DESIGN §16)."""
+    pick = (
+        f"SELECT p.id, p.priority, p.run_at FROM {d.table('jobs')} p "
+        "WHERE p.id = ANY(%(ids)s::text[]) AND p.status = 'pending' "
+        f"ORDER BY p.{_PICK_ORDER} FOR UPDATE SKIP LOCKED"
+    )
+    return _claim_picked(d, pick)
+
+
+def _claim_picked(d: Dialect, pick: str) -> str:
+    """The claim of the rows `pick` selects (id, priority, run_at), with its events."""
+    jobs = d.table("jobs")
     update = (
         f"UPDATE {jobs} j SET {set_clause(CLAIM, d)} FROM ranked v "
         f"WHERE j.id = v.id RETURNING {columns('j')}, v.rn"

@@ -49,6 +49,7 @@ from jobcore_postgres.admin import PostgresAdmin
 from jobcore_postgres.errors import mapped, translate
 from jobcore_postgres.event_order import change_mark, changed_since
 from jobcore_postgres.held_back import HeldBackWatch
+from jobcore_postgres.limits import PostgresLimits
 from jobcore_postgres.pauses import PostgresPauses
 from jobcore_postgres.reads import PostgresReads
 from jobcore_postgres.rows import (
@@ -143,7 +144,7 @@ _R = TypeVar("_R")
 
 _INSERT_PARAMS = (
     *("ids", "types", "queues", "payloads", "priorities", "max_attempts", "run_ats"),
-    *("delays", "timeouts", "keys", "parents", "metas"),
+    *("delays", "timeouts", "keys", "parents", "metas", "limit_keys"),
 )
 """The insert's parameters (`_insert_sql`), in `_insert_values` order."""
 
@@ -163,6 +164,7 @@ def _insert_values(job: NewJob) -> tuple[Any, ...]:
         job.idempotency_key,
         job.parent_id,
         json_strict(job.meta) if job.meta else "{}",
+        job.limit_key,
     )
 
 
@@ -201,7 +203,7 @@ class _Tx:
     callbacks: list[Callable[[], None]] = field(default_factory=list)
 
 
-class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
+class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimits):
     """Jobs in a PostgreSQL schema; see the module docstring."""
 
     default_prefetch = 100
@@ -502,14 +504,14 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
         d = self._d
         names = (
             "id, type, queue, payload, priority, max_attempts, given_run_at, delay_ms, "
-            "timeout_ms, idempotency_key, parent_id, meta"
+            "timeout_ms, idempotency_key, parent_id, meta, limit_key"
         )
         if shape == "single":
             rows = (
                 "(VALUES (%(ids)s::text, %(types)s::text, %(queues)s::text, %(payloads)s::text, "
                 "%(priorities)s::int, %(max_attempts)s::int, %(run_ats)s::bigint, "
                 "%(delays)s::bigint, %(timeouts)s::bigint, %(keys)s::text, %(parents)s::text, "
-                f"%(metas)s::text)) AS v({names})"
+                f"%(metas)s::text, %(limit_keys)s::text)) AS v({names})"
             )
         elif shape == "shared":
             rows = (
@@ -517,16 +519,17 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
                 "%(priorities)s::int AS priority, %(max_attempts)s::int AS max_attempts, "
                 "%(run_ats)s::bigint AS given_run_at, %(delays)s::bigint AS delay_ms, "
                 "%(timeouts)s::bigint AS timeout_ms, x.idempotency_key, "
-                "%(parents)s::text AS parent_id, %(metas)s::text AS meta "
-                "FROM unnest(%(ids)b::text[], %(payloads)b::text[], %(keys)b::text[]) "
-                "AS x(id, payload, idempotency_key)) AS v"
+                "%(parents)s::text AS parent_id, %(metas)s::text AS meta, x.limit_key "
+                "FROM unnest(%(ids)b::text[], %(payloads)b::text[], %(keys)b::text[], "
+                "%(limit_keys)b::text[]) AS x(id, payload, idempotency_key, limit_key)) AS v"
             )
         else:  # arrays go in binary: no per-element text formatting and quoting on the client
             rows = (
                 "unnest(%(ids)b::text[], %(types)b::text[], %(queues)b::text[], "
                 "%(payloads)b::text[], %(priorities)b::int[], %(max_attempts)b::int[], "
                 "%(run_ats)b::bigint[], %(delays)b::bigint[], %(timeouts)b::bigint[], "
-                f"%(keys)b::text[], %(parents)b::text[], %(metas)b::text[]) AS v({names})"
+                "%(keys)b::text[], %(parents)b::text[], %(metas)b::text[], "
+                f"%(limit_keys)b::text[]) AS v({names})"
             )
         conflict = (
             "ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL "
@@ -540,11 +543,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
             f"FROM n, {rows}), "
             f"u AS (INSERT INTO {d.table('jobs')} (id, type, queue, payload, status, priority, "
             "max_attempts, run_at, timeout_ms, idempotency_key, parent_id, meta, created_at, "
-            "updated_at) "
+            "updated_at, limit_key) "
             "SELECT v.id, v.type, v.queue, v.payload::json, "
             "CASE WHEN v.run_at <= v.now THEN 'pending' ELSE 'scheduled' END, v.priority, "
             "v.max_attempts, v.run_at, v.timeout_ms, v.idempotency_key, v.parent_id, "
-            f"v.meta::json, v.now, v.now FROM v {conflict}"
+            f"v.meta::json, v.now, v.now, v.limit_key FROM v {conflict}"
             "RETURNING id, status, created_at, run_at), "
             f"e AS ({self._enqueued_events(shape)}) "
             + (
@@ -604,6 +607,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
             params["ids"] = [j.id for j in jobs]
             params["payloads"] = list(map(_payload_json, jobs))
             params["keys"] = [j.idempotency_key for j in jobs]
+            params["limit_keys"] = [j.limit_key for j in jobs]
         return params
 
     def _insert_on(
@@ -702,6 +706,9 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
     ) -> list[Job]:
         if limit <= 0:
             return []
+        if self._limits_exist():  # DESIGN §16: the plain claim would claim nothing
+            self.commit_batch([], worker=worker, claim_limit=0, lease_ms=lease_ms)  # promotes
+            return self._claim_limited(worker, limit, lease_ms, queues, types, start)
         return self._one_trip(
             lambda conn: self._send_claim(
                 conn, worker, limit, lease_ms, queues, types, start, True
@@ -796,6 +803,19 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
                 self._local.seen_ahead = (None if row[0] is None else int(row[0]), int(row[1]))
             return self._collect(conn, checked, batch.sent), self._claimed(batch.claim)
 
+        if claim_limit > 0 and self._limits_exist():  # DESIGN §16: see `claim`
+            recorded, _ = self.commit_batch(
+                outcomes,
+                worker=worker,
+                claim_limit=0,
+                lease_ms=lease_ms,
+                promote=promote,
+                started=started,
+                look_ahead=look_ahead,
+            )
+            return recorded, self._claim_limited(
+                worker, claim_limit, lease_ms, queues, types, start
+            )
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
                 return collect(conn, send(conn))
@@ -1039,9 +1059,10 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
         been added or made due, or a cancel requested, since this thread last looked.
 
         Optional (the worker uses it while `pushes_changes`); counted apart from
-        `wait_for_change`, so the hub's waiter still hears every commit.
+        `wait_for_change`, so the hub's waiter still hears every commit. While
+        concurrency limits exist, an outcome may free a slot: every commit counts.
         """
-        return self._wait_for(timeout, work=True)
+        return self._wait_for(timeout, work=not self._limits_exist())
 
     def _wait_for(self, timeout: float, *, work: bool) -> bool:
         timeout = max(0.0, timeout)

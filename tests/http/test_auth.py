@@ -44,6 +44,13 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/api/queues/authz-paused/resume", None, "produce"),
     ("POST", "/api/types/authz-type/pause", {"reason": "matrix"}, "produce"),
     ("POST", "/api/types/authz-type/resume", None, "produce"),
+    ("GET", "/api/limits", None, "read"),
+    ("PUT", "/api/queues/authz-paused/limit", {"concurrency": 5}, "admin"),
+    ("DELETE", "/api/queues/authz-paused/limit", None, "admin"),
+    ("PUT", "/api/types/authz-type/limit", {"concurrency": 5}, "admin"),
+    ("DELETE", "/api/types/authz-type/limit", None, "admin"),
+    ("PUT", "/api/types/authz-type/key-limit", {"concurrency": 5}, "admin"),
+    ("DELETE", "/api/types/authz-type/key-limit", None, "admin"),
 ]
 
 GRANTS = {

@@ -57,6 +57,7 @@ def test_paused_work_is_not_claimed_by_agents_and_resume_answers_a_waiting_claim
                 "reason": "SMTP down",
                 "since": made.json()["since"],
                 "by": "token producer",
+                "concurrency": None,
             }
         ]
 

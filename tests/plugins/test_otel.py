@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from otlp_receiver import OtlpReceiver
 from testenv import subprocess_env
 
-from jobcore import ConfigError, Queue, make_plugin_manager
+from jobcore import ConfigError, Queue, make_plugin_manager, operating
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing import drain
 
@@ -495,3 +495,15 @@ def test_a_malformed_trace_context_never_fails_a_job_on_a_traced_worker(
         time.sleep(0.05)
     [span] = receiver.spans
     assert span["name"] == "process default" and span["parent"] == ""  # a fresh root
+
+
+def test_limit_metrics(queue: Queue, telemetry: Telemetry) -> None:
+    operating.set_limit(queue, "queue", "mail", 3)
+    queue.enqueue("noop", {}, queue="mail")
+    drain(queue)  # the worker's start gives the plugin the queue
+    metrics = telemetry.metrics()
+    caps = {
+        p.attributes["jobcore.limit.name"]: p.value for p in metrics["jobcore.limit.concurrency"]
+    }
+    held = {p.attributes["jobcore.limit.name"]: p.value for p in metrics["jobcore.limit.held"]}
+    assert caps == {"mail": 3} and held == {"mail": 0}

@@ -66,7 +66,8 @@ def test_a_batch_sharing_its_options_stores_each_payload_and_key(
         assert stored.run_at == stored.created_at + 60_000
     assert _events(queue) == [("job:enqueued", item.job.id) for item in inserted]
     [insert] = [sql for sql in sent if "INSERT INTO" in sql]
-    assert "unnest(%(ids)b::text[], %(payloads)b::text[], %(keys)b::text[])" in insert
+    shared = "unnest(%(ids)b::text[], %(payloads)b::text[], %(keys)b::text[], %(limit_keys)b"
+    assert shared in insert
     assert insert.endswith("GROUP BY status, created_at, run_at")  # one row answers for all
 
 

@@ -57,6 +57,7 @@ def test_new_job_from_values_equals_the_constructed_job() -> None:
         "meta": {"m": 1},
         "delay_ms": 5,
         "payload_json": '{"a":1}',
+        "limit_key": "c",
     }
     made = new_job_from_values(list(fields.values()))
     assert made == NewJob(**fields) and made.payload_json == '{"a":1}'

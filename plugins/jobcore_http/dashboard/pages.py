@@ -8,6 +8,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from jobcore import operating
 from jobcore.errors import JobNotFound
 from jobcore_http.dashboard.access import Viewer
 from jobcore_http.dashboard.charts import bar_chart, series
@@ -112,6 +113,7 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
             "queues": queue_rows(counts.value, finished),
             "paused": dash.queue.storage.pauses(),  # DESIGN §16
             "schedules": listing(dash.queue, dash.reader.rows),  # plugin cron, if loaded
+            "limits": operating.limit_rows(dash.queue),
             "types": sorted(types.items()),
             "hour_chart": bar_chart(
                 series(finished, now, bars=60, minutes_per_bar=1),

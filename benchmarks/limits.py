@@ -1,0 +1,141 @@
+"""Concurrency limits (DESIGN §16): what they cost the claim, old code vs new, same run.
+
+`python -m benchmarks.limits [--jobs N] [--reps R] [--old /work/main] [--db sqlite|postgres]
+[--claims]`.
+
+Drains (default): each repetition drains N pre-enqueued `noop` jobs with one
+worker process (4 executor threads) on a fresh store, alternating the code
+under `--old` with this checkout: no limit, and (new code only) a type limit of
+50 on `noop` (more than the worker runs at once, so every claim is a limited
+claim that never waits). The rate is read from the store (first `claimed_at`
+to last `completed_at`); CPU per job is the worker process's user+system time.
+
+`--claims`: CPU per one-job claim inside one transaction (new code only), with
+a key limit of 1 on `noop`: N claimable jobs of N keys (each completed after
+its claim, as a worker would, outside the measure), and the same with 100,000
+higher-priority pending jobs of one key that is at its limit (held back).
+Flat means the two cost the same. Medians; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchmarks.operating import ROOT, _drain, _drop, _store
+
+CHILD = r"""
+import json, resource, sys
+from jobcore.testing import make_queue, drain
+db, n, limit = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+modules = ["jobcore_postgres"] if "://" in db else []
+queue = make_queue(db, modules=modules)
+for start in range(0, n, 5000):
+    queue.enqueue_many("noop", [{}] * min(5000, n - start))
+if limit:
+    queue.storage.set_limit("type", "noop", 50)
+before = resource.getrusage(resource.RUSAGE_SELF)
+drain(queue, concurrency=4)
+after = resource.getrusage(resource.RUSAGE_SELF)
+jobs = queue.list_jobs(statuses=["completed"], limit=n + 1)
+assert len(jobs) == n, len(jobs)
+first = min(j.claimed_at for j in jobs)
+last = max(j.completed_at for j in jobs)
+cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+import jobcore
+rate = n * 1000 / max(1, last - first)
+print(json.dumps({"rate": rate, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))
+"""
+
+CLAIMS = r"""
+import json, sys, time
+from jobcore.testing import make_queue
+db, n, held = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+modules = ["jobcore_postgres"] if "://" in db else []
+queue = make_queue(db, modules=modules)
+storage = queue.storage
+storage.migrate()
+def keyed(sql_sqlite, sql_pg):
+    if "://" in db:
+        with storage._write() as conn:
+            conn.execute(sql_pg.replace("jobs", storage._d.table("jobs")))
+    else:
+        with storage.transaction() as conn:
+            conn.execute(sql_sqlite)
+if held:
+    for start in range(0, 100_000, 5000):
+        queue.enqueue_many("noop", [{}] * 5000, priority=5)
+    keyed("UPDATE jobs SET limit_key = 'hot'", "UPDATE jobs SET limit_key = 'hot'")
+    got = storage.claim(worker="w", limit=1, lease_ms=600_000)  # 'hot' now at its limit
+    assert len(got) == 1
+made = [i.job.id for start in range(0, n, 5000)
+        for i in queue.enqueue_many("noop", [{}] * min(5000, n - start))]
+keyed("UPDATE jobs SET limit_key = id WHERE limit_key IS NULL",
+      "UPDATE jobs SET limit_key = id WHERE limit_key IS NULL")
+storage.set_limit("key", "noop", 1)
+def finish(job_id):  # as a worker would: claimed jobs stay few
+    if "://" in db:
+        with storage._write() as conn:
+            conn.execute(f"UPDATE {storage._d.table('jobs')} SET status = 'completed' "
+                         "WHERE id = %s", (job_id,))
+    else:
+        with storage.transaction() as conn:
+            conn.execute("UPDATE jobs SET status = 'completed' WHERE id = ?", (job_id,))
+cpu = got = 0
+with storage.transaction():  # no commit per claim: the claim's own cost
+    for _ in range(n):
+        begin = time.process_time()
+        jobs = storage.claim(worker="w", limit=1, lease_ms=60_000)
+        cpu += time.process_time() - begin
+        got += len(jobs)
+        finish(jobs[0].id)
+assert got == n, got
+import jobcore
+print(json.dumps({"rate": n / cpu, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--old", type=Path, default=Path("/work/main"))
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--claims", action="store_true", help="claim cost with keys held back")
+    args = parser.parse_args()
+    if args.claims:
+        order = [("no backlog", ROOT, False), ("100k held back by a key", ROOT, True)]
+        script = CLAIMS
+    else:
+        order = [("old", args.old, False), ("new", ROOT, False)]
+        order += [("new, type limit 50", ROOT, True)]
+        script = CHILD
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in order}
+    with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as folder:
+        for rep in range(args.reps):
+            for label, code, flag in reversed(order) if rep % 2 else order:
+                db = _store(args.db, Path(folder))
+                try:
+                    runs[label].append(_drain(code, db, args.jobs, flag, script))
+                finally:
+                    _drop(db)
+    first = order[0][0]
+    base_rate = statistics.median(r["rate"] for r in runs[first])
+    base_cpu = statistics.median(r["cpu_us"] for r in runs[first])
+    what = "one-job claims, key limit 1, CPU" if args.claims else "noop drain, 1 worker x 4"
+    print(f"{what}, {args.db}, {args.jobs} jobs, {args.reps} reps")
+    for label, results in runs.items():
+        rate = statistics.median(r["rate"] for r in results)
+        cpu = statistics.median(r["cpu_us"] for r in results)
+        rates = ", ".join(f"{r['rate']:.0f}" for r in results)
+        print(
+            f"{label:26} {rate:8.0f} jobs/s ({rate / base_rate:.3f}x)  "
+            f"{cpu:6.1f} us CPU/job ({cpu / base_cpu:.3f}x)  [{rates}]"
+        )
+
+
+if __name__ == "__main__":
+    main()

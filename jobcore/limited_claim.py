@@ -1,0 +1,147 @@
+"""The claim under concurrency limits (DESIGN §16), the same on every store.
+
+A store gives what it reads and writes (`LimitedReads`) inside one transaction
+that no other limited claim runs beside; this picks, in rounds:
+
+1. the queues and types at their limit are skipped as paused ones are, so their
+   backlog is not read;
+2. key-limited types are read on their own: the head of the type's pending
+   jobs in claim order, and, when keys at their limit fill that head, the heads
+   of the next keys with room, taking turns from where the last such claim
+   stopped (one index seek per key; keys at their limit are at most the claimed
+   jobs, so this never reads a full key's backlog nor every key);
+3. the candidates are taken best first while every limit they fall under has
+   room, and claimed by id; a round that refused a candidate (a limit filled
+   during the round) is followed by another that skips what is now full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from jobcore.concurrency import Candidate, Room
+
+MAX_ROUNDS = 8
+"""At most this many pick-and-claim rounds per claim."""
+
+
+class LimitedReads(Protocol):
+    """A store's reads for one limited claim, all in its transaction."""
+
+    def held(self) -> dict[tuple[str, str], int]:
+        """Claimed jobs per ("queue", name) and ("type", name)."""
+
+    def held_keys(self, type_name: str) -> dict[str, int]:
+        """Claimed jobs of a key-limited type per key."""
+
+    def paused(self) -> dict[str, set[str]]:
+        """Paused names per kind ("queue", "type")."""
+
+    def candidates(
+        self, need: int, skip_queues: Sequence[str], skip_types: Sequence[str]
+    ) -> list[Candidate]:
+        """Up to `need` pending jobs the claimer takes, in claim order, none of
+        `skip_queues` or `skip_types` (paused, at their limit, or key-limited)."""
+
+    def type_head(self, type_name: str, window: int, skip_queues: Sequence[str]) -> list[Candidate]:
+        """The first `window` pending jobs of a type in claim order, not in `skip_queues`."""
+
+    cursors: dict[str, str]
+    """Per key-limited type, the last key a claim past full keys served (kept by the
+    store between claims: where the next such claim starts, so keys take turns)."""
+
+    def next_key(self, type_name: str, after: str | None) -> str | None:
+        """The first key of a type with pending jobs after `after` (None: the first)."""
+
+    def key_heads(
+        self, type_name: str, rooms: dict[str, int], skip_queues: Sequence[str]
+    ) -> list[Candidate]:
+        """Up to `rooms[key]` first pending jobs of each key, not in `skip_queues`."""
+
+    def claim_ids(self, ids: list[str], done: int) -> list[Any]:
+        """Claim these pending jobs (`done` claimed before in this claim); their rows."""
+
+
+def claim_limited(
+    reads: LimitedReads,
+    caps: dict[tuple[str, str], int],
+    types: Sequence[str],
+    limit: int,
+) -> list[Any]:
+    """Claim up to `limit` jobs under every limit in `caps`; the claimed rows."""
+    held = reads.held() if any(scope != "key" for scope, _ in caps) else {}
+    room = Room(caps, held)
+    all_keyed = sorted(name for scope, name in caps if scope == "key")
+    keyed = [name for name in all_keyed if not types or name in types]
+    for name in keyed:
+        cap = caps[("key", name)]
+        room.keys[name] = {key: cap - n for key, n in reads.held_keys(name).items()}
+    paused = reads.paused()
+    rows: list[Any] = []
+    for _ in range(MAX_ROUNDS):
+        need = limit - len(rows)
+        if need <= 0:
+            break
+        skip_queues = sorted({*room.full("queue"), *paused.get("queue", ())})
+        skip_types = sorted({*room.full("type"), *all_keyed, *paused.get("type", ())})
+        candidates = reads.candidates(need, skip_queues, skip_types)
+        for name in keyed:
+            if name in paused.get("type", ()) or name in room.full("type"):
+                continue
+            candidates += _keyed(reads, name, room, skip_queues, need)
+        candidates.sort(key=lambda c: (-c[1], c[2], c[0]))
+        chosen: list[str] = []
+        refused = False
+        for candidate in dict.fromkeys(candidates):
+            if len(chosen) >= need:
+                break
+            if room.take(candidate):
+                chosen.append(candidate[0])
+            else:
+                refused = True
+        if chosen:
+            rows += reads.claim_ids(chosen, len(rows))
+        if not refused or not chosen:
+            break
+    return rows
+
+
+def _keyed(
+    reads: LimitedReads, name: str, room: Room, skip_queues: Sequence[str], need: int
+) -> list[Candidate]:
+    """Pending jobs of key-limited type `name`, none of a key at its limit."""
+    window = 2 * need + 8
+    head = reads.type_head(name, window, skip_queues)
+    keys = room.keys[name]
+    cap = room.caps[("key", name)]
+    fits = [c for c in head if c[5] is None or keys.get(c[5], cap) > 0]
+    if len(fits) >= need or len(head) < window:
+        return fits
+    rooms: dict[str, int] = {}
+    for key in _keys_in_turn(reads, name, reads.cursors.get(name), need + len(keys) + 1):
+        left = keys.get(key, cap)
+        if left > 0:
+            rooms[key] = min(left, need)
+            reads.cursors[name] = key
+            if len(rooms) >= need:
+                break
+    return [c for c in head if c[5] is None] + reads.key_heads(name, rooms, skip_queues)
+
+
+def _keys_in_turn(reads: LimitedReads, name: str, after: str | None, most: int) -> Iterator[str]:
+    """Up to `most` keys of type `name` with pending jobs: those after `after`, then
+    from the first one round to `after`."""
+    wrapped = after is None
+    key = reads.next_key(name, after)
+    for _ in range(most):
+        if key is None:
+            if wrapped:
+                return
+            wrapped = True
+            key = reads.next_key(name, None)
+            continue
+        if wrapped and after is not None and key > after:
+            return
+        yield key
+        key = reads.next_key(name, key)

@@ -1,0 +1,98 @@
+"""Concurrency limits (DESIGN §16): list them (read), set and clear them (admin).
+
+A limit holds for every worker and agent on the store from the next claim on.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+
+from jobcore import operating
+from jobcore.errors import InvalidPayload
+from jobcore_http.auth import hub_of, require
+from jobcore_http.errors import ApiError
+from jobcore_http.models import ErrorOut, LimitClearedOut, LimitIn, LimitOut, LimitsOut
+from jobcore_http.responses import JSONResponse
+
+router = APIRouter(prefix="/api")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422)
+}
+NameIn = Annotated[str, Path(min_length=1, max_length=200)]
+ADMIN = [Depends(require("admin"))]
+
+
+@router.get(
+    "/limits", response_model=LimitsOut, responses=ERRORS, dependencies=[Depends(require("read"))]
+)
+def limits(request: Request) -> JSONResponse:
+    """Every concurrency limit: scope, name, concurrency, where it comes from (set at run
+    time or declared by its job type) and what it holds claimed now."""
+    return JSONResponse({"limits": operating.limit_rows(hub_of(request).queue)})
+
+
+def _set(request: Request, scope: str, name: str, body: LimitIn) -> JSONResponse:
+    queue = hub_of(request).queue
+    try:
+        made = operating.set_limit(queue, scope, name, body.concurrency)
+    except InvalidPayload as exc:
+        raise ApiError(400, str(exc)) from None
+    return JSONResponse(made.to_json())
+
+
+def _clear(request: Request, scope: str, name: str) -> JSONResponse:
+    try:
+        cleared = operating.clear_limit(hub_of(request).queue, scope, name)
+    except InvalidPayload as exc:
+        raise ApiError(400, str(exc)) from None
+    return JSONResponse({"scope": scope, "name": name, "cleared": cleared is not None})
+
+
+@router.put("/queues/{name}/limit", response_model=LimitOut, responses=ERRORS, dependencies=ADMIN)
+def set_queue_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse:
+    """At most `concurrency` of this queue's jobs claimed at once, across the store."""
+    return _set(request, "queue", name, body)
+
+
+@router.delete(
+    "/queues/{name}/limit", response_model=LimitClearedOut, responses=ERRORS, dependencies=ADMIN
+)
+def clear_queue_limit(request: Request, name: NameIn) -> JSONResponse:
+    """Remove this queue's limit; `cleared: false` when it had none."""
+    return _clear(request, "queue", name)
+
+
+@router.put("/types/{name}/limit", response_model=LimitOut, responses=ERRORS, dependencies=ADMIN)
+def set_type_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse:
+    """At most `concurrency` of this type's jobs claimed at once (wins over its declared one)."""
+    return _set(request, "type", name, body)
+
+
+@router.delete(
+    "/types/{name}/limit", response_model=LimitClearedOut, responses=ERRORS, dependencies=ADMIN
+)
+def clear_type_limit(request: Request, name: NameIn) -> JSONResponse:
+    """Remove this type's limit (a declared one returns when a worker of the type starts)."""
+    return _clear(request, "type", name)
+
+
+@router.put(
+    "/types/{name}/key-limit", response_model=LimitOut, responses=ERRORS, dependencies=ADMIN
+)
+def set_key_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse:
+    """At most `concurrency` of this type's jobs claimed at once per concurrency key."""
+    return _set(request, "key", name, body)
+
+
+@router.delete(
+    "/types/{name}/key-limit",
+    response_model=LimitClearedOut,
+    responses=ERRORS,
+    dependencies=ADMIN,
+)
+def clear_key_limit(request: Request, name: NameIn) -> JSONResponse:
+    """Remove this type's per-key limit."""
+    return _clear(request, "key", name)

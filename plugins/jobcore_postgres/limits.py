@@ -1,0 +1,306 @@
+"""The PostgreSQL backend's global concurrency limits (DESIGN §16), a mixin.
+
+The plain claim statement claims nothing while the `limits` table has a row
+(a one-time filter in `statements.claim_statement`). Claims then go through
+`jobcore.limited_claim` in a transaction of their own that first takes an
+advisory lock, so limited claims run one at a time and each sees the claims
+committed before it: the claimed count of every limit is read from the claimed
+rows (an index each), so every way out of `claimed` frees a slot. Whether
+limits exist is re-read at most every `LIMITS_CHECK_EVERY` seconds: a limit set
+meanwhile holds at once (the plain claim stops), the limited claims start
+within that time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import psycopg
+
+from jobcore.concurrency import Candidate, Limit, checked_scope
+from jobcore.limited_claim import claim_limited
+from jobcore.models import Job
+from jobcore_postgres.rows import row_to_job
+from jobcore_postgres.schema import channel
+from jobcore_postgres.statements import Dialect, claim_ids_statement
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+LIMITS_CHECK_EVERY = 1.0
+"""Seconds a store trusts its last look at whether any limit exists."""
+
+_ORDER = "priority DESC, run_at, id"
+_CANDIDATE = "p.id, p.priority, p.run_at, p.queue, p.type, p.limit_key"
+_COLUMNS = "scope, name, concurrency, source"
+
+
+def _limit(row: Sequence[Any]) -> Limit:
+    scope, name, concurrency, source = row
+    return Limit(checked_scope(scope), name, int(concurrency), source)
+
+
+def _skip_scan(jobs: str, column: str, where: str = "") -> str:
+    """The distinct values of `column` among pending rows, one index seek each."""
+    first = f"SELECT {column} FROM {jobs} WHERE status = 'pending'{where} ORDER BY {column} LIMIT 1"
+    after = (
+        f"SELECT {column} FROM {jobs} WHERE status = 'pending'{where} AND {column} > f.name "
+        f"ORDER BY {column} LIMIT 1"
+    )
+    return (
+        f"WITH RECURSIVE f(name) AS (SELECT ({first}) "
+        f"UNION ALL SELECT ({after}) FROM f WHERE f.name IS NOT NULL) "
+        "SELECT name FROM f WHERE name IS NOT NULL"
+    )
+
+
+_FILTERS = (
+    " AND (cardinality(%(queues)s::text[]) = 0 OR p.queue = ANY(%(queues)s::text[]))"
+    " AND (cardinality(%(types)s::text[]) = 0 OR p.type = ANY(%(types)s::text[]))"
+    " AND p.queue <> ALL(%(skip_queues)s::text[])"
+)
+
+
+class _Reads:
+    """`jobcore.limited_claim.LimitedReads` in one PostgreSQL transaction."""
+
+    def __init__(
+        self, d: Dialect, conn: Conn, params: dict[str, Any], cursors: dict[str, str]
+    ) -> None:
+        self.d, self.conn, self.params, self.cursors = d, conn, params, cursors
+        self.jobs = d.table("jobs")
+
+    def held(self) -> dict[tuple[str, str], int]:
+        held: dict[tuple[str, str], int] = {}
+        for queue, type_, count in self.conn.execute(
+            f"SELECT queue, type, count(*) FROM {self.jobs} WHERE status = 'claimed' "
+            "GROUP BY queue, type"
+        ):
+            for pair in (("queue", queue), ("type", type_)):
+                held[pair] = held.get(pair, 0) + int(count)
+        return held
+
+    def held_keys(self, type_name: str) -> dict[str, int]:
+        rows = self.conn.execute(
+            f"SELECT limit_key, count(*) FROM {self.jobs} WHERE status = 'claimed' "
+            "AND limit_key IS NOT NULL AND type = %s GROUP BY limit_key",
+            (type_name,),
+        ).fetchall()
+        return {key: int(count) for key, count in rows}
+
+    def paused(self) -> dict[str, set[str]]:
+        paused: dict[str, set[str]] = {"queue": set(), "type": set()}
+        for kind, name in self.conn.execute(f"SELECT kind, name FROM {self.d.table('pauses')}"):
+            paused.setdefault(kind, set()).add(name)
+        return paused
+
+    def candidates(
+        self, need: int, skip_queues: Sequence[str], skip_types: Sequence[str]
+    ) -> list[Candidate]:
+        # walk each open queue (when some are skipped) or each open type, its own index
+        # slice: the skipped ones' backlogs are not read
+        lead = "queue" if skip_queues else "type"
+        mine = self.params["queues" if lead == "queue" else "types"]
+        skip = list(skip_queues if lead == "queue" else skip_types)
+        names = (
+            "SELECT name FROM unnest(%(mine)s::text[]) AS u(name)"
+            if mine
+            else _skip_scan(self.jobs, lead)
+        )
+        sql = (
+            f"SELECT c.* FROM ({names}) AS n(name), LATERAL (SELECT {_CANDIDATE} "
+            f"FROM {self.jobs} p WHERE p.status = 'pending' AND p.{lead} = n.name{_FILTERS} "
+            f"AND p.type <> ALL(%(skip_types)s::text[]) ORDER BY p.{_ORDER} LIMIT %(need)s) c "
+            f"WHERE n.name <> ALL(%(skip)s::text[]) "
+            f"ORDER BY c.{_ORDER.replace(', ', ', c.')} LIMIT %(need)s"
+        )
+        params = {
+            **self.params,
+            "mine": list(mine),
+            "skip": skip,
+            "need": need,
+            "skip_queues": list(skip_queues),
+            "skip_types": list(skip_types),
+        }
+        return [tuple(row) for row in self.conn.execute(sql, params)]
+
+    def type_head(self, type_name: str, window: int, skip_queues: Sequence[str]) -> list[Candidate]:
+        sql = (
+            f"SELECT {_CANDIDATE} FROM {self.jobs} p WHERE p.status = 'pending' "
+            f"AND p.type = %(type)s{_FILTERS} ORDER BY p.{_ORDER} LIMIT %(window)s"
+        )
+        params = {
+            **self.params,
+            "type": type_name,
+            "window": window,
+            "skip_queues": list(skip_queues),
+        }
+        return [tuple(row) for row in self.conn.execute(sql, params)]
+
+    def next_key(self, type_name: str, after: str | None) -> str | None:
+        after_ = "" if after is None else " AND limit_key > %(after)s"
+        row = self.conn.execute(
+            f"SELECT limit_key FROM {self.jobs} WHERE status = 'pending' "
+            f"AND limit_key IS NOT NULL AND type = %(type)s{after_} ORDER BY limit_key LIMIT 1",
+            {"type": type_name, "after": after},
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def key_heads(
+        self, type_name: str, rooms: dict[str, int], skip_queues: Sequence[str]
+    ) -> list[Candidate]:
+        if not rooms:
+            return []
+        sql = (
+            "SELECT c.* FROM unnest(%(keys)s::text[], %(rooms)s::int[]) AS k(key, room), "
+            f"LATERAL (SELECT {_CANDIDATE} FROM {self.jobs} p WHERE p.status = 'pending' "
+            "AND p.limit_key IS NOT NULL AND p.type = %(type)s AND p.limit_key = k.key"
+            f"{_FILTERS} ORDER BY p.{_ORDER} LIMIT k.room) c"
+        )
+        params = {
+            **self.params,
+            "type": type_name,
+            "keys": list(rooms),
+            "rooms": list(rooms.values()),
+            "skip_queues": list(skip_queues),
+        }
+        return [tuple(row) for row in self.conn.execute(sql, params)]
+
+    def claim_ids(self, ids: list[str], done: int) -> list[Any]:
+        params = {**self.params, "ids": ids, "start": max(0, self.params["start"] - done)}
+        return self.conn.execute(claim_ids_statement(self.d), params).fetchall()
+
+
+class PostgresLimits:
+    """`set_limit`, `clear_limit`, `limits`, `declare_limits`, `held` of `PostgresStorage`,
+    and its limited claim."""
+
+    _d: Dialect
+    _connection: Callable[[], AbstractContextManager[Conn]]
+    _write: Callable[[], AbstractContextManager[Conn]]
+    _params: Callable[..., dict[str, Any]]
+    _limits_seen: tuple[float, bool] = (float("-inf"), False)
+
+    def _limits_exist(self) -> bool:
+        """Whether any limit exists, as read at most `LIMITS_CHECK_EVERY` seconds ago."""
+        seen_at, exist = self._limits_seen
+        now = time.monotonic()
+        if now - seen_at < LIMITS_CHECK_EVERY:
+            return exist
+        with self._connection() as conn:
+            row = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {self._d.table('limits')})"
+            ).fetchone()
+        exist = bool(row and row[0])
+        self._limits_seen = (now, exist)
+        return exist
+
+    def _claim_limited(
+        self,
+        worker: str,
+        limit: int,
+        lease_ms: int,
+        queues: Sequence[str],
+        types: Sequence[str],
+        start: int | None,
+    ) -> list[Job]:
+        """Claim up to `limit` jobs under every limit, in a transaction of its own."""
+        if limit <= 0:
+            return []
+        d = self._d
+        with self._write() as conn:
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
+            )
+            caps = {
+                (scope, name): int(cap)
+                for scope, name, cap in conn.execute(
+                    f"SELECT scope, name, concurrency FROM {d.table('limits')}"
+                )
+            }
+            params = self._params(
+                worker=worker,
+                limit=limit,
+                lease_ms=lease_ms,
+                start=limit if start is None else start,
+                queues=list(queues),
+                types=list(types),
+            )
+            cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
+            rows = claim_limited(_Reads(d, conn, params, cursors), caps, types, limit)
+        jobs = [row_to_job(row) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        return jobs
+
+    def set_limit(self, scope: str, name: str, concurrency: int) -> Limit:
+        with self._write() as conn:
+            row = conn.execute(
+                f"INSERT INTO {self._d.table('limits')} ({_COLUMNS}, updated_at) "
+                f"VALUES (%(scope)s, %(name)s, %(concurrency)s, 'set', {self._d.now}) "
+                "ON CONFLICT (scope, name) DO UPDATE SET concurrency = excluded.concurrency, "
+                f"source = 'set', updated_at = excluded.updated_at RETURNING {_COLUMNS}",
+                self._params(scope=scope, name=name, concurrency=concurrency),
+            ).fetchone()
+            conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
+        self._limits_seen = (float("-inf"), False)
+        assert row is not None
+        return _limit(row)
+
+    def clear_limit(self, scope: str, name: str) -> Limit | None:
+        with self._write() as conn:
+            row = conn.execute(
+                f"DELETE FROM {self._d.table('limits')} WHERE scope = %s AND name = %s "
+                f"RETURNING {_COLUMNS}",
+                (scope, name),
+            ).fetchone()
+            if row is not None:
+                conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
+        self._limits_seen = (float("-inf"), False)
+        return None if row is None else _limit(row)
+
+    def limits(self) -> list[Limit]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM {self._d.table('limits')} ORDER BY scope, name"
+            ).fetchall()
+        return [_limit(row) for row in rows]
+
+    def declare_limits(self, declared: Sequence[Limit], unlimited: Sequence[str]) -> None:
+        table = self._d.table("limits")
+        undeclare = (
+            f"DELETE FROM {table} WHERE source = 'declared' AND scope IN ('type', 'key') "
+            "AND name = %(name)s AND scope <> %(keep)s"
+        )
+        with self._write() as conn:
+            for limit in declared:
+                conn.execute(undeclare, {"name": limit.name, "keep": limit.scope})
+                conn.execute(
+                    f"INSERT INTO {table} ({_COLUMNS}, updated_at) "
+                    f"VALUES (%(scope)s, %(name)s, %(concurrency)s, 'declared', {self._d.now}) "
+                    "ON CONFLICT (scope, name) DO UPDATE SET concurrency = excluded.concurrency, "
+                    f"updated_at = excluded.updated_at WHERE {table}.source = 'declared' "
+                    f"AND {table}.concurrency <> excluded.concurrency",
+                    self._params(**limit.to_json()),
+                )
+            for name in unlimited:
+                conn.execute(undeclare, {"name": name, "keep": ""})
+        self._limits_seen = (float("-inf"), False)
+
+    def held(self) -> dict[tuple[str, str], int]:
+        """Claimed jobs per limited (scope, name); for a key limit, the keys at their limit."""
+        with self._connection() as conn:
+            caps = {
+                (scope, name): int(cap)
+                for scope, name, cap in conn.execute(
+                    f"SELECT scope, name, concurrency FROM {self._d.table('limits')}"
+                )
+            }
+            reads = _Reads(self._d, conn, {}, {})
+            counts = {pair: n for pair, n in reads.held().items() if pair in caps}
+            for (scope, name), cap in caps.items():
+                if scope == "key":
+                    keys = reads.held_keys(name)
+                    counts[(scope, name)] = sum(1 for n in keys.values() if n >= cap)
+        return counts

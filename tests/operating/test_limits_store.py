@@ -1,0 +1,221 @@
+"""Concurrency limits in the store (DESIGN §16), on SQLite and PostgreSQL: claims take
+only what fits, every way out of `claimed` frees the slot, a key at its limit holds back
+none of the other keys, run-time limits win over declared ones; values are checked."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobcore import operating
+from jobcore.concurrency import MAX_KEY, checked_concurrency, checked_limit, key_of
+from jobcore.declare import JobTypeDeclarationError, job_type
+from jobcore.errors import InvalidPayload, JobcoreError
+from jobcore.models import Cancelled, Completed, Failed, Job, Lease, Released, Retrying
+from jobcore.queue import Queue
+from jobcore.registry import JobType, JobTypeRegistry, Payload
+from jobcore.testing import make_queue
+
+
+@pytest.fixture
+def queue(store_db: Path | str) -> Iterator[Queue]:
+    modules = ["jobcore_limits_plugin"]
+    if isinstance(store_db, str):
+        modules.append("jobcore_postgres")
+    made = make_queue(store_db, modules=modules)
+    made.storage.migrate()
+    operating.declare_types(made, ["limited", "per_customer", "free"])
+    yield made
+    made.close()
+
+
+def _claim(queue: Queue, limit: int = 100, **filters: Any) -> list[Job]:
+    return queue.storage.claim(worker="w", limit=limit, lease_ms=60_000, **filters)
+
+
+def _enqueue(into: Queue, type_: str, count: int, **payload: Any) -> None:
+    options = {k: payload.pop(k) for k in ("queue", "priority") if k in payload}
+    into.enqueue_many(type_, [{"tally": "-", **payload}] * count, **options)
+
+
+def _lease(job: Job) -> Lease:
+    assert job.lease_id is not None
+    return Lease(job.id, job.lease_id, "w", job)
+
+
+OUTCOMES: dict[str, Callable[[Lease], Any]] = {
+    "completed": lambda lease: Completed(lease, None),
+    "failed": lambda lease: Failed(lease, "boom"),
+    "retried": lambda lease: Retrying(lease, "again", 0),
+    "released": lambda lease: Released(lease),
+    "cancelled": lambda lease: Cancelled(lease),
+}
+
+
+@pytest.mark.parametrize("outcome", sorted(OUTCOMES))
+def test_every_way_out_of_claimed_frees_the_slot(queue: Queue, outcome: str) -> None:
+    operating.set_limit(queue, "type", "free", 1)
+    _enqueue(queue, "free", 3)
+    (held,) = _claim(queue)
+    assert _claim(queue) == []  # at its limit: the others stay pending
+    queue.storage.commit_batch(
+        [OUTCOMES[outcome](_lease(held))], worker="w", claim_limit=0, lease_ms=60_000
+    )
+    assert len(_claim(queue)) == 1
+
+
+def test_the_lease_sweep_frees_a_dead_holders_slot(queue: Queue) -> None:
+    operating.set_limit(queue, "type", "free", 1)
+    _enqueue(queue, "free", 2)
+    assert len(queue.storage.claim(worker="dead", limit=5, lease_ms=50)) == 1
+    assert _claim(queue) == []
+    time.sleep(0.2)
+    assert _claim(queue) == []  # an expired lease still holds the slot until swept
+    queue.storage.sweep(force=True)
+    assert len(_claim(queue)) == 1
+
+
+def test_declared_limits_hold_for_claimers_without_the_type(
+    queue: Queue, store_db: Path | str
+) -> None:
+    bare = make_queue(store_db, modules=["jobcore_postgres"] if isinstance(store_db, str) else [])
+    try:
+        _enqueue(queue, "limited", 10)
+        assert len(bare.storage.claim(worker="x", limit=100, lease_ms=60_000)) == 3
+        assert bare.storage.claim(worker="x", limit=100, lease_ms=60_000) == []
+    finally:
+        bare.close()
+
+
+def test_a_full_key_holds_back_no_other_key_nor_other_work(queue: Queue) -> None:
+    _enqueue(queue, "per_customer", 300, customer="big", priority=5)
+    for n in range(5):
+        _enqueue(queue, "per_customer", 2, customer=f"c{n}")
+    _enqueue(queue, "free", 4, priority=-1)
+    got = Counter((j.type, j.payload["customer"]) for j in _claim(queue, 20))
+    assert got == Counter(
+        {("per_customer", "big"): 1, ("free", ""): 4}
+        | {("per_customer", f"c{n}"): 1 for n in range(5)}
+    )
+    # the next claims find nothing of the full keys, whatever their backlog
+    assert _claim(queue, 20) == []
+    rows = {r["name"]: r for r in operating.limit_rows(queue)}
+    assert rows["per_customer"]["held"] == 6  # keys at their limit
+
+
+def test_keys_past_a_full_one_take_turns(queue: Queue) -> None:
+    _enqueue(queue, "per_customer", 200, customer="big", priority=5)
+    for n in range(30):
+        _enqueue(queue, "per_customer", 3, customer=f"k{n:02}")
+    (first,) = _claim(queue, 1)
+    assert first.payload["customer"] == "big"  # claim order, and it stays claimed
+    taken: list[str] = []
+    for _ in range(40):  # one at a time, each finished at once
+        for job in _claim(queue, 1):
+            taken.append(job.payload["customer"])
+            queue.storage.commit_batch(
+                [Completed(_lease(job), None)], worker="w", claim_limit=0, lease_ms=60_000
+            )
+    # past the full key's backlog, every other key before any comes round again
+    assert len(taken) == 40 and "big" not in taken
+    assert len(set(taken[:30])) == 30
+
+
+def test_a_queue_limit_and_a_queue_filter(queue: Queue) -> None:
+    operating.set_limit(queue, "queue", "narrow", 2)
+    _enqueue(queue, "free", 5, queue="narrow")
+    _enqueue(queue, "free", 5, queue="wide")
+    assert len(_claim(queue, queues=["narrow"])) == 2
+    assert _claim(queue, queues=["narrow"]) == []
+    assert len(_claim(queue, queues=["narrow", "wide"])) == 5
+
+
+def test_a_type_limit_fills_to_its_room_then_other_types_fill_the_claim(queue: Queue) -> None:
+    _enqueue(queue, "limited", 10, priority=9)
+    _enqueue(queue, "free", 10)
+    got = Counter(j.type for j in _claim(queue, 8))
+    assert got == Counter({"limited": 3, "free": 5})
+
+
+def test_paused_and_limited_together(queue: Queue) -> None:
+    _enqueue(queue, "limited", 5)
+    _enqueue(queue, "free", 5)
+    operating.pause(queue, "type", "free")
+    assert Counter(j.type for j in _claim(queue)) == Counter({"limited": 3})
+
+
+def test_set_wins_over_declared_until_cleared(queue: Queue) -> None:
+    operating.set_limit(queue, "type", "limited", 5)
+    operating.declare_types(queue, ["limited"])  # a worker starting: the set limit stays
+    (limit,) = [lim for lim in queue.storage.limits() if lim.name == "limited"]
+    assert (limit.concurrency, limit.source) == (5, "set")
+    assert operating.clear_limit(queue, "type", "limited") is not None
+    assert operating.clear_limit(queue, "type", "limited") is None
+    operating.declare_types(queue, ["limited"])
+    (limit,) = [lim for lim in queue.storage.limits() if lim.name == "limited"]
+    assert (limit.concurrency, limit.source) == (3, "declared")
+
+
+def test_a_type_that_declares_no_limit_any_more_loses_its_declared_one(queue: Queue) -> None:
+    queue.storage.declare_limits([], ["limited"])
+    assert [lim.name for lim in queue.storage.limits()] == ["per_customer"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3", math.inf, math.nan, 10**7, None, 2**70])
+def test_bad_concurrency_is_refused(bad: Any) -> None:
+    with pytest.raises(InvalidPayload, match="concurrency"):
+        checked_concurrency(bad)
+
+
+def test_bad_limits_are_refused_and_change_nothing(queue: Queue) -> None:
+    for scope, name, value in [
+        ("queue", "q", 0),
+        ("shelf", "q", 1),
+        ("queue", "", 1),
+        ("queue", "x" * 201, 1),
+        ("type", "a\nb", 1),
+    ]:
+        with pytest.raises(InvalidPayload):
+            operating.set_limit(queue, scope, name, value)
+    assert {lim.name for lim in queue.storage.limits()} == {"limited", "per_customer"}
+    assert checked_limit("key", "t", 2.0).concurrency == 2
+
+
+class _Keyed(Payload):
+    customer: str | None = None
+    n: int = 0
+
+
+def test_bad_declarations_are_refused() -> None:
+    with pytest.raises(JobTypeDeclarationError, match="concurrency_key needs concurrency"):
+        job_type("t1", concurrency_key="customer")
+    with pytest.raises(JobTypeDeclarationError, match="from 1"):
+        job_type("t2", concurrency=0)
+    registry = JobTypeRegistry()
+    with pytest.raises(JobcoreError, match="not a field"):
+        registry.register(
+            JobType(
+                name="t3",
+                payload_model=_Keyed,
+                handler=lambda p, c: None,
+                concurrency=1,
+                concurrency_key="customr",
+            ),
+            plugin="p",
+        )
+
+
+def test_keys_from_a_field_or_a_callable() -> None:
+    assert key_of("t", "customer", _Keyed(customer="acme")) == "acme"
+    assert key_of("t", "customer", _Keyed()) is None  # no key: only type/queue limits
+    assert key_of("t", lambda p: p.n % 3, _Keyed(n=7)) == "1"
+    with pytest.raises(InvalidPayload, match="at most"):
+        key_of("t", "customer", _Keyed(customer="x" * (MAX_KEY + 1)))
+    with pytest.raises(InvalidPayload, match="text or a whole number"):
+        key_of("t", lambda p: [1], _Keyed())
