@@ -63,6 +63,14 @@ def rows_of(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = Non
     return rows
 
 
+def update_one(conn: apsw.Connection, sql: str, params: dict[str, Any]) -> None:
+    """Run an UPDATE that must change exactly one row (its row was just read under the same
+    guard in this write transaction); anything else is a bug, never ignored."""
+    conn.execute(sql, params)
+    if conn.changes() != 1:  # pragma: no cover - nothing writes between the read and this
+        raise RuntimeError(f"expected to update one row, updated {conn.changes()}: {sql}")
+
+
 def _json(text: str, column: str = "") -> Any:
     # the common empty values skip the decoder
     if text == "{}":

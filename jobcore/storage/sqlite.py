@@ -40,7 +40,7 @@ from jobcore.owned import own
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of
+from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of, update_one
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_connect import open_connection
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
@@ -478,11 +478,11 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             # when its executor noted the start in a start slot only (not marked here)
             "started_at": lease.job.started_at if lease.job is not None else None,
         }
-        # With the claimed row at hand the statement returns only what may have changed
-        # since the claim; the new row is derived from the table (`transitions.apply`).
+        # With the claimed row at hand, what may have changed since the claim is read, then
+        # the row updated; the new row is derived from the table (`transitions.apply`).
         claimed = lease.job
         for transition in T.owner_transitions(outcome):
-            whole, changed = OWNER_SQL[transition.name]
+            whole, read, update = OWNER_SQL[transition.name]
             params["error"] = clean_text(T.error_text(transition, outcome))
             if claimed is None:
                 rows = rows_of(conn, whole, params)
@@ -490,9 +490,10 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                     continue
                 job = row_to_job(rows[0])
             else:
-                rows = rows_of(conn, changed, params)
+                rows = rows_of(conn, read, params)
                 if not rows:
                     continue
+                update_one(conn, update, params)  # the read's guard, in the same transaction
                 current = {"started_at": rows[0][0], "cancel_requested": bool(rows[0][1])}
                 stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
                 job = T.apply(claimed, transition, now=now, outcome=stored, current=current)
