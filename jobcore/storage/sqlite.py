@@ -9,7 +9,6 @@ exception leaves this module: `storage_error` turns each into a
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import secrets
@@ -33,14 +32,21 @@ from jobcore.models import (
     Lease,
     NewJob,
     Outcome,
-    compact_json,
     replace_job,
 )
 from jobcore.owned import own
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import insert_values, new_row, row_to_job, rows_of, update_one
+from jobcore.storage.rows import (
+    insert_values,
+    new_row,
+    result_json,
+    row_to_job,
+    rows_of,
+    stored_outcome,
+    update_one,
+)
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_connect import open_connection
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
@@ -474,7 +480,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             "now": now,
             "error": None,
             "delay_ms": T.outcome_delay_ms(outcome),
-            "result": compact_json(outcome.result) if isinstance(outcome, Completed) else None,
+            "result": result_json(outcome),
             # when its executor noted the start in a start slot only (not marked here)
             "started_at": lease.job.started_at if lease.job is not None else None,
         }
@@ -495,7 +501,7 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
                     continue
                 update_one(conn, update, params)  # the read's guard, in the same transaction
                 current = {"started_at": rows[0][0], "cancel_requested": bool(rows[0][1])}
-                stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
+                stored = stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
                 job = T.apply(claimed, transition, now=now, outcome=stored, current=current)
             if isinstance(outcome, Completed) and outcome.children:
                 inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
@@ -640,10 +646,3 @@ class SQLiteStorage(SQLiteReads, SQLiteAdmin):
             return False
         state.data_version = version
         return True
-
-
-def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:
-    """The outcome as stored: its error text cleaned the way the statement bound it."""
-    if error is None or getattr(outcome, "error", None) == error:
-        return outcome
-    return dataclasses.replace(outcome, error=error)  # type: ignore[arg-type]
