@@ -163,7 +163,7 @@ more than two constants is looked up in one, made anew on every statement that c
 
 MIGRATIONS += (
     (
-        "v5: the status CHECK and the key index without a temporary table per status change",
+        "the status CHECK and the key index without a temporary table per status change",
         f"""
         -- The rule stays the same and no row changes, so the table's text is rewritten in
         -- place (SQLite's documented procedure for CHECK changes, "ALTER TABLE", section 7):
@@ -185,5 +185,8 @@ MIGRATIONS += (
         """,
     ),
 )
+
+STATUS_CHECK_MIGRATION = len(MIGRATIONS)
+"""The number of the migration above (the schema version it makes)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,7 +4,8 @@
 -- `{filters}` is replaced by the backend with generated `AND col IN (?, ...)` clauses.
 
 -- name: find_unfinished_by_key
--- the status condition is written as jobs_idempotency's (migration 5), so the index is used
+-- the status condition is written as jobs_idempotency's (STATUS_CHECK_MIGRATION), so the
+-- index is used
 SELECT * FROM jobs
  WHERE type = :type AND idempotency_key = :key
    AND (status = 'pending' OR status = 'scheduled' OR status = 'claimed');

@@ -10,7 +10,13 @@ import pytest
 
 from jobcore.errors import SchemaTooNew, StorageBusy, StorageError
 from jobcore.models import Completed, JobStatus, Lease
-from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION, STATUS_CHECK, V1_STATUS_CHECK
+from jobcore.storage.migrations import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STATUS_CHECK,
+    STATUS_CHECK_MIGRATION,
+    V1_STATUS_CHECK,
+)
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing.contract import LEASE, T0, FakeClock
 
@@ -210,15 +216,17 @@ def test_processes_opening_an_old_database_at_once_migrate_it_once(tmp_path: Pat
         handle.close()
 
 
-def test_v5_rewrites_the_status_check_in_place_with_the_same_rule(tmp_path: Path) -> None:
-    """A v4 database's CHECK is rewritten (no table copy); bad statuses are still refused,
-    other connections are told to reload the schema, and the file stays sound."""
-    path = tmp_path / "v4.db"
+def test_the_status_check_is_rewritten_in_place_with_the_same_rule(tmp_path: Path) -> None:
+    """A database one version before STATUS_CHECK_MIGRATION: its CHECK is rewritten (no
+    table copy); bad statuses are still refused, other connections are told to reload the
+    schema, and the file stays sound."""
+    before = STATUS_CHECK_MIGRATION - 1
+    path = tmp_path / "before.db"
     make_v1(path)
     conn = apsw.Connection(str(path))
-    for _, script in MIGRATIONS[1:4]:
+    for _, script in MIGRATIONS[1:before]:
         conn.execute(script)
-    conn.execute("PRAGMA user_version=4")
+    conn.execute(f"PRAGMA user_version={before}")
     cookie = conn.execute("PRAGMA schema_version").fetchall()[0][0]
     storage = SQLiteStorage(path)
     storage.migrate()
