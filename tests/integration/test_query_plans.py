@@ -190,3 +190,9 @@ def test_an_outcome_with_the_claim_at_hand_builds_no_temporary_table(
     _whole, read, update = S.OWNER_SQL[name]
     assert ephemeral_tables(storage, read) == []
     assert ephemeral_tables(storage, update) == []
+    params = {"id": "x", "lease_id": "l", "worker": "w", "now": T0, "started_at": None}
+    for sql in (read, update):  # one row by its key, both times
+        params |= {"error": None, "delay_ms": 0, "result": None}
+        assert (
+            plan(storage, sql, params) == "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"
+        )
