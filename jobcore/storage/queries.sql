@@ -4,9 +4,11 @@
 -- `{filters}` is replaced by the backend with generated `AND col IN (?, ...)` clauses.
 
 -- name: find_unfinished_by_key
+-- the status condition is written as jobs_idempotency's (STATUS_CHECK_MIGRATION), so the
+-- index is used
 SELECT * FROM jobs
  WHERE type = :type AND idempotency_key = :key
-   AND status IN ('scheduled', 'pending', 'claimed');
+   AND (status = 'pending' OR status = 'scheduled' OR status = 'claimed');
 
 -- name: insert_job
 INSERT INTO jobs (id, type, queue, payload, status, priority, attempts, max_attempts,

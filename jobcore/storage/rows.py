@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import operator
@@ -12,6 +13,7 @@ import apsw
 
 from jobcore.models import (
     STATUSES,
+    Completed,
     Job,
     JobStatus,
     NewJob,
@@ -63,6 +65,14 @@ def rows_of(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = Non
     """Every row of one statement (rows typed loosely: columns are known by position)."""
     rows: list[Any] = conn.execute(sql, params).fetchall()
     return rows
+
+
+def update_one(conn: apsw.Connection, sql: str, params: dict[str, Any]) -> None:
+    """Run an UPDATE that must change exactly one row (its row was just read under the same
+    guard in this write transaction); anything else is a bug, never ignored."""
+    conn.execute(sql, params)
+    if conn.changes() != 1:  # pragma: no cover - nothing writes between the read and this
+        raise RuntimeError(f"expected to update one row, updated {conn.changes()}: {sql}")
 
 
 def _json(text: str, column: str = "") -> Any:
@@ -231,3 +241,17 @@ def after_transition(job: Job, outcome: Outcome, now: int) -> Job:
         if transition.guard.cancel_requested in (None, job.cancel_requested):
             return apply(job, transition, now=now, outcome=outcome)
     raise TypeError(f"no transition for {outcome!r}")  # pragma: no cover - table is complete
+
+
+def result_json(outcome: Outcome) -> str | None:
+    """The `result` column of a completion (JSON text; a handler's None is `null`)."""
+    if not isinstance(outcome, Completed):
+        return None
+    return "null" if outcome.result is None else compact_json(outcome.result)
+
+
+def stored_outcome(outcome: Outcome, error: str | None) -> Outcome:
+    """The outcome as stored: its error text cleaned the way the statement bound it."""
+    if error is None or getattr(outcome, "error", None) == error:
+        return outcome
+    return dataclasses.replace(outcome, error=error)  # type: ignore[arg-type]

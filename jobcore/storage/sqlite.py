@@ -9,7 +9,6 @@ exception leaves this module: `storage_error` turns each into a
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import secrets
@@ -33,14 +32,22 @@ from jobcore.models import (
     Lease,
     NewJob,
     Outcome,
-    compact_json,
     replace_job,
 )
 from jobcore.owned import own
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
-from jobcore.storage.rows import insert_values, inserted_rows, new_row, row_to_job, rows_of
+from jobcore.storage.rows import (
+    insert_values,
+    inserted_rows,
+    new_row,
+    result_json,
+    row_to_job,
+    rows_of,
+    stored_outcome,
+    update_one,
+)
 from jobcore.storage.sqlite_admin import SQLiteAdmin
 from jobcore.storage.sqlite_connect import open_connection
 from jobcore.storage.sqlite_errors import boundary, check_location, clean_text, storage_error
@@ -95,8 +102,7 @@ class _ThreadState:
 class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
     """Jobs in one SQLite file in WAL mode; every write is an explicit BEGIN IMMEDIATE.
 
-    `clock` (ms UTC) replaces this machine's clock, for tests. `event_retention`
-    and `sweep_hold` are in seconds.
+    `clock` (ms UTC) replaces this machine's clock, for tests; `event_retention`, `sweep_hold`: s.
     """
 
     default_prefetch = 100  # a worker's `prefetch` unless set: see `start_slots`, README
@@ -476,15 +482,15 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
             "now": now,
             "error": None,
             "delay_ms": T.outcome_delay_ms(outcome),
-            "result": compact_json(outcome.result) if isinstance(outcome, Completed) else None,
+            "result": result_json(outcome),
             # when its executor noted the start in a start slot only (not marked here)
             "started_at": lease.job.started_at if lease.job is not None else None,
         }
-        # With the claimed row at hand the statement returns only what may have changed
-        # since the claim; the new row is derived from the table (`transitions.apply`).
+        # With the claimed row at hand, what may have changed since the claim is read, then
+        # the row updated; the new row is derived from the table (`transitions.apply`).
         claimed = lease.job
         for transition in T.owner_transitions(outcome):
-            whole, changed = OWNER_SQL[transition.name]
+            whole, read, update = OWNER_SQL[transition.name]
             params["error"] = clean_text(T.error_text(transition, outcome))
             if claimed is None:
                 rows = rows_of(conn, whole, params)
@@ -492,11 +498,12 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
                     continue
                 job = row_to_job(rows[0])
             else:
-                rows = rows_of(conn, changed, params)
+                rows = rows_of(conn, read, params)
                 if not rows:
                     continue
+                update_one(conn, update, params)  # the read's guard, in the same transaction
                 current = {"started_at": rows[0][0], "cancel_requested": bool(rows[0][1])}
-                stored = _stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
+                stored = stored_outcome(outcome, clean_text(T.outcome_error(outcome)))
                 job = T.apply(claimed, transition, now=now, outcome=stored, current=current)
             if isinstance(outcome, Completed) and outcome.children:
                 inserted = tuple(self._insert_one(conn, child, now) for child in outcome.children)
@@ -641,10 +648,3 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
             return False
         state.data_version = version
         return True
-
-
-def _stored_outcome(outcome: Outcome, error: str | None) -> Outcome:
-    """The outcome as stored: its error text cleaned the way the statement bound it."""
-    if error is None or getattr(outcome, "error", None) == error:
-        return outcome
-    return dataclasses.replace(outcome, error=error)  # type: ignore[arg-type]

@@ -171,3 +171,28 @@ def test_idempotency_lookup_uses_its_index(storage: SQLiteStorage) -> None:
 def test_event_pruning_reads_only_old_events(storage: SQLiteStorage) -> None:
     text = plan(storage, Q["prune_events"], {"before": T0, "chunk": 10})
     assert "SCAN events" in text and "USING INTEGER PRIMARY KEY" in text, text
+
+
+def ephemeral_tables(storage: SQLiteStorage, sql: str) -> list[str]:
+    """The temporary b-trees a statement's program opens (EXPLAIN's `OpenEphemeral`)."""
+    params = {name: None for name in ("id", "lease_id", "worker", "now", "error", "delay_ms")}
+    params |= {"result": None, "started_at": None}
+    rows = storage._conn().execute("EXPLAIN " + sql, params).fetchall()
+    return [str(row) for row in rows if row[1] == "OpenEphemeral"]
+
+
+@pytest.mark.parametrize("name", sorted(S.OWNER_SQL))
+def test_an_outcome_with_the_claim_at_hand_builds_no_temporary_table(
+    storage: SQLiteStorage, name: str
+) -> None:
+    """Neither the status CHECK (a 6-value IN list) nor RETURNING (buffered rows) makes
+    SQLite build and drop a temporary b-tree on every owner outcome (a noop job's hot path)."""
+    _whole, read, update = S.OWNER_SQL[name]
+    assert ephemeral_tables(storage, read) == []
+    assert ephemeral_tables(storage, update) == []
+    params = {"id": "x", "lease_id": "l", "worker": "w", "now": T0, "started_at": None}
+    for sql in (read, update):  # one row by its key, both times
+        params |= {"error": None, "delay_ms": 0, "result": None}
+        assert (
+            plan(storage, sql, params) == "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"
+        )

@@ -10,7 +10,13 @@ import pytest
 
 from jobcore.errors import SchemaTooNew, StorageBusy, StorageError
 from jobcore.models import Completed, JobStatus, Lease
-from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
+from jobcore.storage.migrations import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STATUS_CHECK,
+    STATUS_CHECK_MIGRATION,
+    V1_STATUS_CHECK,
+)
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing.contract import LEASE, T0, FakeClock
 
@@ -208,3 +214,45 @@ def test_processes_opening_an_old_database_at_once_migrate_it_once(tmp_path: Pat
     assert handles[0].count_by_status() == {"pending": 1, "claimed": 1, "failed": 1}
     for handle in handles:
         handle.close()
+
+
+def test_the_status_check_is_rewritten_in_place_with_the_same_rule(tmp_path: Path) -> None:
+    """A database one version before STATUS_CHECK_MIGRATION: its CHECK is rewritten (no
+    table copy); bad statuses are still refused, other connections are told to reload the
+    schema, and the file stays sound."""
+    before = STATUS_CHECK_MIGRATION - 1
+    path = tmp_path / "before.db"
+    make_v1(path)
+    conn = apsw.Connection(str(path))
+    for _, script in MIGRATIONS[1:before]:
+        conn.execute(script)
+    conn.execute(f"PRAGMA user_version={before}")
+    cookie = conn.execute("PRAGMA schema_version").fetchall()[0][0]
+    storage = SQLiteStorage(path)
+    storage.migrate()
+    assert storage.count_by_status() == {"pending": 1, "claimed": 1, "failed": 1}
+    storage.close()
+    [(table,)] = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'jobs'").fetchall()
+    assert STATUS_CHECK in table and V1_STATUS_CHECK not in table
+    assert conn.execute("PRAGMA schema_version").fetchall()[0][0] > cookie
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert not conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE name = 'jobcore_schema_reload'"
+    ).fetchall()
+    # the connection opened before the upgrade: the same rule, every status and no other
+    conn.execute("BEGIN")
+    for status in ("scheduled", "pending", "claimed", "completed", "failed", "cancelled"):
+        conn.execute("UPDATE jobs SET status = ? WHERE id = 'p1'", (status,))
+    for bad in ("bogus", "Pending", "", None):
+        with pytest.raises(apsw.ConstraintError):
+            conn.execute("UPDATE jobs SET status = ? WHERE id = 'p1'", (bad,))
+    # the key index keeps one unfinished job per (type, key), and only unfinished ones
+    key = "INSERT INTO jobs (id, type, payload, status, max_attempts, run_at, idempotency_key,"
+    key += " created_at, updated_at) VALUES (?, 'noop', '{}', ?, 1, 0, 'k', 0, 0)"
+    conn.execute(key, ("k1", "completed"))
+    conn.execute(key, ("k2", "scheduled"))
+    for status in ("pending", "scheduled", "claimed"):
+        with pytest.raises(apsw.ConstraintError):
+            conn.execute(key, ("k3", status))
+    conn.execute("ROLLBACK")
+    conn.close()
