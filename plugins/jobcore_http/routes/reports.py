@@ -77,8 +77,13 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
     `refused` with `error` (malformed or not allowed; nothing of it written). A `start`
     answered `recorded` is durable: the read-ahead job's handler may begin.
     """
+    return await record_reports(hub_of(request), principal, body)
+
+
+async def record_reports(hub: Hub, principal: Principal, body: ReportsIn) -> dict[str, Any]:
+    """The route's work, also run by the hot lane (`jobcore_http.hotlane`): every item
+    answered in `ReportOut`'s full shape, so both paths send the same JSON."""
     acting_as(principal, body.worker_id)
-    hub = hub_of(request)
     worker = body.worker_id
     hub.registry.seen(worker, hub.now())
     answers: list[dict[str, Any]] = [{}] * len(body.reports)
@@ -120,7 +125,8 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
     for item in items:
         assert item.answer is not None
         answers[item.index] = item.answer
-    return {"results": answers, "drain": worker in hub.registry.draining}
+    results = [{"error": None, "cancel_requested": None, **answer} for answer in answers]
+    return {"results": results, "drain": worker in hub.registry.draining}
 
 
 def _lease(report: ReportIn, worker: str) -> Lease:
