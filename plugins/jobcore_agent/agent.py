@@ -4,17 +4,14 @@ Threads: a claimer (long-polls `POST /api/jobs/claim` while slots are
 free), one executor thread per claimed job (the core's `AttemptRunner`, so a
 handler sees the same `JobContext` and its outcome is decided by the same
 rules as in a local worker), a supervisor (heartbeats at the hub's interval,
-timeouts), a reporter (delivers outcomes from the local outbox, backing
-off with jitter while the hub is away) and a starter (sends the `start` of
-read-ahead jobs). The main thread waits for a stop.
+timeouts) and a reporter (delivers outcomes from the local outbox, backing
+off with jitter while the hub is away). The main thread waits for a stop.
 
 Crash accounting (DESIGN §6): a claim asks the hub to mark started only the
 jobs that have an executor at once (`start`); the others are read-ahead, and
-an executor that takes one asks the starter for a `start` report and begins
-the handler only once the hub answered that the start is durable. The starter
-sends starts in requests of their own, in flight beside the reporter's batch:
-an executor waits one round trip, not behind the outbox writes and the
-outcomes the reporter is delivering (starts asked meanwhile go in the next). So an agent killed with read-ahead jobs
+an executor that takes one sends a `start` report (riding with the outcomes
+of the reporter's next batch) and begins the handler only once the hub
+answered that the start is durable. So an agent killed with read-ahead jobs
 is charged nothing for them, and one attempt for each job that was running.
 """
 
@@ -121,7 +118,6 @@ class Agent:
         self._cond = threading.Condition()
         self._claims: dict[str, Claim] = {}  # by key
         self._outbox_ready = threading.Event()
-        self._starts_ready = threading.Event()  # an executor asked for a start
         self._ready: list[Pending] = []  # settled outcomes not yet in the outbox (the next batch)
         self._batched = True  # the hub has `POST /api/jobs/reports` (False after a 404/405)
         self._read_ahead = True  # the hub takes a claim's `start` (False after it refused it)
@@ -198,7 +194,6 @@ class Agent:
             self._outbox_ready.set()  # deliver what an earlier run left in the outbox
             for target, name in (
                 (self._reporter_main, "agent-reporter"),
-                (self._starter_main, "agent-starter"),
                 (self._supervisor_main, "agent-supervisor"),
                 (self._claimer_main, "agent-claimer"),
             ):
@@ -220,7 +215,6 @@ class Agent:
                 self._closed = True
                 self._cond.notify_all()
             self._outbox_ready.set()
-            self._starts_ready.set()
             self._restore_signals(previous)
             for thread in threads:
                 if thread.name != "agent-claimer":  # may sit in a long-poll; it is a daemon
@@ -562,7 +556,7 @@ class Agent:
             )
 
     def _started(self, claim: Claim) -> bool:
-        """Ask the hub to mark a read-ahead job started (with the starter's next request) and
+        """Ask the hub to mark a read-ahead job started (with the reporter's next batch) and
         wait for its durable answer: True, run the handler; False, it does not start (lost,
         cancelled, released meanwhile; whoever decided that settled it)."""
         with self._cond:
@@ -578,7 +572,7 @@ class Agent:
             )
             self._settle(claim, Released(lease=claim.run.lease))
             return False
-        self._starts_ready.set()
+        self._outbox_ready.set()
         claim.answered.wait()
         with self._cond:
             return claim.started and not claim.settled
@@ -707,9 +701,10 @@ class Agent:
             while not self._closed and not self._fatal:
                 self._save_ready()
                 rows = self._pending_rows()
-                if not rows:
+                starts = self._waiting_starts()
+                if not rows and not starts:
                     break
-                if self._deliver_batch(rows):
+                if self._deliver_batch(rows, starts):
                     backoff.reset()
                     with self._cond:
                         self._hub_away = False
@@ -720,37 +715,13 @@ class Agent:
                 delay = backoff.next()
                 if backoff.failures <= 3 or backoff.failures % 10 == 0:
                     log.warning(
-                        "%d outcome(s) not delivered yet (the hub is unreachable or failing); "
-                        "retrying in %.1fs",
+                        "%d outcome(s) and %d start(s) not delivered yet (the hub is "
+                        "unreachable or failing); retrying in %.1fs",
                         len(rows),
-                        delay,
-                    )
-                self._wait_to_retry(delay)
-
-    def _starter_main(self) -> None:
-        """Send the starts executors wait for, all that wait in one request, at once: beside
-        the reporter's batch in flight (the hub commits both in one round when they meet)."""
-        backoff = Backoff(self.max_backoff)
-        while not self._closed and not self._fatal:
-            self._starts_ready.wait(timeout=30.0)
-            self._starts_ready.clear()
-            while not self._closed and not self._fatal:
-                starts = self._waiting_starts()
-                if not starts:
-                    break
-                if self._deliver_starts(starts):
-                    backoff.reset()
-                    continue
-                delay = backoff.next()  # the hub is away: the starts stay, their jobs wait
-                if backoff.failures <= 3 or backoff.failures % 10 == 0:
-                    log.warning(
-                        "%d start(s) not delivered yet (the hub is unreachable or failing); "
-                        "retrying in %.1fs",
                         len(starts),
                         delay,
                     )
-                with self._cond:
-                    self._cond.wait_for(lambda: self._closed or bool(self._fatal), delay)
+                self._wait_to_retry(delay)
         self._end_starts()
 
     def _waiting_starts(self) -> list[Claim]:
@@ -790,19 +761,24 @@ class Agent:
                 if not self._hub_away:  # set back by the claimer: the hub answers again
                     return
 
-    def _deliver_batch(self, rows: list[Pending]) -> bool:
-        """Send `rows` in one `POST /api/jobs/reports` (single routes to a hub without it, and
-        for rows without a lease id); False when the hub is unavailable (the rows stay)."""
+    def _deliver_batch(self, rows: list[Pending], starts: Sequence[Claim] = ()) -> bool:
+        """Send `starts` and `rows` in one `POST /api/jobs/reports` (single routes to a hub
+        without it, and for rows without a lease id); False when the hub is unavailable (the
+        rows and the starts stay)."""
         single = [row for row in rows if not self._batched or "lease_id" not in row.body]
         batch = [row for row in rows if row not in single]
-        if batch:
-            items = [_item(row) for row in batch]
+        if starts and not self._batched:
+            self._no_starts(starts, "the hub has no batched reports route")
+            starts = []
+        if batch or starts:
+            items = [_start_item(claim) for claim in starts] + [_item(row) for row in batch]
             try:
                 answer = self.client.reports(self.worker_id, items)
                 self._reports_seen = True
             except NoBatchRoute as exc:
                 log.info("%s; reporting one outcome per request", exc)
                 self._batched = False
+                self._no_starts(starts, str(exc))
                 single.extend(batch)
             except HubUnavailable as exc:
                 self._outbox_call(self.outbox.tried_many, [row.lease_id for row in batch])
@@ -813,21 +789,20 @@ class Agent:
                 return False
             except HubError as exc:  # the batch itself refused (too big?): one at a time
                 log.warning("batched report refused (%s); reporting one outcome per request", exc)
+                if starts and not self._deliver_starts(starts):
+                    return False
                 single.extend(batch)
             else:
-                self._settle_answers(batch, answer)
+                news = len(starts)
+                self._start_answers(starts, answer.results[:news])
+                self._settle_answers(batch, replace(answer, results=answer.results[news:]))
         return all([self._deliver(row) for row in single])
 
     def _deliver_starts(self, starts: Sequence[Claim]) -> bool:
-        """Send `starts` in one `POST /api/jobs/reports`; False when the hub is unavailable
-        (they stay, and their executors wait). A hub without the route, or refusing the
-        request, cannot start read-ahead jobs: they go back unrun."""
+        """Send starts alone (their batch with outcomes was refused whole); False when the hub
+        is unavailable (they stay)."""
         try:
             answer = self.client.reports(self.worker_id, [_start_item(c) for c in starts])
-        except NoBatchRoute as exc:
-            self._batched = False
-            self._no_starts(starts, str(exc))
-            return True
         except HubUnavailable:
             return False
         except HubAuthError as exc:
