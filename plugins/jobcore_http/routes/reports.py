@@ -36,7 +36,7 @@ from jobcore.models import (
 )
 from jobcore_http.auth import acting_as, hub_of
 from jobcore_http.authorize import may_enqueue
-from jobcore_http.engine import settle
+from jobcore_http.engine import settle_all
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
@@ -105,18 +105,18 @@ async def record_reports(hub: Hub, principal: Principal, body: ReportsIn) -> dic
         [_lease(item.report, worker) for item in beats],
         [_lease(item.report, worker) for item in starts],
     )
-    for item, future in zip(outcomes, recorded, strict=True):
-        done = await settle(future)
+    answered: list[Any] = await settle_all([*recorded, *extended, *begun])
+    done_as, cancels = answered[: len(recorded)], answered[len(recorded) :][: len(extended)]
+    for item, done in zip(outcomes, done_as, strict=True):
         if done.state != "stale":
             item.answer = _state(item.report, done.state)
-    for item, beat in zip(beats, extended, strict=True):
-        cancel = await settle(beat)
+    for item, cancel in zip(beats, cancels, strict=True):
         if cancel is not None:
             item.answer = {**_state(item.report, "recorded"), "cancel_requested": cancel}
             if item.report.progress is not None:
                 hub.registry.progress[item.report.job_id] = item.report.progress
-    for item, start in zip(starts, begun, strict=True):
-        item.answer = _started(item, await settle(start))
+    for item, begun_as in zip(starts, answered[len(recorded) + len(extended) :], strict=True):
+        item.answer = _started(item, begun_as)
     undecided = [item for item in items if item.answer is None]
     if undecided:  # refused by the fence: a repeat of what was recorded, or stale
         now = await run_in_threadpool(_read, hub, [item.report.job_id for item in undecided])
