@@ -94,7 +94,7 @@ class Hub:
             stdout=subprocess.DEVNULL,
             stderr=open(tmp / "hub.log", "wb"),  # noqa: SIM115
         )
-        deadline = time.time() + 30
+        deadline = time.time() + 120  # a loaded machine starts it slowly
         while time.time() < deadline:
             try:
                 if httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200:
@@ -138,7 +138,7 @@ class Hub:
             stderr=open(self.tmp / f"agent-{worker_id}.log", "wb"),
         )
 
-    def registered(self, worker_id: str, timeout: float = 30) -> None:
+    def registered(self, worker_id: str, timeout: float = 120) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             workers = self.http.get("/api/workers").json()["workers"]

@@ -69,6 +69,14 @@ async def settle(future: Future[T]) -> T:
         ) from None
 
 
+async def settle_all(futures: Sequence[Future[T]]) -> list[T]:
+    """Await writes handed in together (`Engine.together`: one round resolves them, in
+    order): one wait for the last, not an event-loop wake-up per write."""
+    if futures:
+        await settle(futures[-1])
+    return [future.result() if future.done() else await settle(future) for future in futures]
+
+
 @dataclass
 class ClaimRequest:
     worker: str

@@ -2,14 +2,17 @@
 framework's per-request machinery.
 
 `POST /api/jobs`, `POST /api/jobs/batch`, `GET /api/queue` and `PUT /api/queue/{id}`
-are what a producer or a JSON-queue worker calls once per job. Through FastAPI each
+are what a producer or a JSON-queue worker calls once per job; `POST /api/jobs/reports`
+is what an agent calls once per few jobs (its read-ahead starts wait for the answer),
+and `POST /api/jobs/claim` once per batch of jobs. Through FastAPI each
 paid for its exception middleware, routing, dependency solving and a second parse of
 the body (about 40% of the hub's CPU per request, measured with py-spy: see
 benchmarks/results/hub.md). This middleware sits inside `BodyLimit` (so size, time
 and JSON checks still run first), takes a request only when its input is plainly good
 (a JSON content type, a body that validates against the route's own model, a path
 parameter within bounds), then runs the route's own function (`enqueue_one`,
-`enqueue_batch_of`, `next_job_for`, `update_job`) after the route's own auth check.
+`enqueue_batch_of`, `next_job_for`, `update_job`, `record_reports`, and the claim route
+itself) after the route's own auth check.
 Errors those raise are answered by `errors.answer_for`, the app's own handlers.
 
 Every other request, and every request whose input is not plainly good, goes to the
@@ -31,7 +34,7 @@ from jobcore_http.auth import require
 from jobcore_http.errors import answer_for
 from jobcore_http.hub import Hub
 from jobcore_http.limits import PARSED_BODY
-from jobcore_http.models import BatchIn, EnqueueIn, QueueUpdateIn
+from jobcore_http.models import BatchIn, ClaimIn, EnqueueIn, QueueUpdateIn, ReportsIn
 from jobcore_http.responses import JSONResponse
 from jobcore_http.tokens import Principal
 
@@ -67,6 +70,10 @@ def _route(scope: Scope) -> Lane | None:
             return _enqueue
         if path == "/api/jobs/batch":
             return _batch
+        if path == "/api/jobs/reports":
+            return _reports
+        if path == "/api/jobs/claim":
+            return _claim
     elif method == "GET" and path == "/api/queue":
         return _next
     elif method == "PUT" and path.startswith(QUEUE_PREFIX):
@@ -160,3 +167,31 @@ async def _update(scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> N
         return await _to_app(scope, receive, send, app)
     job_id = scope["path"][len(QUEUE_PREFIX) :]
     await _answer(scope, receive, send, _agent, lambda hub, who: update_job(hub, who, job_id, body))
+
+
+async def _reports(scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+    from jobcore_http.routes.reports import record_reports
+
+    body = _json_body(scope, ReportsIn)
+    if body is None:
+        return await _to_app(scope, receive, send, app)
+    await _answer(scope, receive, send, _agent, lambda hub, who: record_reports(hub, who, body))
+
+
+async def _claim(scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+    """The claim route's own function, called with a request that reads the client's end
+    (a long-poll watches for it, and a claim answer is given back if the client left)."""
+    from jobcore_http.routes.agents import claim
+
+    body = _json_body(scope, ClaimIn)
+    if body is None:
+        return await _to_app(scope, receive, send, app)
+    await receive()  # the body `BodyLimit` replays: read, as the framework would have
+    request = Request(scope, receive)
+    response: Response
+    try:
+        principal = await _agent(request)
+        response = await claim(request, body, principal)
+    except Exception as exc:
+        response = answer_for(scope["method"], scope["path"], exc)
+    await response(scope, receive, send)

@@ -3,6 +3,7 @@ single route, answered per item, on both stores."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,24 @@ def test_a_read_token_and_an_oversized_batch_are_refused(
     many = [{"job_id": "x", "lease_id": "y", "kind": "release"}] * 1001
     answer = fleet.a.post("/api/jobs/reports", json={"worker_id": "agent-a", "reports": many})
     assert answer.status_code in (400, 422), answer.text
+
+
+def test_every_answer_has_the_documented_shape_whichever_path_served_it(fleet: Fleet) -> None:
+    """A report with one JSON content type is answered by the hub's hot lane; one whose
+    content type comes twice (which the lane leaves alone) by the framework's route: both
+    answer every item with exactly `ReportOut`'s keys, as the OpenAPI document says."""
+    spec = fleet.admin.get("/openapi.json").json()
+    documented = set(spec["components"]["schemas"]["ReportOut"]["properties"])
+    jobs = fleet.claimed(8)
+    for copies, mine in ((1, jobs[:4]), (2, jobs[4:])):
+        items = [*_mixed(mine), {"job_id": mine[0]["id"], "kind": "result"}]  # no lease id
+        answer = fleet.a.post(
+            "/api/jobs/reports",
+            content=json.dumps({"worker_id": "agent-a", "reports": items}),
+            headers=[("Content-Type", "application/json")] * copies,
+        )
+        assert answer.status_code == 200, answer.text
+        results = answer.json()["results"]
+        assert _states(results) == ["recorded"] * 4 + ["refused"]
+        assert [set(result) for result in results] == [documented] * 5
+        assert results[3]["cancel_requested"] is False and results[0]["error"] is None

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobcore_http.engine import Engine
+from jobcore_http.engine import Engine, settle_all
 from jobcore_http.store import SQLiteHubStore, TokenRecord, hub_store_for
 
 from jobcore import Config, Queue
+from jobcore.models import Completed, Lease
 
 
 @pytest.fixture
@@ -70,3 +72,28 @@ def test_hub_tables_migrate_idempotently(queue: Queue) -> None:
     assert again.revoke_token("t", 2) and again.token_by_hash("ab" * 32) is None
     again.close()
     store.close()
+
+
+def test_writes_handed_in_together_are_awaited_together_in_order(
+    queue: Queue, engine: Engine
+) -> None:
+    """`settle_all` waits once for a batch's writes and answers each in order, a write that
+    failed with its own error (the batched reports route awaits its items this way)."""
+    jobs = [queue.build("noop", {}) for _ in range(3)]
+    queue.enqueue_many("noop", [{}, {}])
+    claimed = engine.claim("w1", 2, (), (), 0.0, start=0).future.result(10)
+    outcomes, beats, starts = engine.together(
+        [Completed(Lease.of(claimed[0]), {"n": 1})],
+        [Lease.of(claimed[1]), Lease(claimed[1].id, "not-the-lease", "w1")],
+        [Lease.of(claimed[1])],
+    )
+    answered = asyncio.run(settle_all([*outcomes, *beats, *starts]))
+    assert [type(answered[0]).__name__, *answered[1:]] == ["Recorded", False, None, "started"]
+    assert answered[0].state == "recorded"
+    assert queue.get(claimed[1].id).started_at is not None
+    futures = [engine.insert([job]) for job in jobs[:2]]
+    bad = dataclasses.replace(jobs[2], queue="\ud800")
+    futures.insert(1, engine.insert([bad]))
+    with pytest.raises(UnicodeError):
+        asyncio.run(settle_all(futures))
+    assert queue.get(jobs[0].id).status == "pending"

@@ -8,6 +8,7 @@ only the first `start` jobs; the others are marked by a `start` item of
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +182,25 @@ def test_a_repeated_release_or_fail_of_a_cancelled_job_answers_already(fleet: St
         answer = fleet.a.post("/api/jobs/reports", json={"worker_id": "agent-a", "reports": items})
         assert [r["state"] for r in answer.json()["results"]] == [expected] * 2, answer.text
     assert [fleet.job(job["id"])["status"] for job in jobs] == ["cancelled"] * 2
+
+
+def test_a_claim_answers_alike_whichever_path_served_it(fleet: Fleet) -> None:
+    """One JSON content type: the hub's hot lane serves the claim; the content type twice
+    (which the lane leaves alone): the framework's route. Both claim and mark started the
+    same way, answer the same job keys, and refuse another agent's worker id the same way."""
+    made = fleet.admin.post("/api/jobs/batch", json={"jobs": [{"type": "noop"}] * 6})
+    assert made.status_code in (200, 201), made.text
+    answers = []
+    for copies in (1, 2):
+        headers = [("Content-Type", "application/json")] * copies
+        body = {"worker_id": "agent-a", "max_jobs": 3, "start": 1}
+        got = fleet.a.post("/api/jobs/claim", content=json.dumps(body), headers=headers)
+        assert got.status_code == 200, got.text
+        jobs = got.json()
+        assert len(jobs) == 3 and [job["started_at"] is None for job in jobs] == [False, True, True]
+        assert all(job["locked_by"] == "agent-a" and job["lease_id"] for job in jobs)
+        answers.append([sorted(job) for job in jobs])
+        forged = {"worker_id": "agent-b", "max_jobs": 1}
+        refused = fleet.a.post("/api/jobs/claim", content=json.dumps(forged), headers=headers)
+        assert refused.status_code == 403 and "agent-b" in refused.json()["error"], refused.text
+    assert answers[0] == answers[1]

@@ -36,7 +36,7 @@ from jobcore.models import (
 )
 from jobcore_http.auth import acting_as, hub_of
 from jobcore_http.authorize import may_enqueue
-from jobcore_http.engine import settle
+from jobcore_http.engine import settle_all
 from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
@@ -77,8 +77,13 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
     `refused` with `error` (malformed or not allowed; nothing of it written). A `start`
     answered `recorded` is durable: the read-ahead job's handler may begin.
     """
+    return await record_reports(hub_of(request), principal, body)
+
+
+async def record_reports(hub: Hub, principal: Principal, body: ReportsIn) -> dict[str, Any]:
+    """The route's work, also run by the hot lane (`jobcore_http.hotlane`): every item
+    answered in `ReportOut`'s full shape, so both paths send the same JSON."""
     acting_as(principal, body.worker_id)
-    hub = hub_of(request)
     worker = body.worker_id
     hub.registry.seen(worker, hub.now())
     answers: list[dict[str, Any]] = [{}] * len(body.reports)
@@ -100,18 +105,18 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
         [_lease(item.report, worker) for item in beats],
         [_lease(item.report, worker) for item in starts],
     )
-    for item, future in zip(outcomes, recorded, strict=True):
-        done = await settle(future)
+    answered: list[Any] = await settle_all([*recorded, *extended, *begun])
+    done_as, cancels = answered[: len(recorded)], answered[len(recorded) :][: len(extended)]
+    for item, done in zip(outcomes, done_as, strict=True):
         if done.state != "stale":
             item.answer = _state(item.report, done.state)
-    for item, beat in zip(beats, extended, strict=True):
-        cancel = await settle(beat)
+    for item, cancel in zip(beats, cancels, strict=True):
         if cancel is not None:
             item.answer = {**_state(item.report, "recorded"), "cancel_requested": cancel}
             if item.report.progress is not None:
                 hub.registry.progress[item.report.job_id] = item.report.progress
-    for item, start in zip(starts, begun, strict=True):
-        item.answer = _started(item, await settle(start))
+    for item, begun_as in zip(starts, answered[len(recorded) + len(extended) :], strict=True):
+        item.answer = _started(item, begun_as)
     undecided = [item for item in items if item.answer is None]
     if undecided:  # refused by the fence: a repeat of what was recorded, or stale
         now = await run_in_threadpool(_read, hub, [item.report.job_id for item in undecided])
@@ -120,7 +125,8 @@ async def reports(request: Request, body: ReportsIn, principal: Agent) -> dict[s
     for item in items:
         assert item.answer is not None
         answers[item.index] = item.answer
-    return {"results": answers, "drain": worker in hub.registry.draining}
+    results = [{"error": None, "cancel_requested": None, **answer} for answer in answers]
+    return {"results": results, "drain": worker in hub.registry.draining}
 
 
 def _lease(report: ReportIn, worker: str) -> Lease:
