@@ -77,6 +77,7 @@ def test_schedules_lists_next_and_last_runs(tmp_path: Path) -> None:
 BAD = [
     ('cron = "61 * * * *"', "bad cron '61 * * * *': not a cron expression"),
     ('cron = "* * * * * *"', "give five fields"),
+    ('cron = "0 0 30 2 *"', "bad cron '0 0 30 2 *': never fires (no such date)"),
     ('cron = "0 3 * * *"\ntimezone = "Mars/Olympus"', "bad timezone 'Mars/Olympus': unknown"),
     ('every = "0s"', "bad every '0s': give a duration from 1s"),
     ('every = "5m"\npolicy = "sometimes"', "bad policy 'sometimes': use one of skip, latest"),
