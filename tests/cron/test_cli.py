@@ -180,3 +180,19 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path, store_db: Path | str) 
     listed = jobs["jobs"] if isinstance(jobs, dict) else jobs
     times = [job["meta"]["cron"]["scheduled_at"] for job in listed]
     assert len(times) >= 2 and len(set(times)) == len(times)
+
+
+def test_schedules_reads_beside_a_writer_without_the_write_lock(tmp_path: Path) -> None:
+    import apsw
+
+    assert _jobcore(tmp_path, "run", "--max-jobs", "1").returncode == 0  # one scheduled run
+    writer = apsw.Connection(str(tmp_path / "jobs.db"))
+    writer.execute("BEGIN IMMEDIATE")  # another process holds the write lock meanwhile
+    try:
+        listed = _jobcore(tmp_path, "schedules", "--json", JOBCORE_BUSY_TIMEOUT="0.5")
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert rows["tick"]["runs"] == 1 and rows["tick"]["last_job"]["status"] == "completed"
