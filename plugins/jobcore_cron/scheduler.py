@@ -25,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jobcore import JobcoreError, Queue
+from jobcore import JobcoreError, Queue, UnknownJobType
 from jobcore.timeutil import iso
 from jobcore_cron.spec import Schedule
 from jobcore_cron.store import CronStore, Lost, Run
@@ -227,6 +227,12 @@ def _count_missed(schedule: Schedule, last_at: int, mark: int, enqueued: int) ->
 def check(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, str]:
     """What would stop a schedule from enqueueing on `queue` (unknown type, bad payload),
     by schedule name."""
+    return {name: problem for name, (problem, _) in problems_of(queue, schedules).items()}
+
+
+def problems_of(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, tuple[str, bool]]:
+    """`check`, each problem with whether it is only this process's: a job type it lacks
+    (another worker or the hub may have it), not a payload the type rejects."""
     problems = {}
     for schedule in schedules:
         try:
@@ -234,8 +240,11 @@ def check(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, str]:
                 schedule.type, schedule.payload, queue=schedule.queue, priority=schedule.priority
             )
         except JobcoreError as exc:
-            problems[schedule.name] = f"schedule {schedule.name!r} ({schedule.source}): {exc}"
+            problems[schedule.name] = (
+                f"schedule {schedule.name!r} ({schedule.source}): {exc}",
+                isinstance(exc, UnknownJobType),
+            )
     return problems
 
 
-__all__ = ["Scheduler", "check", "plan"]
+__all__ = ["Scheduler", "check", "plan", "problems_of"]

@@ -118,10 +118,17 @@ def test_an_unknown_job_type_or_bad_payload(tmp_path: Path) -> None:
         listed = _jobcore(tmp_path, "schedules", config=config)
         assert listed.returncode == 1
         assert listed.stderr.startswith("Error: schedule 'broken' (") and message in listed.stderr
-    # a worker says so at start and runs everything else (job types are the worker's own)
-    worker = _jobcore(tmp_path, "run", "--until-empty", config=config)
+    # a worker says so at start and runs everything else: a type it lacks is left to a
+    # process that has it (a warning), a payload its type rejects can run nowhere (an error)
+    unknown = '[plugins.cron.schedules.elsewhere]\ntype = "nope"\nevery = "1s"\n'
+    worker = _jobcore(tmp_path, "run", "--until-empty", config=config + unknown)
     assert worker.returncode == 0
-    assert "ERROR" in worker.stderr and "this schedule will not run" in worker.stderr
+    lines = [line for line in worker.stderr.splitlines() if "jobcore.cron" in line]
+    bad = next(line for line in lines if "'broken'" in line)
+    assert " ERROR " in bad and "invalid payload" in bad and "will not run" in bad, lines
+    elsewhere = next(line for line in lines if "'elsewhere'" in line)
+    assert " WARNING " in elsewhere and "not registered in this process" in elsewhere, lines
+    assert "a worker or hub that has it" in elsewhere
     queue = make_queue(tmp_path / "jobs.db")
     try:
         assert [job.type for job in queue.list_jobs()] == ["noop"]  # nothing scheduled
