@@ -35,6 +35,7 @@ log = logging.getLogger("jobcore.cron")
 MAX_RUNS_PER_TICK = 1000  # `all` over a long outage: the rest on the next tick
 MAX_SLEEP = 30.0  # seconds: look at the clock at least this often
 MAX_BACKOFF = 30.0
+CLOCK_STEP_MS = 5000  # a mark further ahead of the store's clock: the clock went back
 
 
 def plan(schedule: Schedule, last_at: int, now: int) -> tuple[list[int], int | None]:
@@ -82,6 +83,7 @@ class _Pass:
     last_at: int  # the mark it found
     mark: int | None = None  # the mark it left (None: nothing was due)
     runs: list[Run] = field(default_factory=list)
+    now: int | None = None  # the store's clock in the pass, when nothing was due
 
 
 class Scheduler:
@@ -136,6 +138,14 @@ class Scheduler:
                 run.job_id,
                 iso(run.scheduled_at),
             )
+        if pass_.now is not None and pass_.last_at - pass_.now > CLOCK_STEP_MS:
+            log.warning(
+                "schedule %s: the store's clock is %ds behind the latest time already dealt "
+                "with (it was stepped back); to enqueue no time twice, runs resume after %s",
+                schedule.name,
+                (pass_.last_at - pass_.now) // 1000,
+                iso(pass_.last_at),
+            )
         if pass_.mark is not None:
             missed = _count_missed(schedule, pass_.last_at, pass_.mark, len(pass_.runs))
             if missed:
@@ -158,7 +168,7 @@ class Scheduler:
             times, mark = plan(schedule, state.last_at, now)
             following = _first_after(schedule, max(state.last_at, now if mark is None else mark))
             if mark is None:
-                return _Pass(following=following, last_at=state.last_at)
+                return _Pass(following=following, last_at=state.last_at, now=now)
             jobs = [
                 self.queue.build(
                     schedule.type,

@@ -193,3 +193,27 @@ def test_paris_dst_changes_with_a_store_and_a_ticking_clock(
     for job in sorted(queue.list_jobs(limit=100), key=lambda j: j.meta["cron"]["scheduled_at"]):
         found[job.meta["cron"]["schedule"]].append(job.meta["cron"]["scheduled_at"][11:16])
     assert found == expected
+
+
+def test_a_store_clock_stepped_back_enqueues_nothing_twice_and_says_so(
+    clocked_queue: Callable[..., Queue], clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = clocked_queue(clock)
+    scheduler = Scheduler(queue, [_minutely("all")])
+    scheduler.tick()
+    clock.now = _ms("00:03:01")
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00"]
+    clock.now = _ms("00:00:40")  # the clock steps back over times already enqueued
+    other = Scheduler(queue, [_minutely("all")])  # a process started after the step
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        other.tick()
+        scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00"]  # none again
+    warnings = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # the one that looked: `scheduler` waits for 00:04
+    assert "schedule minutely" in warnings[0] and "141s behind" in warnings[0]
+    assert "resume after 2026-01-01T00:03:01.000Z" in warnings[0]
+    clock.now = _ms("00:04:00")
+    other.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00", "00:04:00"]
