@@ -217,3 +217,39 @@ def test_a_store_clock_stepped_back_enqueues_nothing_twice_and_says_so(
     clock.now = _ms("00:04:00")
     other.tick()
     assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00", "00:04:00"]
+
+
+def test_the_scheduler_thread_outlives_a_locked_database(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import time
+
+    import apsw
+
+    from jobcore.testing import make_queue
+
+    queue = make_queue(tmp_path / "jobs.db", modules=["jobcore_cron"], busy_timeout=0.2)
+    queue.storage.migrate()
+    tick = parse_schedule("tick", {"type": "noop", "every": "1s", "grace": "5s"}, "test")
+    scheduler = Scheduler(queue, [tick])
+    scheduler.prepare()
+    writer = apsw.Connection(str(tmp_path / "jobs.db"))
+    writer.execute("BEGIN IMMEDIATE")  # another process holds the write lock for a while
+    try:
+        with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+            scheduler.start()
+            time.sleep(0.5)
+            assert scheduler._thread is not None and scheduler._thread.is_alive()
+        writer.execute("ROLLBACK")
+        deadline = time.monotonic() + 20
+        while not queue.list_jobs(limit=1) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first pass starts the schedule; a later one enqueues
+        enqueued = queue.list_jobs(limit=1)
+    finally:
+        writer.close()
+        scheduler.stop()
+        queue.close()
+    busy = [r for r in caplog.records if "is busy" in r.getMessage()]
+    assert busy and "trying again in 1s" in busy[0].getMessage()
+    assert busy[0].levelno == logging.WARNING
+    assert enqueued  # then it went on
