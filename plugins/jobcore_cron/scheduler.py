@@ -97,6 +97,7 @@ class Scheduler:
         self.owner = owner
         self.store = CronStore(queue.storage)
         self._next: dict[str, int] = {}  # schedule → its next time, as last seen
+        self._lost: set[str] = set()  # schedules whose last pass lost its compare-and-set
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = False
@@ -126,9 +127,22 @@ class Scheduler:
         try:
             pass_ = self._pass(schedule)
         except Lost:
-            log.debug("schedule %s: another scheduler ran it first", schedule.name)
-            self._next[schedule.name] = 0  # read the moved mark on the next tick
+            # the mark is read under the write lock (PostgreSQL: FOR UPDATE), so a second
+            # loss in a row means runs are recorded above the mark: the store was edited
+            if schedule.name not in self._lost:
+                log.debug("schedule %s: another scheduler ran it first", schedule.name)
+                self._lost.add(schedule.name)
+                self._next[schedule.name] = 0  # read the moved mark on the next tick
+                return []
+            log.warning(
+                "schedule %s: runs it would enqueue are already recorded above its mark "
+                "(was cron_schedules edited by hand?); nothing enqueued, trying again in %gs",
+                schedule.name,
+                MAX_SLEEP,
+            )
+            self._next[schedule.name] = self.queue.storage.now() + int(MAX_SLEEP * 1000)
             return []
+        self._lost.discard(schedule.name)
         # set only once committed: after a failure the schedule stays due and is tried again
         self._next[schedule.name] = pass_.following
         for run in pass_.runs:

@@ -253,3 +253,23 @@ def test_the_scheduler_thread_outlives_a_locked_database(
     assert busy and "trying again in 1s" in busy[0].getMessage()
     assert busy[0].levelno == logging.WARNING
     assert enqueued  # then it went on
+
+
+def test_a_mark_moved_back_under_recorded_runs_is_said_and_not_spun_on(
+    clocked_queue: Callable[..., Queue], clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = clocked_queue(clock)
+    scheduler = Scheduler(queue, [_minutely("all")])
+    scheduler.tick()
+    clock.now = _ms("00:02:01")
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00"]
+    with queue.transaction() as conn:  # an operator "rewinds" the schedule by hand
+        conn.execute(f"UPDATE {CronStore(queue.storage).schedules} SET last_at = 0")
+    clock.now = _ms("00:03:01")  # 00:01 and 00:02 again, with 00:03: the whole pass refuses
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        waits = [scheduler.tick() for _ in range(3)]
+    assert _scheduled(queue) == ["00:01:00", "00:02:00"]  # the recorded runs refuse again
+    assert waits[-1] >= 1, waits  # not a loop taking the write lock a hundred times a second
+    said = [r.getMessage() for r in caplog.records if "already recorded" in r.getMessage()]
+    assert said and "schedule minutely" in said[0]
