@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from jobcore import JobcoreError, Queue, UnknownJobType
+from jobcore.errors import StorageError
 from jobcore.timeutil import iso
 from jobcore_cron.spec import Schedule
 from jobcore_cron.store import CronStore, Lost, Run
@@ -98,6 +99,7 @@ class Scheduler:
         self.store = CronStore(queue.storage)
         self._next: dict[str, int] = {}  # schedule → its next time, as last seen
         self._lost: set[str] = set()  # schedules whose last pass lost its compare-and-set
+        self._failures: dict[str, float] = {}  # schedule → its pause after a failed pass (s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = False
@@ -117,10 +119,29 @@ class Scheduler:
         now = self.queue.storage.now()
         for schedule in self.schedules:
             if self._next.get(schedule.name, 0) <= now:
-                self.run_due(schedule)
+                self._run_or_pause(schedule, now)
         now = self.queue.storage.now()
         wait = min(self._next.values(), default=now + int(MAX_SLEEP * 1000)) - now
         return min(MAX_SLEEP, max(0.01, wait / 1000))
+
+    def _run_or_pause(self, schedule: Schedule, now: int) -> None:
+        """`run_due`; a pass that fails holds back only its own schedule, retried after a
+        pause doubling from 1s to MAX_BACKOFF. The store's unavailability fails the whole
+        tick instead (the thread's loop backs off)."""
+        try:
+            self.run_due(schedule)
+        except StorageError:
+            raise
+        except Exception as exc:
+            pause = min(MAX_BACKOFF, max(1.0, self._failures.get(schedule.name, 0.0) * 2))
+            self._failures[schedule.name] = pause
+            self._next[schedule.name] = now + int(pause * 1000)
+            if isinstance(exc, JobcoreError):
+                log.warning("schedule %s: %s; trying again in %gs", schedule.name, exc, pause)
+            else:
+                log.exception("schedule %s: pass failed; trying again in %gs", schedule.name, pause)
+        else:
+            self._failures.pop(schedule.name, None)
 
     def run_due(self, schedule: Schedule) -> list[Run]:
         """One compare-and-set transaction for `schedule`: the runs this scheduler enqueued."""

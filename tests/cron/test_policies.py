@@ -273,3 +273,35 @@ def test_a_mark_moved_back_under_recorded_runs_is_said_and_not_spun_on(
     assert waits[-1] >= 1, waits  # not a loop taking the write lock a hundred times a second
     said = [r.getMessage() for r in caplog.records if "already recorded" in r.getMessage()]
     assert said and "schedule minutely" in said[0]
+
+
+def test_a_schedule_failing_its_pass_holds_back_no_other(
+    clocked_queue: Callable[..., Queue], clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jobcore import InvalidPayload, JobType, Payload
+
+    ready = [True]
+
+    def available(payload: Any, config: Any) -> None:  # a check of the outside world
+        if not ready[0]:
+            raise InvalidPayload("the report source is not available")
+
+    queue = clocked_queue(clock)
+    report = JobType(name="report", payload_model=Payload, handler=print, check=available)
+    queue.registry.register(report, plugin="test")
+    fragile = parse_schedule("fragile", {"type": "report", "every": "1m"}, "test")
+    steady = parse_schedule("steady", {"type": "noop", "every": "1m"}, "test")
+    scheduler = Scheduler(queue, [fragile, steady])
+    scheduler.tick()
+    ready[0] = False  # the first schedule's job now fails its check at every pass
+    clock.now = _ms("00:01:01")
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        wait = scheduler.tick()
+    assert [job.type for job in queue.list_jobs(limit=10)] == ["noop"]  # steady ran
+    said = [r.getMessage() for r in caplog.records if "schedule fragile" in r.getMessage()]
+    assert said and "the report source is not available" in said[0], caplog.text
+    assert 0.5 <= wait <= 30  # the failing one is tried again after a pause, not at once
+    ready[0] = True
+    clock.now = _ms("00:01:05")
+    scheduler.tick()
+    assert sorted(job.type for job in queue.list_jobs(limit=10)) == ["noop", "report"]
