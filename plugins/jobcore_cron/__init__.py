@@ -130,16 +130,25 @@ def jobcore_worker_stopped(worker: str) -> None:
 def start_scheduler(owner: str, queue: Queue) -> bool:
     """Start a scheduler for `owner` on `queue` unless disabled or nothing is scheduled.
 
-    Schedules whose job type or payload `queue` rejects are logged as errors and left out.
+    Schedules this process cannot enqueue are left out: a job type it lacks with a warning
+    (a worker or hub that has the type enqueues them), a payload the type rejects with an
+    error (no process can).
     """
-    from jobcore_cron.scheduler import Scheduler, check
+    from jobcore_cron.scheduler import Scheduler, problems_of
 
     if not queue.config.plugin_settings("cron", CronSettings).enabled:
         return False
     found = schedules_of(queue.config)
-    problems = check(queue, found)
-    for problem in problems.values():
-        log.error("%s; this schedule will not run", problem)
+    problems = problems_of(queue, found)
+    for problem, elsewhere in problems.values():
+        if elsewhere:
+            log.warning(
+                "%s; it is not registered in this process, so a worker or hub that has it "
+                "enqueues this schedule's runs (none will if no process has it)",
+                problem,
+            )
+        else:
+            log.error("%s; this schedule will not run", problem)
     bad = set(problems)
     usable = [item for item in found if item.name not in bad]
     if not usable:

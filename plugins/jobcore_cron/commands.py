@@ -11,7 +11,7 @@ from jobcore.cli import CliState, pass_state
 from jobcore.cli.output import emit_json, table
 from jobcore.timeutil import iso
 from jobcore_cron.spec import Schedule
-from jobcore_cron.store import CronStore, Run, State
+from jobcore_cron.store import Run, State, read_latest
 
 
 @click.command()
@@ -64,9 +64,7 @@ def describe(
     """`{name, when, type, queue, policy, next_run_at, last_run_at, last_job, runs}` per
     schedule; `recorded` (`CronStore.latest`) is read from the store when not given."""
     if recorded is None:
-        store = CronStore(queue.storage)
-        with queue.transaction() as conn:
-            recorded = store.latest(conn)
+        recorded = read_latest(queue.storage, queue.transaction)
     now = queue.storage.now()
     rows = []
     for item in found:

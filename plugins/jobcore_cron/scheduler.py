@@ -25,7 +25,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jobcore import JobcoreError, Queue
+from jobcore import JobcoreError, Queue, UnknownJobType
+from jobcore.errors import StorageError
 from jobcore.timeutil import iso
 from jobcore_cron.spec import Schedule
 from jobcore_cron.store import CronStore, Lost, Run
@@ -35,6 +36,7 @@ log = logging.getLogger("jobcore.cron")
 MAX_RUNS_PER_TICK = 1000  # `all` over a long outage: the rest on the next tick
 MAX_SLEEP = 30.0  # seconds: look at the clock at least this often
 MAX_BACKOFF = 30.0
+CLOCK_STEP_MS = 5000  # a mark further ahead of the store's clock: the clock went back
 
 
 def plan(schedule: Schedule, last_at: int, now: int) -> tuple[list[int], int | None]:
@@ -82,6 +84,7 @@ class _Pass:
     last_at: int  # the mark it found
     mark: int | None = None  # the mark it left (None: nothing was due)
     runs: list[Run] = field(default_factory=list)
+    now: int | None = None  # the store's clock in the pass, when nothing was due
 
 
 class Scheduler:
@@ -95,6 +98,8 @@ class Scheduler:
         self.owner = owner
         self.store = CronStore(queue.storage)
         self._next: dict[str, int] = {}  # schedule → its next time, as last seen
+        self._lost: set[str] = set()  # schedules whose last pass lost its compare-and-set
+        self._failures: dict[str, float] = {}  # schedule → its pause after a failed pass (s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = False
@@ -114,19 +119,51 @@ class Scheduler:
         now = self.queue.storage.now()
         for schedule in self.schedules:
             if self._next.get(schedule.name, 0) <= now:
-                self.run_due(schedule)
+                self._run_or_pause(schedule, now)
         now = self.queue.storage.now()
         wait = min(self._next.values(), default=now + int(MAX_SLEEP * 1000)) - now
         return min(MAX_SLEEP, max(0.01, wait / 1000))
+
+    def _run_or_pause(self, schedule: Schedule, now: int) -> None:
+        """`run_due`; a pass that fails holds back only its own schedule, retried after a
+        pause doubling from 1s to MAX_BACKOFF. The store's unavailability fails the whole
+        tick instead (the thread's loop backs off)."""
+        try:
+            self.run_due(schedule)
+        except StorageError:
+            raise
+        except Exception as exc:
+            pause = min(MAX_BACKOFF, max(1.0, self._failures.get(schedule.name, 0.0) * 2))
+            self._failures[schedule.name] = pause
+            self._next[schedule.name] = now + int(pause * 1000)
+            if isinstance(exc, JobcoreError):
+                log.warning("schedule %s: %s; trying again in %gs", schedule.name, exc, pause)
+            else:
+                log.exception("schedule %s: pass failed; trying again in %gs", schedule.name, pause)
+        else:
+            self._failures.pop(schedule.name, None)
 
     def run_due(self, schedule: Schedule) -> list[Run]:
         """One compare-and-set transaction for `schedule`: the runs this scheduler enqueued."""
         try:
             pass_ = self._pass(schedule)
         except Lost:
-            log.debug("schedule %s: another scheduler ran it first", schedule.name)
-            self._next[schedule.name] = 0  # read the moved mark on the next tick
+            # the mark is read under the write lock (PostgreSQL: FOR UPDATE), so a second
+            # loss in a row means runs are recorded above the mark: the store was edited
+            if schedule.name not in self._lost:
+                log.debug("schedule %s: another scheduler ran it first", schedule.name)
+                self._lost.add(schedule.name)
+                self._next[schedule.name] = 0  # read the moved mark on the next tick
+                return []
+            log.warning(
+                "schedule %s: runs it would enqueue are already recorded above its mark "
+                "(was cron_schedules edited by hand?); nothing enqueued, trying again in %gs",
+                schedule.name,
+                MAX_SLEEP,
+            )
+            self._next[schedule.name] = self.queue.storage.now() + int(MAX_SLEEP * 1000)
             return []
+        self._lost.discard(schedule.name)
         # set only once committed: after a failure the schedule stays due and is tried again
         self._next[schedule.name] = pass_.following
         for run in pass_.runs:
@@ -135,6 +172,14 @@ class Scheduler:
                 schedule.name,
                 run.job_id,
                 iso(run.scheduled_at),
+            )
+        if pass_.now is not None and pass_.last_at - pass_.now > CLOCK_STEP_MS:
+            log.warning(
+                "schedule %s: the store's clock is %ds behind the latest time already dealt "
+                "with (it was stepped back); to enqueue no time twice, runs resume after %s",
+                schedule.name,
+                (pass_.last_at - pass_.now) // 1000,
+                iso(pass_.last_at),
             )
         if pass_.mark is not None:
             missed = _count_missed(schedule, pass_.last_at, pass_.mark, len(pass_.runs))
@@ -158,7 +203,7 @@ class Scheduler:
             times, mark = plan(schedule, state.last_at, now)
             following = _first_after(schedule, max(state.last_at, now if mark is None else mark))
             if mark is None:
-                return _Pass(following=following, last_at=state.last_at)
+                return _Pass(following=following, last_at=state.last_at, now=now)
             jobs = [
                 self.queue.build(
                     schedule.type,
@@ -227,6 +272,12 @@ def _count_missed(schedule: Schedule, last_at: int, mark: int, enqueued: int) ->
 def check(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, str]:
     """What would stop a schedule from enqueueing on `queue` (unknown type, bad payload),
     by schedule name."""
+    return {name: problem for name, (problem, _) in problems_of(queue, schedules).items()}
+
+
+def problems_of(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, tuple[str, bool]]:
+    """`check`, each problem with whether it is only this process's: a job type it lacks
+    (another worker or the hub may have it), not a payload the type rejects."""
     problems = {}
     for schedule in schedules:
         try:
@@ -234,8 +285,11 @@ def check(queue: Queue, schedules: Sequence[Schedule]) -> dict[str, str]:
                 schedule.type, schedule.payload, queue=schedule.queue, priority=schedule.priority
             )
         except JobcoreError as exc:
-            problems[schedule.name] = f"schedule {schedule.name!r} ({schedule.source}): {exc}"
+            problems[schedule.name] = (
+                f"schedule {schedule.name!r} ({schedule.source}): {exc}",
+                isinstance(exc, UnknownJobType),
+            )
     return problems
 
 
-__all__ = ["Scheduler", "check", "plan"]
+__all__ = ["Scheduler", "check", "plan", "problems_of"]

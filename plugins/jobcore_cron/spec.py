@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from jobcore import ConfigError
 from jobcore.timeutil import parse_duration
@@ -157,6 +157,10 @@ def _timing(table: dict[str, Any], bad: Any, where: str) -> tuple[Timing, str]:
             "timezone", 'unknown time zone; use an IANA name such as "Europe/Paris"'
         ) from None
     timing = Cron(expression, zone)
+    try:  # croniter accepts dates no month has (`0 0 30 2 *`): it fails only when asked
+        next(timing.times_after(0))
+    except CroniterError:
+        raise bad("cron", "never fires (no such date); check the day and month fields") from None
     return timing, timing.describe()
 
 

@@ -181,6 +181,28 @@ class CronStore:
         return [Run(*row) for row in rows]
 
 
+def read_latest(storage: Any, transaction: Any) -> dict[str, tuple[State, Run | None]]:
+    """`CronStore.latest` for a reader such as `jobcore schedules`: on SQLite through a
+    connection of its own outside any transaction, so it never waits for (or takes) the
+    write lock; on PostgreSQL in `transaction()`, which locks nothing it reads."""
+    store = CronStore(storage)
+    if store.postgres:
+        with transaction() as conn:
+            return store.latest(conn)
+    import apsw
+
+    from jobcore.storage.sqlite_connect import open_connection
+    from jobcore.storage.sqlite_errors import storage_error
+
+    conn = open_connection(storage.path, "NORMAL", storage.busy_timeout_ms)
+    try:
+        return store.latest(conn)
+    except apsw.Error as exc:
+        raise storage_error(exc, storage.path, storage.busy_timeout_ms) from exc
+    finally:
+        conn.close()
+
+
 def latest_of(
     rows: Any, schedules: str = "cron_schedules", runs: str = "cron_runs"
 ) -> dict[str, tuple[State, Run | None]]:

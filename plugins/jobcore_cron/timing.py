@@ -75,7 +75,9 @@ class Cron:
         self.elapsed = self.fields[1].startswith("*")  # hourly or more often
 
     def times_after(self, after_ms: int) -> Iterator[int]:
-        start = _utc(after_ms).astimezone(self.tz).replace(tzinfo=None) - SLACK
+        # a local time before `after`'s may land after it only across an offset change
+        slack = SLACK if self._slack_ms(after_ms) else timedelta(seconds=1)
+        start = _utc(after_ms).astimezone(self.tz).replace(tzinfo=None) - slack
         local_times = croniter(" ".join(self.fields), start)
         pending: list[int] = []
         last = after_ms
@@ -85,12 +87,19 @@ class Cron:
                 if at > last:
                     heapq.heappush(pending, at)
             # no later local time maps before this bound, so what lies below it is final
-            bound = self._earliest(naive) - _SLACK_MS
+            earliest = self._earliest(naive)
+            bound = earliest - self._slack_ms(earliest)
             while pending and pending[0] <= bound:
                 at = heapq.heappop(pending)
                 if at > last:
                     last = at
                     yield at
+
+    def _slack_ms(self, at: int) -> int:
+        """How far a later local time may land before `at`: SLACK near a change of UTC
+        offset, else 0 (a minutely schedule then walks a few local times, not 360)."""
+        offsets = {_utc(at + d).astimezone(self.tz).utcoffset() for d in (-_SLACK_MS, 0, _SLACK_MS)}
+        return _SLACK_MS if len(offsets) > 1 else 0
 
     def _instants(self, naive: datetime) -> list[int]:
         first = naive.replace(tzinfo=self.tz, fold=0)

@@ -77,6 +77,7 @@ def test_schedules_lists_next_and_last_runs(tmp_path: Path) -> None:
 BAD = [
     ('cron = "61 * * * *"', "bad cron '61 * * * *': not a cron expression"),
     ('cron = "* * * * * *"', "give five fields"),
+    ('cron = "0 0 30 2 *"', "bad cron '0 0 30 2 *': never fires (no such date)"),
     ('cron = "0 3 * * *"\ntimezone = "Mars/Olympus"', "bad timezone 'Mars/Olympus': unknown"),
     ('every = "0s"', "bad every '0s': give a duration from 1s"),
     ('every = "5m"\npolicy = "sometimes"', "bad policy 'sometimes': use one of skip, latest"),
@@ -117,10 +118,17 @@ def test_an_unknown_job_type_or_bad_payload(tmp_path: Path) -> None:
         listed = _jobcore(tmp_path, "schedules", config=config)
         assert listed.returncode == 1
         assert listed.stderr.startswith("Error: schedule 'broken' (") and message in listed.stderr
-    # a worker says so at start and runs everything else (job types are the worker's own)
-    worker = _jobcore(tmp_path, "run", "--until-empty", config=config)
+    # a worker says so at start and runs everything else: a type it lacks is left to a
+    # process that has it (a warning), a payload its type rejects can run nowhere (an error)
+    unknown = '[plugins.cron.schedules.elsewhere]\ntype = "nope"\nevery = "1s"\n'
+    worker = _jobcore(tmp_path, "run", "--until-empty", config=config + unknown)
     assert worker.returncode == 0
-    assert "ERROR" in worker.stderr and "this schedule will not run" in worker.stderr
+    lines = [line for line in worker.stderr.splitlines() if "jobcore.cron" in line]
+    bad = next(line for line in lines if "'broken'" in line)
+    assert " ERROR " in bad and "invalid payload" in bad and "will not run" in bad, lines
+    elsewhere = next(line for line in lines if "'elsewhere'" in line)
+    assert " WARNING " in elsewhere and "not registered in this process" in elsewhere, lines
+    assert "a worker or hub that has it" in elsewhere
     queue = make_queue(tmp_path / "jobs.db")
     try:
         assert [job.type for job in queue.list_jobs()] == ["noop"]  # nothing scheduled
@@ -179,3 +187,19 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path, store_db: Path | str) 
     listed = jobs["jobs"] if isinstance(jobs, dict) else jobs
     times = [job["meta"]["cron"]["scheduled_at"] for job in listed]
     assert len(times) >= 2 and len(set(times)) == len(times)
+
+
+def test_schedules_reads_beside_a_writer_without_the_write_lock(tmp_path: Path) -> None:
+    import apsw
+
+    assert _jobcore(tmp_path, "run", "--max-jobs", "1").returncode == 0  # one scheduled run
+    writer = apsw.Connection(str(tmp_path / "jobs.db"))
+    writer.execute("BEGIN IMMEDIATE")  # another process holds the write lock meanwhile
+    try:
+        listed = _jobcore(tmp_path, "schedules", "--json", JOBCORE_BUSY_TIMEOUT="0.5")
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert rows["tick"]["runs"] == 1 and rows["tick"]["last_job"]["status"] == "completed"

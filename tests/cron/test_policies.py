@@ -193,3 +193,115 @@ def test_paris_dst_changes_with_a_store_and_a_ticking_clock(
     for job in sorted(queue.list_jobs(limit=100), key=lambda j: j.meta["cron"]["scheduled_at"]):
         found[job.meta["cron"]["schedule"]].append(job.meta["cron"]["scheduled_at"][11:16])
     assert found == expected
+
+
+def test_a_store_clock_stepped_back_enqueues_nothing_twice_and_says_so(
+    clocked_queue: Callable[..., Queue], clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = clocked_queue(clock)
+    scheduler = Scheduler(queue, [_minutely("all")])
+    scheduler.tick()
+    clock.now = _ms("00:03:01")
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00"]
+    clock.now = _ms("00:00:40")  # the clock steps back over times already enqueued
+    other = Scheduler(queue, [_minutely("all")])  # a process started after the step
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        other.tick()
+        scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00"]  # none again
+    warnings = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # the one that looked: `scheduler` waits for 00:04
+    assert "schedule minutely" in warnings[0] and "141s behind" in warnings[0]
+    assert "resume after 2026-01-01T00:03:01.000Z" in warnings[0]
+    clock.now = _ms("00:04:00")
+    other.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00", "00:04:00"]
+
+
+def test_the_scheduler_thread_outlives_a_locked_database(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import time
+
+    import apsw
+
+    from jobcore.testing import make_queue
+
+    queue = make_queue(tmp_path / "jobs.db", modules=["jobcore_cron"], busy_timeout=0.2)
+    queue.storage.migrate()
+    tick = parse_schedule("tick", {"type": "noop", "every": "1s", "grace": "5s"}, "test")
+    scheduler = Scheduler(queue, [tick])
+    scheduler.prepare()
+    writer = apsw.Connection(str(tmp_path / "jobs.db"))
+    writer.execute("BEGIN IMMEDIATE")  # another process holds the write lock for a while
+    try:
+        with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+            scheduler.start()
+            time.sleep(0.5)
+            assert scheduler._thread is not None and scheduler._thread.is_alive()
+        writer.execute("ROLLBACK")
+        deadline = time.monotonic() + 20
+        while not queue.list_jobs(limit=1) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first pass starts the schedule; a later one enqueues
+        enqueued = queue.list_jobs(limit=1)
+    finally:
+        writer.close()
+        scheduler.stop()
+        queue.close()
+    busy = [r for r in caplog.records if "is busy" in r.getMessage()]
+    assert busy and "trying again in 1s" in busy[0].getMessage()
+    assert busy[0].levelno == logging.WARNING
+    assert enqueued  # then it went on
+
+
+def test_a_mark_moved_back_under_recorded_runs_is_said_and_not_spun_on(
+    clocked_queue: Callable[..., Queue], clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = clocked_queue(clock)
+    scheduler = Scheduler(queue, [_minutely("all")])
+    scheduler.tick()
+    clock.now = _ms("00:02:01")
+    scheduler.tick()
+    assert _scheduled(queue) == ["00:01:00", "00:02:00"]
+    with queue.transaction() as conn:  # an operator "rewinds" the schedule by hand
+        conn.execute(f"UPDATE {CronStore(queue.storage).schedules} SET last_at = 0")
+    clock.now = _ms("00:03:01")  # 00:01 and 00:02 again, with 00:03: the whole pass refuses
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        waits = [scheduler.tick() for _ in range(3)]
+    assert _scheduled(queue) == ["00:01:00", "00:02:00"]  # the recorded runs refuse again
+    assert waits[-1] >= 1, waits  # not a loop taking the write lock a hundred times a second
+    said = [r.getMessage() for r in caplog.records if "already recorded" in r.getMessage()]
+    assert said and "schedule minutely" in said[0]
+
+
+def test_a_schedule_failing_its_pass_holds_back_no_other(
+    clocked_queue: Callable[..., Queue], clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jobcore import InvalidPayload, JobType, Payload
+
+    ready = [True]
+
+    def available(payload: Any, config: Any) -> None:  # a check of the outside world
+        if not ready[0]:
+            raise InvalidPayload("the report source is not available")
+
+    queue = clocked_queue(clock)
+    report = JobType(name="report", payload_model=Payload, handler=print, check=available)
+    queue.registry.register(report, plugin="test")
+    fragile = parse_schedule("fragile", {"type": "report", "every": "1m"}, "test")
+    steady = parse_schedule("steady", {"type": "noop", "every": "1m"}, "test")
+    scheduler = Scheduler(queue, [fragile, steady])
+    scheduler.tick()
+    ready[0] = False  # the first schedule's job now fails its check at every pass
+    clock.now = _ms("00:01:01")
+    with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
+        wait = scheduler.tick()
+    assert [job.type for job in queue.list_jobs(limit=10)] == ["noop"]  # steady ran
+    said = [r.getMessage() for r in caplog.records if "schedule fragile" in r.getMessage()]
+    assert said and "the report source is not available" in said[0], caplog.text
+    assert 0.5 <= wait <= 30  # the failing one is tried again after a pause, not at once
+    ready[0] = True
+    clock.now = _ms("00:01:05")
+    scheduler.tick()
+    assert sorted(job.type for job in queue.list_jobs(limit=10)) == ["noop", "report"]

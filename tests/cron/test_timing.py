@@ -8,6 +8,7 @@ import itertools
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
+import pytest
 from jobcore_cron.timing import Cron, Every
 
 PARIS = ZoneInfo("Europe/Paris")
@@ -112,3 +113,26 @@ def test_a_long_outage_is_planned_without_walking_it() -> None:
         "d", {"type": "noop", "cron": "0 3 * * *", "policy": "latest", "catchup_window": "2d"}, "t"
     )
     assert plan(daily, now - 400 * day, now) == ([_ms("2026-06-01T03:00:00+00:00")], now)
+
+
+def test_the_next_minute_away_from_a_dst_change_reads_a_few_local_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a scheduler computes this in its write transaction every minute: it must not walk the
+    # three hours of DST slack each side (360 local times, ~75ms) when no change is near
+    import croniter
+
+    calls = []
+    real = croniter.croniter.get_next
+
+    def counted(self: object, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(croniter.croniter, "get_next", counted)
+    minutely = Cron("* * * * *", PARIS)
+    assert _times(minutely, "2026-06-01T12:00:30+00:00", 1) == ["06-01T12:01Z"]
+    assert len(calls) <= 3, len(calls)
+    calls.clear()  # next to a change the slack is still walked, and the order still right
+    assert _times(minutely, "2026-10-25T00:59:30+00:00", 2) == ["10-25T01:00Z", "10-25T01:01Z"]
+    assert len(calls) > 300
