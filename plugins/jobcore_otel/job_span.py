@@ -26,12 +26,14 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
+    NonRecordingSpan,
     Span,
     SpanContext,
     SpanKind,
     Status,
     StatusCode,
     TraceFlags,
+    TraceState,
     get_current_span,
 )
 from opentelemetry.util import types
@@ -39,8 +41,16 @@ from opentelemetry.util import types
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
-SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+# W3C's random-trace-id flag, set by newer SDKs on roots with random ids and inherited
+RANDOM = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+# the trace flags by (sampled, random trace id)
+FLAGS = {
+    (sampled, random): TraceFlags(
+        (TraceFlags.SAMPLED if sampled else 0) | (RANDOM if random else 0)
+    )
+    for sampled in (False, True)
+    for random in (False, True)
+}
 
 
 class JobSpanFactory:
@@ -58,6 +68,8 @@ class JobSpanFactory:
             self.limits.max_span_attributes is not None and self.limits.max_span_attributes < 32
         )
         self.processor = processor
+        is_random = getattr(self.id_generator, "is_trace_id_random", None)  # newer SDKs
+        self.random_roots = bool(RANDOM and is_random is not None and is_random())
 
     def start(
         self,
@@ -65,23 +77,30 @@ class JobSpanFactory:
         parent: Context,
         kind: SpanKind,
         attributes: dict[str, types.AttributeValue],
-    ) -> JobSpan | None:
-        """A started span, or None when the sampler does not record it (`attributes` is kept)."""
+    ) -> JobSpan | NonRecordingSpan:
+        """A started span; when the sampler does not record it, the `NonRecordingSpan` the SDK's
+        tracer returns (same trace, a new span id, not sampled), so that spans started under it
+        (child jobs' `send` spans) get the SDK's sampling decisions (`attributes` is kept)."""
         parent_span = get_current_span(parent).get_span_context()
         remote_parent = parent_span if parent_span.is_valid else None
-        trace_id = parent_span.trace_id if remote_parent else self.id_generator.generate_trace_id()
+        if remote_parent is None:
+            trace_id = self.id_generator.generate_trace_id()
+            random = self.random_roots
+        else:
+            trace_id = remote_parent.trace_id
+            random = bool(remote_parent.trace_flags & RANDOM)
         if self.sampler is DEFAULT_ON:  # the default, ParentBased(ALWAYS_ON), decided directly:
             # follow a parent's sampled flag, sample a root; attributes as given
             if remote_parent is not None and not remote_parent.trace_flags.sampled:
-                return None
+                return self._not_recorded(trace_id, random, remote_parent.trace_state)
             trace_state = remote_parent.trace_state if remote_parent is not None else None
-            flags = SAMPLED
+            flags = FLAGS[True, random]
         else:
             result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
             if result.decision is Decision.DROP:
-                return None
+                return self._not_recorded(trace_id, random, result.trace_state)
             trace_state = result.trace_state
-            flags = SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else NOT_SAMPLED
+            flags = FLAGS[result.decision is Decision.RECORD_AND_SAMPLE, random]
             attributes = dict(result.attributes)
         context = SpanContext(
             trace_id,
@@ -94,6 +113,18 @@ class JobSpanFactory:
         if self.bounded:
             span.bound_attributes()
         return span
+
+    def _not_recorded(
+        self, trace_id: int, random: bool, trace_state: TraceState | None
+    ) -> NonRecordingSpan:
+        context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=FLAGS[False, random],
+            trace_state=trace_state,
+        )
+        return NonRecordingSpan(context)
 
 
 class JobSpan(Span):

@@ -21,7 +21,10 @@ from opentelemetry.sdk.trace.sampling import (
     DEFAULT_ON,
     Decision,
     ParentBased,
+    Sampler,
+    SamplingResult,
     StaticSampler,
+    TraceIdRatioBased,
 )
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -141,7 +144,9 @@ def test_a_sampler_that_drops_makes_no_job_span_and_one_that_records_only_export
         "process q", set_span_in_context(NonRecordingSpan(PARENT)), SpanKind.CONSUMER, {}
     )
     assert root is not None  # a sampled parent is followed
-    assert factory.start("process q", get_current_context_root(), SpanKind.CONSUMER, {}) is None
+    assert not factory.start(
+        "process q", get_current_context_root(), SpanKind.CONSUMER, {}
+    ).is_recording()
     factory.sampler = StaticSampler(Decision.RECORD_ONLY)
     recording = factory.start("process q", get_current_context_root(), SpanKind.CONSUMER, {})
     assert recording is not None and not recording.context.trace_flags.sampled
@@ -162,15 +167,17 @@ def test_the_default_sampler_follows_the_parent_and_samples_roots(sampler: Any) 
     state = TraceState([("vendor", "v1")])
     unsampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(0), state)
     sampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(1), state)
-    assert (
-        factory.start("p", set_span_in_context(NonRecordingSpan(unsampled)), SpanKind.CONSUMER, {})
-        is None
+    dropped = factory.start(
+        "p", set_span_in_context(NonRecordingSpan(unsampled)), SpanKind.CONSUMER, {}
     )
+    assert not dropped.is_recording() and not dropped.get_span_context().trace_flags.sampled
+    assert dropped.get_span_context().trace_id == PARENT.trace_id
+    assert dropped.get_span_context().trace_state == state
     child = factory.start(
         "p", set_span_in_context(NonRecordingSpan(sampled)), SpanKind.CONSUMER, {}
     )
     root = factory.start("p", Context(), SpanKind.CONSUMER, {"a": 1})
-    assert child is not None and root is not None
+    assert isinstance(child, JobSpan) and isinstance(root, JobSpan)
     assert child.context.trace_state == state and child.context.trace_flags.sampled
     assert root.context.trace_id != PARENT.trace_id and root.context.trace_flags.sampled
     assert dict(root.attributes) == {"a": 1} and root.parent is None
@@ -225,3 +232,63 @@ def test_the_direct_traceparent_read_equals_the_propagators(carrier: dict[str, s
     assert mine.get_span_context() == theirs.get_span_context()
     assert mine.get_span_context().trace_state == theirs.get_span_context().trace_state
     assert type(mine) is type(theirs)
+
+
+class DropsProcessSpans(Sampler):
+    """Samples every root but a `process` span (as a ratio sampler may decide for a trace id)."""
+
+    def should_sample(
+        self, parent_context: Any, trace_id: int, name: str, *args: Any, **kwargs: Any
+    ) -> SamplingResult:
+        decision = Decision.DROP if name.startswith("process") else Decision.RECORD_AND_SAMPLE
+        return SamplingResult(decision)
+
+    def get_description(self) -> str:
+        return "DropsProcessSpans"
+
+
+@pytest.mark.parametrize(
+    "sampler", [ParentBased(DropsProcessSpans()), ParentBased(TraceIdRatioBased(0.0))]
+)
+def test_a_child_of_a_sampled_out_job_span_is_sampled_as_under_the_sdks(sampler: Any) -> None:
+    """A job without a trace context whose process span is sampled out: a child job's `send` span
+    started while it runs is in the same trace and sampled out too, as under the SDK's span
+    (not a new root trace of its own, an orphan of a trace nobody kept)."""
+    provider = TracerProvider(sampler=sampler)
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("jobcore")
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    made = []
+    for process in (
+        tracer.start_span("process q", context=Context(), kind=SpanKind.CONSUMER),
+        factory.start("process q", Context(), SpanKind.CONSUMER, {}),
+    ):
+        assert not process.is_recording()
+        child = tracer.start_span("send q", context=set_span_in_context(process, Context()))
+        assert child.get_span_context().trace_id == process.get_span_context().trace_id
+        made.append((child.is_recording(), child.get_span_context().trace_flags))
+        assert not child.get_span_context().trace_flags.sampled
+        child.end()
+        process.end()
+    assert made[0] == made[1]
+    assert exporter.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize("flags", [0, 1, 2, 3])
+def test_trace_flags_are_the_sdks_for_roots_and_children(flags: int) -> None:
+    """Newer SDKs mark roots with random trace ids (W3C flag 0x02) and children inherit it;
+    child jobs carry these flags on in their `traceparent`."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("jobcore")
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    parent = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(flags))
+    for context in (Context(), set_span_in_context(NonRecordingSpan(parent))):
+        sdk = tracer.start_span("p", context=context, kind=SpanKind.CONSUMER)
+        job = factory.start("p", context, SpanKind.CONSUMER, {})
+        assert job.get_span_context().trace_flags == sdk.get_span_context().trace_flags
+        assert job.is_recording() == sdk.is_recording()
