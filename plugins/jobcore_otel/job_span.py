@@ -14,6 +14,7 @@ resource and span limits are the provider's.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
@@ -152,6 +153,7 @@ class JobSpan(Span):
         self.instrumentation_scope = factory.scope
         self.start_time = time_ns()
         self.end_time: int | None = None
+        self._lock = threading.Lock()  # as the SDK's span: writers from several threads
 
     @property
     def dropped_attributes(self) -> int:
@@ -172,13 +174,15 @@ class JobSpan(Span):
         return self.end_time is None
 
     def end(self, end_time: int | None = None) -> None:
-        if self.end_time is not None:
-            log.warning("Calling end() on an ended span.")
-            return
-        self.end_time = end_time if end_time is not None else time_ns()
+        with self._lock:  # after this no thread changes the span (the exporter reads it)
+            if self.end_time is not None:
+                log.warning("Calling end() on an ended span.")
+                return
+            self.end_time = end_time if end_time is not None else time_ns()
         self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
 
     def _writable(self) -> bool:
+        """Whether the span may still change; called holding `_lock`."""
         if self.end_time is not None:
             log.warning("Setting attribute on ended span.")
             return False
@@ -189,10 +193,11 @@ class JobSpan(Span):
             self.set_attribute(key, value)
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        if not self._writable():
-            return
-        self.bound_attributes()  # validated from the first write on
-        self.attributes[key] = value  # type: ignore[index]  # a BoundedAttributes now
+        with self._lock:
+            if not self._writable():
+                return
+            self.bound_attributes()  # validated from the first write on
+            self.attributes[key] = value  # type: ignore[index]  # a BoundedAttributes now
 
     def bound_attributes(self) -> None:
         """Hold the attributes in a `BoundedAttributes` with the span limits, as the SDK's span."""
@@ -208,45 +213,53 @@ class JobSpan(Span):
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
     ) -> None:
-        if not self._writable():
-            return
         limits = self._factory.limits
-        if not isinstance(self.events, BoundedList):  # keeps the newest, as the SDK's span
-            self.events = BoundedList(limits.max_events)
         bounded = BoundedAttributes(
             limits.max_event_attributes,
             attributes,
             max_value_len=limits.max_attribute_length,
             immutable=True,
         )
-        self.events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+        with self._lock:
+            if not self._writable():
+                return
+            if not isinstance(self.events, BoundedList):  # keeps the newest, as the SDK's span
+                self.events = BoundedList(limits.max_events)
+            self.events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        if not self._writable() or context is None or not context.is_valid:
+        if context is None or not context.is_valid:
             return
         limits = self._factory.limits
-        if not isinstance(self.links, BoundedList):
-            self.links = BoundedList(limits.max_links)
         bounded = BoundedAttributes(
             limits.max_link_attributes,
             attributes,
             max_value_len=limits.max_attribute_length,
             immutable=True,
         )
-        self.links.append(Link(context, bounded))
+        with self._lock:
+            if not self._writable():
+                return
+            if not isinstance(self.links, BoundedList):
+                self.links = BoundedList(limits.max_links)
+            self.links.append(Link(context, bounded))
 
     def update_name(self, name: str) -> None:
-        if self._writable():
-            self.name = name
+        with self._lock:
+            if self._writable():
+                self.name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self.status.status_code is StatusCode.OK:  # final, as in the SDK
-            return
-        if isinstance(status, Status):
-            if status.status_code is not StatusCode.UNSET:
-                self.status = status
-        elif status is not StatusCode.UNSET:
-            self.status = Status(status, description)
+        with self._lock:
+            if (
+                not self._writable() or self.status.status_code is StatusCode.OK
+            ):  # final, as in the SDK
+                return
+            if isinstance(status, Status):
+                if status.status_code is not StatusCode.UNSET:
+                    self.status = status
+            elif status is not StatusCode.UNSET:
+                self.status = Status(status, description)
 
     def record_exception(
         self,

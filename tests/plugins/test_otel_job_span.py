@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -292,3 +294,41 @@ def test_trace_flags_are_the_sdks_for_roots_and_children(flags: int) -> None:
         job = factory.start("p", context, SpanKind.CONSUMER, {})
         assert job.get_span_context().trace_flags == sdk.get_span_context().trace_flags
         assert job.is_recording() == sdk.is_recording()
+
+
+def test_four_threads_writing_one_job_span_lose_nothing_and_none_writes_after_its_end() -> None:
+    """A handler fanning out to threads that annotate the current span: the SDK's span takes a
+    lock; without one, concurrent first events or attributes replaced each other's lists."""
+    provider = TracerProvider(span_limits=SpanLimits(max_events=1000, max_attributes=1000))
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for _ in range(40):
+            span = factory.start("process q", Context(), SpanKind.CONSUMER, {"a": 1})
+            barrier = threading.Barrier(4)
+
+            def write(n: int, span: Span = span, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                for i in range(10):
+                    span.add_event(f"e{n}.{i}")
+                    span.set_attribute(f"k{n}.{i}", i)
+
+            threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            span.end()
+    finally:
+        sys.setswitchinterval(interval)
+    for finished in exporter.get_finished_spans():
+        assert len(finished.events) == 40 and len(finished.attributes or {}) == 41
+    span.set_status(Status(StatusCode.ERROR, "late"))  # ignored after the end, as the SDK does
+    span.set_attribute("late", 1)
+    span.add_event("late")
+    assert span.status.status_code is StatusCode.UNSET
+    assert "late" not in (span.attributes or {}) and len(span.events) == 40
