@@ -372,12 +372,12 @@ class OtelPlugin:
     ) -> Generator[None, Any, Any]:
         """`jobcore_execute_job` with a `JobSpan` (the same span, for less work)."""
         assert self._spans is not None
-        span: JobSpan | None = None
+        span: JobSpan | NonRecordingSpan | None = None
         try:
             span = self._spans.start(f"process {job.queue}", parent, SpanKind.CONSUMER, attributes)
         except Exception:  # e.g. a sampler that raises: the job runs untraced, never fails for it
             log.exception("job %s: its process span could not be started", job.id)
-        # Sampled out: no span, but the trace context stays current so child jobs carry it on.
+        # Sampled out: a non-recording span, current so child jobs carry its (unsampled) trace on.
         current = parent if span is None else set_span_in_context(span, parent)
         token = otel_context.attach(current)
         try:

@@ -110,7 +110,8 @@ class JobHistogram:
             for job_type, series in self._series.items():
                 delta = temporality is AggregationTemporality.DELTA
                 counts = series.recent if delta else series.total
-                start = series.last_export if delta else series.start
+                # a series begun after the exporter read its clock starts no later than `now`
+                start = min(series.last_export if delta else series.start, now)
                 recent = sum(series.recent.buckets)
                 series.recent, series.last_export = _Counts(), now
                 if delta and not recent:

@@ -14,6 +14,7 @@ resource and span limits are the provider's.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
@@ -26,12 +27,14 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
+    NonRecordingSpan,
     Span,
     SpanContext,
     SpanKind,
     Status,
     StatusCode,
     TraceFlags,
+    TraceState,
     get_current_span,
 )
 from opentelemetry.util import types
@@ -39,8 +42,16 @@ from opentelemetry.util import types
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
-SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+# W3C's random-trace-id flag, set by newer SDKs on roots with random ids and inherited
+RANDOM = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+# the trace flags by (sampled, random trace id)
+FLAGS = {
+    (sampled, random): TraceFlags(
+        (TraceFlags.SAMPLED if sampled else 0) | (RANDOM if random else 0)
+    )
+    for sampled in (False, True)
+    for random in (False, True)
+}
 
 
 class JobSpanFactory:
@@ -58,6 +69,8 @@ class JobSpanFactory:
             self.limits.max_span_attributes is not None and self.limits.max_span_attributes < 32
         )
         self.processor = processor
+        is_random = getattr(self.id_generator, "is_trace_id_random", None)  # newer SDKs
+        self.random_roots = bool(RANDOM and is_random is not None and is_random())
 
     def start(
         self,
@@ -65,23 +78,30 @@ class JobSpanFactory:
         parent: Context,
         kind: SpanKind,
         attributes: dict[str, types.AttributeValue],
-    ) -> JobSpan | None:
-        """A started span, or None when the sampler does not record it (`attributes` is kept)."""
+    ) -> JobSpan | NonRecordingSpan:
+        """A started span; when the sampler does not record it, the `NonRecordingSpan` the SDK's
+        tracer returns (same trace, a new span id, not sampled), so that spans started under it
+        (child jobs' `send` spans) get the SDK's sampling decisions (`attributes` is kept)."""
         parent_span = get_current_span(parent).get_span_context()
         remote_parent = parent_span if parent_span.is_valid else None
-        trace_id = parent_span.trace_id if remote_parent else self.id_generator.generate_trace_id()
+        if remote_parent is None:
+            trace_id = self.id_generator.generate_trace_id()
+            random = self.random_roots
+        else:
+            trace_id = remote_parent.trace_id
+            random = bool(remote_parent.trace_flags & RANDOM)
         if self.sampler is DEFAULT_ON:  # the default, ParentBased(ALWAYS_ON), decided directly:
             # follow a parent's sampled flag, sample a root; attributes as given
             if remote_parent is not None and not remote_parent.trace_flags.sampled:
-                return None
+                return self._not_recorded(trace_id, random, remote_parent.trace_state)
             trace_state = remote_parent.trace_state if remote_parent is not None else None
-            flags = SAMPLED
+            flags = FLAGS[True, random]
         else:
             result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
             if result.decision is Decision.DROP:
-                return None
+                return self._not_recorded(trace_id, random, result.trace_state)
             trace_state = result.trace_state
-            flags = SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else NOT_SAMPLED
+            flags = FLAGS[result.decision is Decision.RECORD_AND_SAMPLE, random]
             attributes = dict(result.attributes)
         context = SpanContext(
             trace_id,
@@ -94,6 +114,18 @@ class JobSpanFactory:
         if self.bounded:
             span.bound_attributes()
         return span
+
+    def _not_recorded(
+        self, trace_id: int, random: bool, trace_state: TraceState | None
+    ) -> NonRecordingSpan:
+        context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=FLAGS[False, random],
+            trace_state=trace_state,
+        )
+        return NonRecordingSpan(context)
 
 
 class JobSpan(Span):
@@ -121,6 +153,7 @@ class JobSpan(Span):
         self.instrumentation_scope = factory.scope
         self.start_time = time_ns()
         self.end_time: int | None = None
+        self._lock = threading.Lock()  # as the SDK's span: writers from several threads
 
     @property
     def dropped_attributes(self) -> int:
@@ -141,13 +174,15 @@ class JobSpan(Span):
         return self.end_time is None
 
     def end(self, end_time: int | None = None) -> None:
-        if self.end_time is not None:
-            log.warning("Calling end() on an ended span.")
-            return
-        self.end_time = end_time if end_time is not None else time_ns()
+        with self._lock:  # after this no thread changes the span (the exporter reads it)
+            if self.end_time is not None:
+                log.warning("Calling end() on an ended span.")
+                return
+            self.end_time = end_time if end_time is not None else time_ns()
         self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
 
     def _writable(self) -> bool:
+        """Whether the span may still change; called holding `_lock`."""
         if self.end_time is not None:
             log.warning("Setting attribute on ended span.")
             return False
@@ -158,10 +193,11 @@ class JobSpan(Span):
             self.set_attribute(key, value)
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        if not self._writable():
-            return
-        self.bound_attributes()  # validated from the first write on
-        self.attributes[key] = value  # type: ignore[index]  # a BoundedAttributes now
+        with self._lock:
+            if not self._writable():
+                return
+            self.bound_attributes()  # validated from the first write on
+            self.attributes[key] = value  # type: ignore[index]  # a BoundedAttributes now
 
     def bound_attributes(self) -> None:
         """Hold the attributes in a `BoundedAttributes` with the span limits, as the SDK's span."""
@@ -177,45 +213,53 @@ class JobSpan(Span):
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
     ) -> None:
-        if not self._writable():
-            return
         limits = self._factory.limits
-        if not isinstance(self.events, BoundedList):  # keeps the newest, as the SDK's span
-            self.events = BoundedList(limits.max_events)
         bounded = BoundedAttributes(
             limits.max_event_attributes,
             attributes,
             max_value_len=limits.max_attribute_length,
             immutable=True,
         )
-        self.events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+        with self._lock:
+            if not self._writable():
+                return
+            if not isinstance(self.events, BoundedList):  # keeps the newest, as the SDK's span
+                self.events = BoundedList(limits.max_events)
+            self.events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        if not self._writable() or context is None or not context.is_valid:
+        if context is None or not context.is_valid:
             return
         limits = self._factory.limits
-        if not isinstance(self.links, BoundedList):
-            self.links = BoundedList(limits.max_links)
         bounded = BoundedAttributes(
             limits.max_link_attributes,
             attributes,
             max_value_len=limits.max_attribute_length,
             immutable=True,
         )
-        self.links.append(Link(context, bounded))
+        with self._lock:
+            if not self._writable():
+                return
+            if not isinstance(self.links, BoundedList):
+                self.links = BoundedList(limits.max_links)
+            self.links.append(Link(context, bounded))
 
     def update_name(self, name: str) -> None:
-        if self._writable():
-            self.name = name
+        with self._lock:
+            if self._writable():
+                self.name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self.status.status_code is StatusCode.OK:  # final, as in the SDK
-            return
-        if isinstance(status, Status):
-            if status.status_code is not StatusCode.UNSET:
-                self.status = status
-        elif status is not StatusCode.UNSET:
-            self.status = Status(status, description)
+        with self._lock:
+            if (
+                not self._writable() or self.status.status_code is StatusCode.OK
+            ):  # final, as in the SDK
+                return
+            if isinstance(status, Status):
+                if status.status_code is not StatusCode.UNSET:
+                    self.status = status
+            elif status is not StatusCode.UNSET:
+                self.status = Status(status, description)
 
     def record_exception(
         self,

@@ -80,7 +80,7 @@ class SpanEncoder:
     """Encodes batches of finished spans; one per exporter (its caches are not shared)."""
 
     def __init__(self) -> None:
-        self._pairs: dict[tuple[str, type, Any], bytes] = {}
+        self._pairs: dict[tuple[int, str, type, Any], bytes] = {}  # by field tag too
         self._names: dict[str, bytes] = {}
         self._keys: dict[str, bytes] = {}
         self._misses: dict[str, int] = {}
@@ -101,18 +101,23 @@ class SpanEncoder:
         for key, value in attributes.items():
             kind = type(value)
             if kind is str or kind is int or kind is bool:  # not floats: 0.0 == -0.0
-                encoded = pairs.get((key, kind, value))
+                encoded = pairs.get((tag, key, kind, value))
                 if encoded is not None:
                     parts.append(encoded)
                     continue
                 if kind is str:
-                    prefix = self._keys.get(key)
-                    if prefix is None:
-                        if len(self._keys) >= _CACHE_LIMIT:
-                            self._keys.clear()
-                            self._misses.clear()
-                        prefix = self._keys[key] = _field(0x0A, key.encode())
-                    value_field = _field(0x12, _field(0x0A, value.encode()))
+                    try:
+                        prefix = self._keys.get(key)
+                        if prefix is None:
+                            prefix = _field(0x0A, key.encode())
+                            if len(self._keys) >= _CACHE_LIMIT:
+                                self._keys.clear()
+                                self._misses.clear()
+                            self._keys[key] = prefix
+                        value_field = _field(0x12, _field(0x0A, value.encode()))
+                    except Exception as error:  # e.g. a lone surrogate: left out, as the SDK does
+                        log.exception("Failed to encode key %s: %s", key, error)
+                        continue
                     encoded = (
                         bytes((tag,))
                         + _varint(len(prefix) + len(value_field))
@@ -123,7 +128,7 @@ class SpanEncoder:
                     misses = self._misses.get(key, 0)
                     if misses < _NEW_VALUES:
                         self._misses[key] = misses + 1
-                        self._keep(pairs, (key, kind, value), encoded)
+                        self._keep(pairs, (tag, key, kind, value), encoded)
                     continue
             try:
                 encoded = _field(tag, _key_value(key, value))
@@ -131,13 +136,15 @@ class SpanEncoder:
                 log.exception("Failed to encode key %s: %s", key, error)
                 continue
             if kind is int or kind is bool:
-                self._keep(pairs, (key, kind, value), encoded)
+                self._keep(pairs, (tag, key, kind, value), encoded)
             parts.append(encoded)
         return b"".join(parts)
 
     @staticmethod
     def _keep(
-        pairs: dict[tuple[str, type, Any], bytes], pair: tuple[str, type, Any], encoded: bytes
+        pairs: dict[tuple[int, str, type, Any], bytes],
+        pair: tuple[int, str, type, Any],
+        encoded: bytes,
     ) -> None:
         if len(pairs) >= _CACHE_LIMIT:
             pairs.clear()

@@ -27,9 +27,10 @@ class OtlpSpanExporter(OTLPSpanExporter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._encoder = SpanEncoder()
+        self._direct = True  # False once `_client` turned out not to be what this expects
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        client = getattr(self, "_client", None)
+        client = getattr(self, "_client", None) if self._direct else None
         if client is None or getattr(self, "_shutdown", False):
             return super().export(spans)
         try:
@@ -39,5 +40,18 @@ class OtlpSpanExporter(OTLPSpanExporter):
         ):  # as the SDK's exporter: a batch that cannot be encoded is dropped, logged
             log.exception("Failed to encode a batch of %d spans", len(spans))
             return SpanExportResult.FAILURE
-        result = client.export(data)
-        return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
+        limit = getattr(self, "_max_request_size", 0)  # as the SDK's exporter checks it
+        if isinstance(limit, int) and 0 < limit < len(data):
+            log.warning(
+                "Dropping span batch: serialized size %d bytes exceeds max_request_size %d bytes.",
+                len(data),
+                limit,
+            )
+            return SpanExportResult.FAILURE
+        try:
+            success = client.export(data).success
+        except Exception:  # a release whose private client differs: the SDK's own way from now on
+            log.exception("OTLP span export: exporting with the SDK's encoder from now on")
+            self._direct = False
+            return super().export(spans)
+        return SpanExportResult.SUCCESS if success else SpanExportResult.FAILURE

@@ -133,3 +133,48 @@ def test_many_spans_with_ids_and_job_spans_the_same_bytes_as_the_sdk_encoder() -
     encoder = SpanEncoder()
     for batch in (spans[:50], spans[50:], spans):
         assert encoder.request(batch) == encode_spans(batch).SerializePartialToString()
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [{"ok": "v", "bad": "a\udc80b"}, {"ok": "v", "b\ud800d": "v"}, {"bad": ("\ud800",), "ok": 1}],
+)
+def test_a_string_that_is_not_utf8_leaves_out_its_pair_not_the_batch(
+    attributes: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler's attribute with a lone surrogate (e.g. from `os.fsdecode`): the SDK drops the
+    pair and logs; so must this encoder, not the whole batch of everyone's spans."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    provider.get_tracer("jobcore").start_span("before").end()
+    span = JobSpanFactory(provider, processor, "jobcore").start(
+        "process d", set_span_in_context(NonRecordingSpan(REMOTE)), SpanKind.CONSUMER, {}
+    )
+    assert span is not None
+    span.set_attributes(attributes)
+    span.add_event("e", attributes)
+    span.end()
+    spans = exporter.get_finished_spans()
+    encoder = SpanEncoder()
+    assert encoder.request(spans) == encode_spans(spans).SerializePartialToString()
+    assert encoder.request(spans) == encode_spans(spans).SerializePartialToString()
+    assert "Failed to encode key" in caplog.text
+
+
+def test_a_pair_on_a_span_and_on_its_event_link_and_resource_is_encoded_in_each_place() -> None:
+    """The settle spans carry `jobcore.job.attempt` on the span and on its event: the cached
+    pair must not come back with the span attribute's field number inside the event."""
+    pair = {"jobcore.job.attempt": 1, "k": "v", "b": True}
+    provider = TracerProvider(resource=Resource.create(pair))
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    span = provider.get_tracer("jobcore").start_span(
+        "settle d", attributes=pair, links=[Link(REMOTE, pair)]
+    )
+    span.add_event("jobcore.job.retrying", pair)
+    span.end()
+    spans = exporter.get_finished_spans()
+    encoder = SpanEncoder()
+    assert encoder.request(spans) == encode_spans(spans).SerializePartialToString()

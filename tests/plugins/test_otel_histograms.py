@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytest
@@ -104,3 +105,20 @@ def test_the_exporter_asks_for_the_temporality_the_environment_prefers(
         "base2_exponential_bucket_histogram",
     )
     assert not OtlpMetricExporter().aggregates_here()
+
+
+@pytest.mark.parametrize("temporality", list(AggregationTemporality)[1:])
+def test_a_type_first_seen_after_the_export_read_its_clock_starts_no_later_than_it(
+    temporality: AggregationTemporality,
+) -> None:
+    """Another thread's job may begin a series between the exporter's `time_ns()` and the
+    collection: a point must not start after its own time (backends reject such points)."""
+    histogram = JobHistogram("jobcore.job.duration", "ms", "run time")
+    read_clock = time.time_ns()
+    time.sleep(0.002)
+    histogram.record(1.0, {"jobcore.job.type": "late"})
+    metric = histogram.collect(temporality, read_clock)
+    assert metric is not None
+    [point] = metric.data.data_points
+    assert point.start_time_unix_nano <= point.time_unix_nano == read_clock
+    assert point.count == 1

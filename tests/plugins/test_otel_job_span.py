@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +23,10 @@ from opentelemetry.sdk.trace.sampling import (
     DEFAULT_ON,
     Decision,
     ParentBased,
+    Sampler,
+    SamplingResult,
     StaticSampler,
+    TraceIdRatioBased,
 )
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -141,7 +146,9 @@ def test_a_sampler_that_drops_makes_no_job_span_and_one_that_records_only_export
         "process q", set_span_in_context(NonRecordingSpan(PARENT)), SpanKind.CONSUMER, {}
     )
     assert root is not None  # a sampled parent is followed
-    assert factory.start("process q", get_current_context_root(), SpanKind.CONSUMER, {}) is None
+    assert not factory.start(
+        "process q", get_current_context_root(), SpanKind.CONSUMER, {}
+    ).is_recording()
     factory.sampler = StaticSampler(Decision.RECORD_ONLY)
     recording = factory.start("process q", get_current_context_root(), SpanKind.CONSUMER, {})
     assert recording is not None and not recording.context.trace_flags.sampled
@@ -162,15 +169,17 @@ def test_the_default_sampler_follows_the_parent_and_samples_roots(sampler: Any) 
     state = TraceState([("vendor", "v1")])
     unsampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(0), state)
     sampled = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(1), state)
-    assert (
-        factory.start("p", set_span_in_context(NonRecordingSpan(unsampled)), SpanKind.CONSUMER, {})
-        is None
+    dropped = factory.start(
+        "p", set_span_in_context(NonRecordingSpan(unsampled)), SpanKind.CONSUMER, {}
     )
+    assert not dropped.is_recording() and not dropped.get_span_context().trace_flags.sampled
+    assert dropped.get_span_context().trace_id == PARENT.trace_id
+    assert dropped.get_span_context().trace_state == state
     child = factory.start(
         "p", set_span_in_context(NonRecordingSpan(sampled)), SpanKind.CONSUMER, {}
     )
     root = factory.start("p", Context(), SpanKind.CONSUMER, {"a": 1})
-    assert child is not None and root is not None
+    assert isinstance(child, JobSpan) and isinstance(root, JobSpan)
     assert child.context.trace_state == state and child.context.trace_flags.sampled
     assert root.context.trace_id != PARENT.trace_id and root.context.trace_flags.sampled
     assert dict(root.attributes) == {"a": 1} and root.parent is None
@@ -225,3 +234,101 @@ def test_the_direct_traceparent_read_equals_the_propagators(carrier: dict[str, s
     assert mine.get_span_context() == theirs.get_span_context()
     assert mine.get_span_context().trace_state == theirs.get_span_context().trace_state
     assert type(mine) is type(theirs)
+
+
+class DropsProcessSpans(Sampler):
+    """Samples every root but a `process` span (as a ratio sampler may decide for a trace id)."""
+
+    def should_sample(
+        self, parent_context: Any, trace_id: int, name: str, *args: Any, **kwargs: Any
+    ) -> SamplingResult:
+        decision = Decision.DROP if name.startswith("process") else Decision.RECORD_AND_SAMPLE
+        return SamplingResult(decision)
+
+    def get_description(self) -> str:
+        return "DropsProcessSpans"
+
+
+@pytest.mark.parametrize(
+    "sampler", [ParentBased(DropsProcessSpans()), ParentBased(TraceIdRatioBased(0.0))]
+)
+def test_a_child_of_a_sampled_out_job_span_is_sampled_as_under_the_sdks(sampler: Any) -> None:
+    """A job without a trace context whose process span is sampled out: a child job's `send` span
+    started while it runs is in the same trace and sampled out too, as under the SDK's span
+    (not a new root trace of its own, an orphan of a trace nobody kept)."""
+    provider = TracerProvider(sampler=sampler)
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("jobcore")
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    made = []
+    for process in (
+        tracer.start_span("process q", context=Context(), kind=SpanKind.CONSUMER),
+        factory.start("process q", Context(), SpanKind.CONSUMER, {}),
+    ):
+        assert not process.is_recording()
+        child = tracer.start_span("send q", context=set_span_in_context(process, Context()))
+        assert child.get_span_context().trace_id == process.get_span_context().trace_id
+        made.append((child.is_recording(), child.get_span_context().trace_flags))
+        assert not child.get_span_context().trace_flags.sampled
+        child.end()
+        process.end()
+    assert made[0] == made[1]
+    assert exporter.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize("flags", [0, 1, 2, 3])
+def test_trace_flags_are_the_sdks_for_roots_and_children(flags: int) -> None:
+    """Newer SDKs mark roots with random trace ids (W3C flag 0x02) and children inherit it;
+    child jobs carry these flags on in their `traceparent`."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("jobcore")
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    parent = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(flags))
+    for context in (Context(), set_span_in_context(NonRecordingSpan(parent))):
+        sdk = tracer.start_span("p", context=context, kind=SpanKind.CONSUMER)
+        job = factory.start("p", context, SpanKind.CONSUMER, {})
+        assert job.get_span_context().trace_flags == sdk.get_span_context().trace_flags
+        assert job.is_recording() == sdk.is_recording()
+
+
+def test_four_threads_writing_one_job_span_lose_nothing_and_none_writes_after_its_end() -> None:
+    """A handler fanning out to threads that annotate the current span: the SDK's span takes a
+    lock; without one, concurrent first events or attributes replaced each other's lists."""
+    provider = TracerProvider(span_limits=SpanLimits(max_events=1000, max_attributes=1000))
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for _ in range(40):
+            span = factory.start("process q", Context(), SpanKind.CONSUMER, {"a": 1})
+            barrier = threading.Barrier(4)
+
+            def write(n: int, span: Span = span, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                for i in range(10):
+                    span.add_event(f"e{n}.{i}")
+                    span.set_attribute(f"k{n}.{i}", i)
+
+            threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            span.end()
+    finally:
+        sys.setswitchinterval(interval)
+    for finished in exporter.get_finished_spans():
+        assert len(finished.events) == 40 and len(finished.attributes or {}) == 41
+    span.set_status(Status(StatusCode.ERROR, "late"))  # ignored after the end, as the SDK does
+    span.set_attribute("late", 1)
+    span.add_event("late")
+    assert span.status.status_code is StatusCode.UNSET
+    assert "late" not in (span.attributes or {}) and len(span.events) == 40
