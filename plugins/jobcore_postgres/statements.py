@@ -16,6 +16,7 @@ from jobcore.event_snapshot import SNAPSHOT_FIELDS, SNAPSHOT_KEY
 from jobcore.models import Job, JobStatus
 from jobcore.transitions import (
     CLAIM,
+    MARK_STARTED,
     OUTCOME_ERROR,
     RETRY_TARGET,
     Attempts,
@@ -264,6 +265,24 @@ def owner_statement(transition: Transition, d: Dialect, slim: bool = False) -> s
         f"WHERE j.id = v.id AND {guard} RETURNING {returning}"
     )
     return with_event(transition, d, update, names)
+
+
+def lock_leases_statement(d: Dialect) -> str:
+    """Lock the rows of the reported leases that still hold, in the order reported.
+
+    A transaction that writes reported rows in more than one statement (start
+    markers, then one statement per kind of outcome) runs this first, with the
+    reports in job id order, as every single-statement writer of reported rows
+    sends them (`PostgresStorage._lease_params`, `_send_owner`): all take the rows
+    of a worker in one order, so a heartbeat and a group commit cannot deadlock.
+    The reports drive the join (the planner settings rule out hash and merge
+    joins), so rows are locked in array order.
+    """
+    guard = guard_clause(MARK_STARTED, d)  # a claim that still holds
+    return (
+        f"SELECT j.id FROM {reports('')} JOIN {d.table('jobs')} j ON j.id = v.id "
+        f"WHERE {guard} FOR NO KEY UPDATE OF j"
+    )
 
 
 def sweep_statement(transition: Transition, d: Dialect, limit: int, only: bool = False) -> str:
