@@ -3,10 +3,10 @@
 worker, interleaved on two real connections, both finish instead of deadlocking.
 
 Each test holds one row with a third connection so that the two writers meet in
-the worst order: the heartbeat holds the first row and waits for the last, while
-the commit holds (before the fix) the middle row it marks started and waits for
-the first, whose outcome it records. Released, the heartbeat then needs the middle row:
-a cycle the server breaks by failing one of them ("deadlock detected").
+the worst order: the first writer takes a row, then waits for the held one; the
+second takes (before the fix) a row the first still needs, then waits for the
+first writer's row. Released, the first writer needs the second's row: a cycle
+the server breaks by failing one of them ("deadlock detected").
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 from jobcore_postgres.storage import PostgresStorage
 
 from jobcore.models import Completed, Failed, JobStatus, Lease, NewJob
-from jobcore.storage.base import Recorded
 
 Factory = Callable[..., PostgresStorage]
 LEASE_MS = 60_000
@@ -126,65 +125,76 @@ def _meet(
         watcher.close()
 
 
+@pytest.mark.parametrize(
+    ("beat_order", "held", "completed", "started"),
+    [
+        # the keeper sends its leases in the order it holds them, not in id order
+        pytest.param((0, 2, 1), 2, 0, 1, id="heartbeat-in-claim-order"),
+        # each statement in id order, but the start marker's row before the outcome's
+        pytest.param((0, 1, 2), 1, 0, 2, id="commit-in-two-runs"),
+    ],
+)
 def test_a_heartbeat_and_a_group_commit_meeting_in_the_worst_order_both_finish(
-    pg_storage_factory: Factory, blocker: psycopg.Connection[Any]
+    pg_storage_factory: Factory,
+    blocker: psycopg.Connection[Any],
+    beat_order: tuple[int, ...],
+    held: int,
+    completed: int,
+    started: int,
 ) -> None:
     storage = pg_storage_factory()
-    first, middle, last = _claimed(storage, 3)
-    assert storage.mark_started([first]) == {first.job_id}
+    leases = _claimed(storage, 3)
+    assert storage.mark_started([leases[completed]]) == {leases[completed].job_id}
     owned, (recorded, claimed) = _meet(
         storage,
         blocker,
-        # the keeper's leases in the order it holds them, not in id order
-        lambda: storage.extend_leases([first, last, middle], lease_ms=LEASE_MS),
+        lambda: storage.extend_leases([leases[i] for i in beat_order], lease_ms=LEASE_MS),
         lambda: storage.commit_batch(
-            [Completed(first, "done")],
+            [Completed(leases[completed], "done")],
             worker="w1",
             claim_limit=0,
             lease_ms=LEASE_MS,
             promote=False,
-            started=[middle],
+            started=[leases[started]],
             start=0,
         ),
-        held=last.job_id,
+        held=leases[held].job_id,
     )
-    # whichever went first, nothing was lost: the outcome and the start marker are
-    # recorded, and every lease still held was extended
+    # nothing was lost: the outcome and the start marker are recorded, and every
+    # lease still held was extended (the heartbeat went first, the outcome after it)
     assert [(r.state, r.job and r.job.status) for r in recorded] == [
         ("recorded", JobStatus.COMPLETED)
     ]
     assert claimed == []
-    assert set(owned) <= {first.job_id, middle.job_id, last.job_id}
-    assert {middle.job_id, last.job_id} <= set(owned)
-    jobs = {lease.job_id: storage.get(lease.job_id) for lease in (first, middle, last)}
-    assert jobs[first.job_id].status == JobStatus.COMPLETED  # type: ignore[union-attr]
-    assert jobs[middle.job_id].started_at is not None  # type: ignore[union-attr]
-    assert jobs[last.job_id].status == JobStatus.CLAIMED  # type: ignore[union-attr]
+    assert set(owned) == {lease.job_id for lease in leases}
+    jobs = {lease.job_id: storage.get(lease.job_id) for lease in leases}
+    assert jobs[leases[completed].job_id].status == JobStatus.COMPLETED  # type: ignore[union-attr]
+    assert jobs[leases[started].job_id].started_at is not None  # type: ignore[union-attr]
+    assert jobs[leases[held].job_id].status == JobStatus.CLAIMED  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("middle_outcome", [Failed, Completed])
+@pytest.mark.parametrize("last_outcome", [Failed, Completed], ids=["two-kinds", "one-kind"])
 def test_outcomes_reported_out_of_id_order_and_a_heartbeat_both_finish(
-    pg_storage_factory: Factory, blocker: psycopg.Connection[Any], middle_outcome: type
+    pg_storage_factory: Factory, blocker: psycopg.Connection[Any], last_outcome: type
 ) -> None:
-    """`record` runs one statement per kind of outcome (a failure's before a
+    """`record` runs one statement per kind of outcome (here a failure's before a
     completion's), each taking its rows in the order reported unless sorted."""
     storage = pg_storage_factory()
     first, middle, last = _claimed(storage, 3)
     outcomes = [
-        Failed(middle, "boom") if middle_outcome is Failed else Completed(middle, None),
+        Failed(last, "boom") if last_outcome is Failed else Completed(last, None),
         Completed(first, None),
     ]
     owned, recorded = _meet(
         storage,
         blocker,
-        lambda: storage.extend_leases([first, last, middle], lease_ms=LEASE_MS),
+        lambda: storage.extend_leases([first, middle, last], lease_ms=LEASE_MS),
         lambda: storage.record(outcomes),
-        held=last.job_id,
+        held=middle.job_id,
     )
     assert [r.state for r in recorded] == ["recorded", "recorded"]
-    assert isinstance(recorded[0], Recorded) and recorded[0].job is not None
-    assert recorded[0].job.id == middle.job_id
-    assert last.job_id in owned
+    assert [r.job.id for r in recorded if r.job is not None] == [last.job_id, first.job_id]
+    assert set(owned) == {first.job_id, middle.job_id, last.job_id}
 
 
 def test_an_operator_cancelling_several_running_jobs_and_a_group_commit_both_finish(
