@@ -275,13 +275,29 @@ def lock_leases_statement(d: Dialect) -> str:
     reports in job id order, as every single-statement writer of reported rows
     sends them (`PostgresStorage._lease_params`, `_send_owner`): all take the rows
     of a worker in one order, so a heartbeat and a group commit cannot deadlock.
-    The reports drive the join (the planner settings rule out hash and merge
-    joins), so rows are locked in array order.
+    Each report locks its row in a LATERAL subquery: the reports drive the loop
+    whatever the planner thinks, so rows are locked in array order.
     """
     guard = guard_clause(MARK_STARTED, d)  # a claim that still holds
     return (
-        f"SELECT j.id FROM {reports('')} JOIN {d.table('jobs')} j ON j.id = v.id "
-        f"WHERE {guard} FOR NO KEY UPDATE OF j"
+        f"SELECT l.id FROM {reports('')}, LATERAL (SELECT j.id FROM {d.table('jobs')} j "
+        f"WHERE j.id = v.id AND {guard} FOR NO KEY UPDATE) AS l"
+    )
+
+
+def lease_statement(transition: Transition, d: Dialect, returning: str) -> str:
+    """Apply a lease-keeping `transition` (extend, mark started) to the reported leases that
+    still hold, answering `returning`: each row locked first, in the order reported, as in
+    `lock_leases_statement` (a plain join may walk the table and rescan the reports for
+    every row: a heartbeat of 500 leases then takes ~300 ms, locking in index order).
+    The rows locked are those whose lease held; locked, they stay so until the update."""
+    guard = guard_clause(transition, d)
+    return (
+        f"WITH v AS MATERIALIZED (SELECT v.id, v.lease_id, v.worker FROM {reports('')}, "
+        f"LATERAL (SELECT j.id FROM {d.table('jobs')} j WHERE j.id = v.id AND {guard} "
+        f"FOR NO KEY UPDATE) AS l) "
+        f"UPDATE {d.table('jobs')} j SET {set_clause(transition, d)} "
+        f"WHERE j.id = ANY(ARRAY(SELECT id FROM v)) RETURNING {returning}"
     )
 
 

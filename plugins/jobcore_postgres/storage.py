@@ -65,6 +65,7 @@ from jobcore_postgres.statements import (
     JOB_COLUMNS,
     Dialect,
     claim_statement,
+    lease_statement,
     lock_leases_statement,
     owner_statement,
     promote_statement,
@@ -841,10 +842,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses):
 
     def _lease_statement(self, transition: Transition, returning: str) -> str:
         return self._statement(
-            ("lease", transition.name),
-            lambda: owner_statement(transition, self._d).replace(
-                "RETURNING " + ", ".join(f"j.{c}" for c in JOB_COLUMNS), f"RETURNING {returning}"
-            ),
+            ("lease", transition.name, returning), lease_statement, transition, self._d, returning
         )
 
     def _lease_params(self, leases: Sequence[Lease], **extra: Any) -> dict[str, Any]:
