@@ -28,6 +28,13 @@ EVENT_PRUNE_BATCH = 2_000  # events looked at (and old ones deleted) per transac
 EVENT_PRUNE_BUDGET_S = 2.0  # a sweep catching up on old events stops after this long
 
 
+def in_id_order(job_ids: Sequence[str]) -> list[int]:
+    """Positions of `job_ids`, ordered by id: a transaction writing several jobs takes
+    their rows in the order every other writer of them does (a worker's heartbeat and
+    group commit), so it cannot deadlock with them."""
+    return sorted(range(len(job_ids)), key=job_ids.__getitem__)
+
+
 class PostgresAdmin:
     """Operator writes of `PostgresStorage` (a mixin: it provides `_write`, `_d`, `_params`)."""
 
@@ -146,11 +153,12 @@ class PostgresAdmin:
         return None if row is None else row_to_job(row)
 
     def retry(self, job_ids: Sequence[str]) -> list[Job | None]:
-        results: list[Job | None] = []
+        results: list[Job | None] = [None] * len(job_ids)
         with self._write() as conn:
-            for job_id in job_ids:
+            for i in in_id_order(job_ids):
+                job_id = job_ids[i]
                 try:
-                    results.append(self._by_id(conn, OPERATOR_RETRY, job_id))
+                    results[i] = self._by_id(conn, OPERATOR_RETRY, job_id)
                 except psycopg.errors.UniqueViolation:
                     raise IllegalTransition(
                         f"cannot retry job {job_id}: another unfinished job holds its "
@@ -159,13 +167,13 @@ class PostgresAdmin:
         return results
 
     def cancel(self, job_ids: Sequence[str]) -> list[Job | None]:
-        results: list[Job | None] = []
+        results: list[Job | None] = [None] * len(job_ids)
         with self._write() as conn:
-            for job_id in job_ids:
-                job = self._by_id(conn, CANCEL_WAITING, job_id)
+            for i in in_id_order(job_ids):
+                job = self._by_id(conn, CANCEL_WAITING, job_ids[i])
                 if job is None:
-                    job = self._by_id(conn, REQUEST_CANCEL, job_id)
-                results.append(job)
+                    job = self._by_id(conn, REQUEST_CANCEL, job_ids[i])
+                results[i] = job
         return results
 
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:

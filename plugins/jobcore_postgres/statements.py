@@ -16,6 +16,7 @@ from jobcore.event_snapshot import SNAPSHOT_FIELDS, SNAPSHOT_KEY
 from jobcore.models import Job, JobStatus
 from jobcore.transitions import (
     CLAIM,
+    MARK_STARTED,
     OUTCOME_ERROR,
     RETRY_TARGET,
     Attempts,
@@ -264,6 +265,40 @@ def owner_statement(transition: Transition, d: Dialect, slim: bool = False) -> s
         f"WHERE j.id = v.id AND {guard} RETURNING {returning}"
     )
     return with_event(transition, d, update, names)
+
+
+def lock_leases_statement(d: Dialect) -> str:
+    """Lock the rows of the reported leases that still hold, in the order reported.
+
+    A transaction that writes reported rows in more than one statement (start
+    markers, then one statement per kind of outcome) runs this first, with the
+    reports in job id order, as every single-statement writer of reported rows
+    sends them (`PostgresStorage._lease_params`, `_send_owner`): all take the rows
+    of a worker in one order, so a heartbeat and a group commit cannot deadlock.
+    Each report locks its row in a LATERAL subquery: the reports drive the loop
+    whatever the planner thinks, so rows are locked in array order.
+    """
+    guard = guard_clause(MARK_STARTED, d)  # a claim that still holds
+    return (
+        f"SELECT l.id FROM {reports('')}, LATERAL (SELECT j.id FROM {d.table('jobs')} j "
+        f"WHERE j.id = v.id AND {guard} FOR NO KEY UPDATE) AS l"
+    )
+
+
+def lease_statement(transition: Transition, d: Dialect, returning: str) -> str:
+    """Apply a lease-keeping `transition` (extend, mark started) to the reported leases that
+    still hold, answering `returning`: each row locked first, in the order reported, as in
+    `lock_leases_statement` (a plain join may walk the table and rescan the reports for
+    every row: a heartbeat of 500 leases then takes ~300 ms, locking in index order).
+    The rows locked are those whose lease held; locked, they stay so until the update."""
+    guard = guard_clause(transition, d)
+    return (
+        f"WITH v AS MATERIALIZED (SELECT v.id, v.lease_id, v.worker FROM {reports('')}, "
+        f"LATERAL (SELECT j.id FROM {d.table('jobs')} j WHERE j.id = v.id AND {guard} "
+        f"FOR NO KEY UPDATE) AS l) "
+        f"UPDATE {d.table('jobs')} j SET {set_clause(transition, d)} "
+        f"WHERE j.id = ANY(ARRAY(SELECT id FROM v)) RETURNING {returning}"
+    )
 
 
 def sweep_statement(transition: Transition, d: Dialect, limit: int, only: bool = False) -> str:

@@ -66,6 +66,8 @@ from jobcore_postgres.statements import (
     JOB_COLUMNS,
     Dialect,
     claim_statement,
+    lease_statement,
+    lock_leases_statement,
     owner_statement,
     promote_statement,
 )
@@ -171,6 +173,18 @@ def _insert_values(job: NewJob) -> tuple[Any, ...]:
 def _payload_json(job: NewJob) -> str:
     """The job's payload as stored (JSON text; `Queue` encoded it already)."""
     return job.payload_json if job.payload_json is not None else json_strict(job.payload)
+
+
+def _by_job_id(lease: Lease) -> str:
+    return lease.job_id
+
+
+def _row_statements(outcomes: Sequence[Outcome], started: Sequence[Lease]) -> int:
+    """How many statements of a transaction recording `outcomes` and marking `started`
+    write reported rows (a completion with children counts as two: it writes apart)."""
+    kinds = {type(outcome) for outcome in outcomes}
+    count = sum(len(OWNER[kind]) for kind in kinds) + (1 if started else 0)
+    return count + (1 if _has_children(outcomes) else 0)
 
 
 def _has_children(outcomes: Sequence[Outcome]) -> bool:
@@ -784,6 +798,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         self._local.marked = set()
 
         def send(conn: Conn) -> _Batch:
+            self._lock_in_order(conn, checked, started)
             marked = None
             if started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
@@ -847,13 +862,12 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
 
     def _lease_statement(self, transition: Transition, returning: str) -> str:
         return self._statement(
-            ("lease", transition.name),
-            lambda: owner_statement(transition, self._d).replace(
-                "RETURNING " + ", ".join(f"j.{c}" for c in JOB_COLUMNS), f"RETURNING {returning}"
-            ),
+            ("lease", transition.name, returning), lease_statement, transition, self._d, returning
         )
 
     def _lease_params(self, leases: Sequence[Lease], **extra: Any) -> dict[str, Any]:
+        """The leases as report arrays, in job id order (see `_lock_in_order`)."""
+        leases = sorted(leases, key=_by_job_id)
         nothing: list[None] = [None] * len(leases)
         return self._params(
             ids=[lease.job_id for lease in leases],
@@ -873,6 +887,25 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             rows = conn.execute(sql, self._lease_params(leases, lease_ms=lease_ms)).fetchall()
         return {row[0]: bool(row[1]) for row in rows}
 
+    def _lock_in_order(
+        self, conn: Conn, outcomes: Sequence[Outcome], started: Sequence[Lease] = ()
+    ) -> None:
+        """Lock the rows a transaction will write for `outcomes` and `started`, in job
+        id order, if it writes them in more than one statement.
+
+        Every statement writing reported rows takes them in job id order (the report
+        arrays are sorted), but a transaction of several such statements (start
+        markers, then completions) would still lock in two runs: the worker's
+        heartbeat, waiting for a row of the second run while holding one of the
+        first, deadlocks with it. Locked here first, all the rows are taken in one
+        run, in the order every other writer of them uses.
+        """
+        if _row_statements(outcomes, started) <= 1:
+            return
+        leases = [*started, *(outcome.lease for outcome in outcomes)]
+        sql = self._statement("lock_leases", lock_leases_statement, self._d)
+        conn.execute(sql, self._lease_params(leases))
+
     def _mark_started(self, conn: Conn, leases: Sequence[Lease]) -> set[str]:
         sql = self._lease_statement(MARK_STARTED, "j.id")
         return {row[0] for row in conn.execute(sql, self._lease_params(leases)).fetchall()}
@@ -889,11 +922,14 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         checked = self._checked(outcomes)
         if _has_children(checked):
             with self._batch() as conn:
+                self._lock_in_order(conn, checked)
                 return self._collect(conn, checked, self._send_owner(conn, checked))
-        return self._one_trip(
-            lambda conn: self._send_owner(conn, checked),
-            lambda conn, sent: self._collect(conn, checked, sent),
-        )
+
+        def send(conn: Conn) -> list[_Sent]:
+            self._lock_in_order(conn, checked)
+            return self._send_owner(conn, checked)
+
+        return self._one_trip(send, lambda conn, sent: self._collect(conn, checked, sent))
 
     def _send_owner(
         self, conn: Conn, outcomes: Sequence[Outcome], *, children: bool = False
@@ -905,6 +941,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             if children or not (isinstance(outcome, Completed) and outcome.children):
                 by_type.setdefault(type(outcome), []).append(index)
         for kind, indexes in by_type.items():
+            indexes.sort(key=lambda i: outcomes[i].lease.job_id)  # rows in id order
             group = [outcomes[i] for i in indexes]
             errors: list[str | None]
             delays: list[int]
@@ -976,6 +1013,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
 
     def _record(self, conn: Conn, outcomes: Sequence[Outcome]) -> list[Recorded]:
         checked = self._checked(outcomes)
+        self._lock_in_order(conn, checked)
         return self._collect(conn, checked, self._send_owner(conn, checked))
 
     def _collect(self, conn: Conn, checked: list[Outcome], sent: list[_Sent]) -> list[Recorded]:

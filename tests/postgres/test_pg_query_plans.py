@@ -219,6 +219,17 @@ def test_the_stores_statements_walk_their_indexes_with_any_statistics(
     for kind in ("started_at = coalesce", "heartbeat_at =", "'completed'", "'failed'"):
         walks(plans.of("AS v(id, lease_id", kind), "jobs", "jobs_pkey")
     walks(plans.of("AS v(id, lease_id"), "jobs", "jobs_pkey")  # retry, release, cancel too
+    # outcomes of several kinds lock their rows first, and a heartbeat its rows, in the
+    # order reported (job id order): a loop over the reports locking one row per report
+    for found in plans.of("LATERAL (SELECT j.id FROM"):
+        [loop] = [n for n in nodes(found["Plan"]) if n["Node Type"] == "Nested Loop"]
+        outer, inner = loop["Plans"]
+        assert outer["Node Type"] == "Function Scan", loop
+        assert [n["Node Type"] for n in nodes(inner)][:2] in (
+            ["Subquery Scan", "LockRows"],
+            ["LockRows", "Index Scan"],
+        ), loop
+    assert len(plans.of("LATERAL (SELECT j.id FROM")) == 3  # mark started, extend, record
 
     # the sweep: expired leases by expiry, old events in delivery order (one batch at most)
     storage.claim(worker="gone", limit=5, lease_ms=1)
