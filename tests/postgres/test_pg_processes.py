@@ -123,13 +123,20 @@ def _assert_claimed_once_but_given_back(cluster: Cluster, total: int) -> None:
     given_back = Counter(e.job_id for e in events if e.kind == "job:released")
     assert len(claims) == total
     assert all(claims[i] == given_back[i] + 1 for i in claims), "claimed twice"
+    expiry = {  # lease id -> when that claim's lease was to expire
+        e.data["job"]["lease_id"]: e.data["job"]["lease_expires_at"]
+        for e in events
+        if e.kind == "job:claimed" and e.job_id in given_back and e.data
+    }
     for job_id in given_back:
         job = cluster.storage.get(job_id)
         assert job is not None and job.attempts == 1, job
         *before, last = job.history
         assert last["outcome"] == "completed" and last["attempt"] == 1, job.history
         assert len(before) == given_back[job_id], job.history
-        assert all(h["outcome"] == "released" and h["started_at"] is None for h in before)
+        for entry in before:  # given back unrun by its worker, not swept after its lease
+            assert entry["outcome"] == "released" and entry["started_at"] is None, entry
+            assert entry["ended_at"] < expiry[entry["lease_id"]], entry
 
 
 def test_sigkilled_worker_job_is_reclaimed_elsewhere(cluster: Cluster) -> None:
