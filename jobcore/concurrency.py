@@ -19,7 +19,7 @@ cleared.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -127,6 +127,27 @@ def key_of(type_name: str, key: ConcurrencyKey, model: Any) -> str | None:
             f"concurrency key of {type_name!r} is {len(text)} characters; at most {MAX_KEY}"
         )
     return text
+
+
+def declaring_changes(
+    stored: Sequence[Limit], declared: Sequence[Limit], unlimited: Sequence[str]
+) -> bool:
+    """Whether `Storage.declare_limits(declared, unlimited)` would change `stored` (the
+    store's limits now): a worker then writes them, else takes no write lock at start."""
+    rows = {(limit.scope, limit.name): limit for limit in stored}
+    for limit in declared:
+        row = rows.get((limit.scope, limit.name))
+        if row is None or (row.source == "declared" and row.concurrency != limit.concurrency):
+            return True
+    kept = {(limit.scope, limit.name) for limit in declared}
+    undeclared = {limit.name for limit in declared} | set(unlimited)
+    return any(
+        row.source == "declared"
+        and row.scope in ("type", "key")
+        and row.name in undeclared
+        and (row.scope, row.name) not in kept
+        for row in stored
+    )
 
 
 def declared_limits(types: Iterable[Any]) -> tuple[list[Limit], list[str]]:

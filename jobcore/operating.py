@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobcore import concurrency, wakeup
-from jobcore.concurrency import Limit, checked_limit, checked_scope, declared_limits
+from jobcore.concurrency import (
+    Limit,
+    checked_limit,
+    checked_scope,
+    declared_limits,
+    declaring_changes,
+)
 from jobcore.pauses import MAX_REASON, Pause, checked_kind, checked_name, checked_text
 from jobcore.queue import Queue
 
@@ -106,7 +112,8 @@ def declare_types(queue: Queue, names: Sequence[str]) -> None:
     does at start), so every claimer on the store respects them."""
     registered = [t for t in (queue.registry.get(name) for name in names) if t is not None]
     declared, unlimited = declared_limits(registered)
-    queue.storage.declare_limits(declared, unlimited)
+    if declaring_changes(queue.storage.limits(), declared, unlimited):
+        queue.storage.declare_limits(declared, unlimited)
 
 
 def limit_rows(queue: Queue) -> list[dict[str, Any]]:

@@ -10,23 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet import running_fleet
 from hubproc import Hub
-from test_batched_reports import Fleet, _reports, _states
+from test_batched_reports import ReportsFleet, _reports, _states
 from testenv import subprocess_env
 
 
 @pytest.fixture
-def fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    made = Fleet(hub, store_db)
-    try:
+def fleet(store_db: Path | str, tmp_path: Path) -> Iterator[ReportsFleet]:
+    with running_fleet(store_db, tmp_path, "30s", ReportsFleet) as made:
         yield made
-    finally:
-        made.close()
-        assert hub.terminate() == 0, hub.output()
 
 
-def test_a_stale_heartbeat_beside_the_live_one_of_the_same_job_is_stale(fleet: Fleet) -> None:
+def test_a_stale_heartbeat_beside_the_live_one_of_the_same_job_is_stale(
+    fleet: ReportsFleet,
+) -> None:
     """The store answers extensions by job id: a heartbeat of an old lease that reached the
     writer with the live one (one batch) was answered `recorded`, so its agent kept running a
     job that was no longer its own, and its progress was shown."""
@@ -44,7 +42,7 @@ def test_a_stale_heartbeat_beside_the_live_one_of_the_same_job_is_stale(fleet: F
 
 
 def test_two_reports_of_one_job_in_a_batch_apply_in_their_order_on_every_store(
-    fleet: Fleet,
+    fleet: ReportsFleet,
 ) -> None:
     """PostgreSQL applied one call's outcomes grouped by kind: a failure listed before a
     result of the same lease lost to it there (the job completed) but won on SQLite."""
@@ -73,7 +71,7 @@ def jobcore_retry_decision(job, error, policy):
 
 
 @pytest.fixture
-def hooked_fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
+def hooked_fleet(store_db: Path | str, tmp_path: Path) -> Iterator[ReportsFleet]:
     """A fleet whose hub loads a `jobcore_retry_decision` plugin that raises for some
     failures (a plugin's bug)."""
     (tmp_path / "raising_retry.py").write_text(RAISING_RETRY_PLUGIN)
@@ -83,7 +81,7 @@ def hooked_fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
     )
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
     hub = Hub(store_db, "--lease", "30s", logs=tmp_path, env=env)
-    made = Fleet(hub, store_db)
+    made = ReportsFleet(hub, store_db)
     try:
         yield made
     finally:
@@ -91,7 +89,9 @@ def hooked_fleet(store_db: Path | str, tmp_path: Path) -> Iterator[Fleet]:
         assert hub.terminate() == 0, hub.output()
 
 
-def test_a_retry_plugin_that_raises_fails_no_report_and_no_batch(hooked_fleet: Fleet) -> None:
+def test_a_retry_plugin_that_raises_fails_no_report_and_no_batch(
+    hooked_fleet: ReportsFleet,
+) -> None:
     """The hub called the retry hook unguarded: a plugin raising on one failure answered 500
     to the whole batch, so every later batch of that agent (which carries the failure
     again) failed too and none of its results were recorded. The local worker's rule
@@ -116,7 +116,7 @@ def test_a_retry_plugin_that_raises_fails_no_report_and_no_batch(hooked_fleet: F
     assert answer.json()["status"] in ("scheduled", "pending")
 
 
-def test_a_refused_item_names_its_problem_as_the_single_routes_do(fleet: Fleet) -> None:
+def test_a_refused_item_names_its_problem_as_the_single_routes_do(fleet: ReportsFleet) -> None:
     """Pydantic's `Value error, ` prefix leaked into the batched route's answers."""
     [job] = fleet.claimed(1)
     items = [{"job_id": "a\u0000b", "lease_id": job["lease_id"], "kind": "result"}]
@@ -129,7 +129,7 @@ def test_a_refused_item_names_its_problem_as_the_single_routes_do(fleet: Fleet) 
 
 
 def test_a_retry_plugin_that_raises_on_timeouts_does_not_stop_the_hubs_maintenance(
-    hooked_fleet: Fleet,
+    hooked_fleet: ReportsFleet,
 ) -> None:
     """The hub's maintenance asked the retry hook unguarded for an overdue remote claim: the
     hook raised on every pass, the job stayed claimed past its timeout for good, and the

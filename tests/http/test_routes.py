@@ -221,6 +221,7 @@ def test_stats_health_and_unknown_route(hub: Hub, admin: httpx.Client) -> None:
         "last_hour",
         "duplicates",
         "paused",  # DESIGN §16
+        "limits",
     }
     assert httpx.get(hub.url + "/api/health").json() == {"status": "ok"}
     assert admin.get("/api/nothing-here").status_code == 404
