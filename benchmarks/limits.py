@@ -25,30 +25,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.operating import ROOT, _drain, _drop, _store
+from benchmarks.operating import ROOT, _drain, _drop, _store, drain_child
 
-CHILD = r"""
-import json, resource, sys
-from jobcore.testing import make_queue, drain
-db, n, limit = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-modules = ["jobcore_postgres"] if "://" in db else []
-queue = make_queue(db, modules=modules)
-for start in range(0, n, 5000):
-    queue.enqueue_many("noop", [{}] * min(5000, n - start))
-if limit:
-    queue.storage.set_limit("type", "noop", 50)
-before = resource.getrusage(resource.RUSAGE_SELF)
-drain(queue, concurrency=4)
-after = resource.getrusage(resource.RUSAGE_SELF)
-jobs = queue.list_jobs(statuses=["completed"], limit=n + 1)
-assert len(jobs) == n, len(jobs)
-first = min(j.claimed_at for j in jobs)
-last = max(j.completed_at for j in jobs)
-cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-import jobcore
-rate = n * 1000 / max(1, last - first)
-print(json.dumps({"rate": rate, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))
-"""
+CHILD = drain_child('queue.storage.set_limit("type", "noop", 50)')
 
 CLAIMS = r"""
 import json, sys, time

@@ -27,16 +27,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r"""
+_DRAIN_CHILD = r"""
 import json, resource, sys
 from jobcore.testing import make_queue, drain
-db, n, pause = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+db, n, held = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 modules = ["jobcore_postgres"] if "://" in db else []
 queue = make_queue(db, modules=modules)
 for start in range(0, n, 5000):
     queue.enqueue_many("noop", [{}] * min(5000, n - start))
-if pause:
-    queue.storage.pause("queue", "elsewhere", reason="bench", by="bench")
+if held:
+    HELD_BACK
 before = resource.getrusage(resource.RUSAGE_SELF)
 drain(queue, concurrency=4)
 after = resource.getrusage(resource.RUSAGE_SELF)
@@ -49,6 +49,15 @@ import jobcore
 rate = n * 1000 / max(1, last - first)
 print(json.dumps({"rate": rate, "cpu_us": cpu * 1e6 / n, "code": jobcore.__file__}))
 """
+
+
+def drain_child(held_back: str) -> str:
+    """A child script: enqueue argv[2] noops into store argv[1]; when argv[3] is "1" run the
+    statement `held_back` first; drain with 4 threads; print rate and CPU per job as JSON."""
+    return _DRAIN_CHILD.replace("HELD_BACK", held_back)
+
+
+CHILD = drain_child('queue.storage.pause("queue", "elsewhere", reason="bench", by="bench")')
 
 
 CLAIMS = r"""
