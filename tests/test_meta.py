@@ -55,3 +55,14 @@ def test_import_jobcore_stays_light() -> None:
 def test_modules_stay_small() -> None:
     for path in (ROOT / "jobcore").rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 650, f"{path} is getting large; split it"
+
+
+def test_test_modules_have_names_of_their_own() -> None:
+    """pytest imports each test folder's modules by their bare names (no packages): two
+    `test_cli.py` in different folders fail the whole run's collection."""
+    seen: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name == "conftest.py":
+            continue
+        other = seen.setdefault(path.name, path)
+        assert other == path, f"{path} and {other} share a module name; rename one"
