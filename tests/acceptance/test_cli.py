@@ -397,6 +397,7 @@ def test_stats_json_shape(run: Run) -> None:
         "last_hour",
         "duplicates",
         "paused",  # DESIGN §16
+        "limits",
     }
     assert (
         stats["counts"]["completed"] == 1

@@ -64,7 +64,11 @@ def test_runs_missed_while_every_scheduler_was_down(
     with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
         scheduler.tick()
     assert _scheduled(queue) == ["00:01:00", *caught_up]
-    warned = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    warned = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "jobcore.cron" and "run(s) missed" in r.getMessage()
+    ]
     assert warned == (
         []
         if dropped is None
@@ -210,7 +214,11 @@ def test_a_store_clock_stepped_back_enqueues_nothing_twice_and_says_so(
         other.tick()
         scheduler.tick()
     assert _scheduled(queue) == ["00:01:00", "00:02:00", "00:03:00"]  # none again
-    warnings = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("jobcore.cron") and "clock" in r.getMessage()
+    ]
     assert len(warnings) == 1, warnings  # the one that looked: `scheduler` waits for 00:04
     assert "schedule minutely" in warnings[0] and "141s behind" in warnings[0]
     assert "resume after 2026-01-01T00:03:01.000Z" in warnings[0]
@@ -249,7 +257,11 @@ def test_the_scheduler_thread_outlives_a_locked_database(
         writer.close()
         scheduler.stop()
         queue.close()
-    busy = [r for r in caplog.records if "is busy" in r.getMessage()]
+    busy = [
+        r
+        for r in caplog.records
+        if r.name.startswith("jobcore.cron") and "is busy" in r.getMessage()
+    ]
     assert busy and "trying again in 1s" in busy[0].getMessage()
     assert busy[0].levelno == logging.WARNING
     assert enqueued  # then it went on
@@ -271,7 +283,11 @@ def test_a_mark_moved_back_under_recorded_runs_is_said_and_not_spun_on(
         waits = [scheduler.tick() for _ in range(3)]
     assert _scheduled(queue) == ["00:01:00", "00:02:00"]  # the recorded runs refuse again
     assert waits[-1] >= 1, waits  # not a loop taking the write lock a hundred times a second
-    said = [r.getMessage() for r in caplog.records if "already recorded" in r.getMessage()]
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("jobcore.cron") and "already recorded" in r.getMessage()
+    ]
     assert said and "schedule minutely" in said[0]
 
 
@@ -298,7 +314,11 @@ def test_a_schedule_failing_its_pass_holds_back_no_other(
     with caplog.at_level(logging.WARNING, logger="jobcore.cron"):
         wait = scheduler.tick()
     assert [job.type for job in queue.list_jobs(limit=10)] == ["noop"]  # steady ran
-    said = [r.getMessage() for r in caplog.records if "schedule fragile" in r.getMessage()]
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("jobcore.cron") and "schedule fragile" in r.getMessage()
+    ]
     assert said and "the report source is not available" in said[0], caplog.text
     assert 0.5 <= wait <= 30  # the failing one is tried again after a pause, not at once
     ready[0] = True
