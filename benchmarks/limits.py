@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.operating import ROOT, _drain, _drop, _store, drain_child
+from benchmarks.operating import ROOT, _drain, _drop, _store, drain_child, print_runs
 
 CHILD = drain_child('queue.storage.set_limit("type", "noop", 50)')
 
@@ -102,18 +101,9 @@ def main() -> None:
                 finally:
                     _drop(db)
     first = order[0][0]
-    base_rate = statistics.median(r["rate"] for r in runs[first])
-    base_cpu = statistics.median(r["cpu_us"] for r in runs[first])
     what = "one-job claims, key limit 1, CPU" if args.claims else "noop drain, 1 worker x 4"
     print(f"{what}, {args.db}, {args.jobs} jobs, {args.reps} reps")
-    for label, results in runs.items():
-        rate = statistics.median(r["rate"] for r in results)
-        cpu = statistics.median(r["cpu_us"] for r in results)
-        rates = ", ".join(f"{r['rate']:.0f}" for r in results)
-        print(
-            f"{label:26} {rate:8.0f} jobs/s ({rate / base_rate:.3f}x)  "
-            f"{cpu:6.1f} us CPU/job ({cpu / base_cpu:.3f}x)  [{rates}]"
-        )
+    print_runs(runs, first, width=26)
 
 
 if __name__ == "__main__":

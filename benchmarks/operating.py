@@ -141,16 +141,21 @@ def main() -> None:
                     runs[label].append(_drain(code, db, args.jobs, pause, script))
                 finally:
                     _drop(db)
-    base_rate = statistics.median(r["rate"] for r in runs["old"])
-    base_cpu = statistics.median(r["cpu_us"] for r in runs["old"])
     what = "one-job claims, CPU" if args.claims else "noop drain, 1 worker x 4 threads"
     print(f"{what}, {args.db}, {args.jobs} jobs, {args.reps} reps")
+    print_runs(runs, "old", width=22)
+
+
+def print_runs(runs: dict[str, list[dict[str, float]]], base: str, width: int) -> None:
+    """One line per label: median rate and CPU per job, each as a ratio to `base`'s."""
+    base_rate = statistics.median(r["rate"] for r in runs[base])
+    base_cpu = statistics.median(r["cpu_us"] for r in runs[base])
     for label, results in runs.items():
         rate = statistics.median(r["rate"] for r in results)
         cpu = statistics.median(r["cpu_us"] for r in results)
         rates = ", ".join(f"{r['rate']:.0f}" for r in results)
         print(
-            f"{label:22} {rate:8.0f} jobs/s ({rate / base_rate:.3f}x)  "
+            f"{label:{width}} {rate:8.0f} jobs/s ({rate / base_rate:.3f}x)  "
             f"{cpu:6.1f} us CPU/job ({cpu / base_cpu:.3f}x)  [{rates}]"
         )
 
