@@ -31,8 +31,11 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module at a time: Playwright's sync API marks an event loop as running
+    in the main thread for as long as it is started, and a later test's asyncio.run()
+    refuses to start beside it."""
     executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
     if executable is None:
         _missing_browser(f"Chromium not found at {CHROMIUM} nor on PATH (apt-get install chromium)")
