@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -80,14 +81,16 @@ def test_a_racing_symlink_swap_never_creates_or_deletes_outside_the_root(
         cli.drain("--concurrency", "4", timeout=120)
     finally:
         swapper.finish()
-    expected = sorted(name for i in range(JOBS) for name in (f"v{i}", f"r{i}"))
-    assert sorted(p.name for p in outside.iterdir()) == expected
-    assert {p.read_text() for p in outside.iterdir()} == {"outside: keep"}  # none replaced
     jobs = list(cli.jobs().values())
+    # what the jobs saw, shown by any assertion below that fails
+    seen = Counter((job["status"], job["attempts"], (job["last_error"] or "")[:80]) for job in jobs)
+    expected = sorted(name for i in range(JOBS) for name in (f"v{i}", f"r{i}"))
+    assert sorted(p.name for p in outside.iterdir()) == expected, seen
+    assert {p.read_text() for p in outside.iterdir()} == {"outside: keep"}, seen  # none replaced
     refused = [job for job in jobs if job["status"] == "failed"]
-    assert swapper.swaps > 1000
-    assert refused, "the swap never hit a job: the test proved nothing"
+    assert swapper.swaps > 1000, (swapper.swaps, seen)
+    assert refused, f"the swap never hit a job: the test proved nothing ({seen})"
     for job in refused:
-        assert job["attempts"] == 1  # permanent at once, naming the component
-        assert job["last_error"].startswith("PermanentError: d is a symlink"), job["last_error"]
-    assert any(job["status"] == "completed" for job in jobs)
+        assert job["attempts"] == 1, seen  # permanent at once, naming the component
+        assert job["last_error"].startswith("PermanentError: d is a symlink"), seen
+    assert any(job["status"] == "completed" for job in jobs), seen
