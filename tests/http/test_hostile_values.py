@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from hubproc import NUL_BODIES, NUL_URLS, Hub, Tokens
+from testenv import subprocess_env
 
 JSON = {"content-type": "application/json"}
 RAW = b"\xed\xa0\x80"  # U+D800 encoded as if it were a character: not UTF-8
@@ -31,6 +32,16 @@ def _unique(prefix: str = "q") -> str:
 def _rows(db: Path) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as conn:
         return conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+
+
+@pytest.fixture(scope="module")
+def hub(hub_db: Path) -> Iterator[Hub]:
+    """This module's hub, with a lease longer than the module runs: the tests compare whole
+    rows before and after, and a job claimed by an earlier test must not be swept meanwhile
+    (a 30 s lease ran out on a loaded machine and the sweep changed the row)."""
+    server = Hub(hub_db, "--lease", "1h", env=subprocess_env(JOBCORE_WAKE_CHECK_INTERVAL="0.002"))
+    yield server
+    assert server.terminate() == 0, server.output()
 
 
 @pytest.fixture
