@@ -296,6 +296,10 @@ class BulkOut(BaseModel):
 
 
 class StatsOut(BaseModel):
+    """`jobcore stats --json`; plugins add keys of their own (hook `jobcore_stats`)."""
+
+    model_config = ConfigDict(extra="allow")
+
     counts: dict[str, int]
     by_type: dict[str, dict[str, int]]
     failures: list[dict[str, Any]]
@@ -305,6 +309,11 @@ class StatsOut(BaseModel):
     duplicates: list[dict[str, Any]]
     paused: list[PauseOut] = []
     limits: list[LimitOut] = []
+    schedules: list[dict[str, Any]] | None = Field(
+        None,
+        description="with the cron plugin: each schedule's next and last run, "
+        "due_at, lag_seconds and health (ok, overdue, failed, not_started)",
+    )
 
 
 class HealthOut(BaseModel):
