@@ -436,6 +436,32 @@ class LimitsOut(BaseModel):
     limits: list[LimitOut]
 
 
+class DeclaredLimitIn(Strict):
+    """A limit a job type declares (`concurrency=`; with `concurrency_key=`: scope key)."""
+
+    scope: Literal["type", "key"]
+    name: Name
+    concurrency: int = Field(ge=1, le=1_000_000)
+
+
+class DeclaredLimitsIn(Strict):
+    """What an agent's job types declare, written as a worker does at start: only types the
+    agent registered; a limit set at run time stays."""
+
+    worker_id: Name
+    limits: Annotated[list[DeclaredLimitIn], Field(max_length=1000)] = []
+    unlimited: Annotated[list[Name], Field(max_length=1000)] = Field(
+        default=[], description="registered types that declare no limit (their declared one goes)"
+    )
+
+
+class DeclaredLimitsOut(BaseModel):
+    changed: bool = Field(description="false when the store already held exactly these")
+    ignored: list[str] = Field(
+        default=[], description="types left as they are: the agent's token may not use them"
+    )
+
+
 class LimitClearedOut(BaseModel):
     scope: str
     name: str
