@@ -173,6 +173,8 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path, store_db: Path | str) 
 
             row = wait_for(ran, timeout=30)
             assert row["name"] == "tick" and row["when"] == "every 1s"
+            [stat] = client.get("/api/stats").json()["schedules"]  # the hub schedules it: ok
+            assert (stat["name"], stat["health"], stat["policy"]) == ("tick", "ok", "skip")
             time.sleep(1.2)
             jobs = client.get("/api/jobs", params={"type": "noop"}).json()
             client.post("/ui/login", data={"token": read, "next": "/"})
