@@ -49,7 +49,17 @@ def rows(queue: Queue, found: Sequence[Schedule]) -> list[dict[str, Any]]:
         return []
     recorded = read_latest(queue.storage, queue.transaction)
     described = describe(queue, list(found), recorded)
-    late = lags(found, recorded, queue.storage.now())
+    return annotate(found, described, recorded, queue.storage.now())
+
+
+def annotate(
+    found: Sequence[Schedule],
+    described: list[dict[str, Any]],
+    recorded: dict[str, tuple[State, Run | None]],
+    now: int,
+) -> list[dict[str, Any]]:
+    """Add `due_at`, `lag_seconds` and `health` to `describe`'s rows (in `found`'s order)."""
+    late = lags(found, recorded, now)
     for item, row in zip(found, described, strict=True):
         due, lag = late[item.name]
         last = row["last_job"]
