@@ -34,7 +34,7 @@ from jobcore.plugins import make_plugin_manager
 from jobcore.queue import Queue
 from jobcore.registry import JobType, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
-from jobcore.storage.base import Inserted
+from jobcore.storage.base import Inserted, StatsSection
 from jobcore.worker import Worker
 
 __version__ = "0.1.0"
@@ -65,6 +65,7 @@ __all__ = [
     "RetryDecision",
     "RetryPolicy",
     "SchemaTooNew",
+    "StatsSection",
     "StorageBusy",
     "StorageConnectionLost",
     "StorageError",

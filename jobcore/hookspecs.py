@@ -8,6 +8,8 @@ arguments than its spec, so hooks evolve only by gaining arguments.
 Kinds of hook:
 
 * registration -- `jobcore_register_job_types`, `jobcore_register_commands`
+* collecting (every answer is used) -- `jobcore_enqueue_meta`, `jobcore_stats`,
+  `jobcore_reconcile`
 * decision (firstresult: the first non-None answer wins) --
   `jobcore_storage_backend`, `jobcore_retry_decision`, `jobcore_execute_job`
 * wrapper -- implement `jobcore_execute_job` with ``wrapper=True`` to run code
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from jobcore.queue import Queue
     from jobcore.registry import JobType
     from jobcore.retry import RetryDecision, RetryPolicy
-    from jobcore.storage.base import Storage
+    from jobcore.storage.base import StatsSection, Storage
 
 PROJECT = "jobcore"
 
@@ -113,6 +115,18 @@ def jobcore_enqueue_meta(job: NewJob) -> dict[str, Any] | None:
     ``job`` is the validated job about to be written. Runs on the enqueuing
     thread (for child jobs: the handler's thread, which for an `async def`
     handler is the event loop: it must not block). The returned dicts are merged.
+    """
+
+
+@hookspec
+def jobcore_stats(queue: Queue) -> StatsSection | list[StatsSection] | None:
+    """Return this plugin's part of ``jobcore stats`` for ``queue`` (e.g. recurring jobs).
+
+    Collected from every plugin: each `StatsSection`'s ``data`` appears under its
+    ``key`` in ``stats --json`` and ``GET /api/stats``, its ``text`` in plain
+    ``stats``. Must only read. A key the core or another plugin already has,
+    data that is not JSON, or an exception is logged with the plugin's name and
+    that plugin's sections are left out; stats still answer.
     """
 
 

@@ -111,9 +111,17 @@ def declare_types(queue: Queue, names: Sequence[str]) -> None:
     """Write the concurrency limits the job types `names` declare to the store (a worker
     does at start), so every claimer on the store respects them."""
     registered = [t for t in (queue.registry.get(name) for name in names) if t is not None]
-    declared, unlimited = declared_limits(registered)
-    if declaring_changes(queue.storage.limits(), declared, unlimited):
-        queue.storage.declare_limits(declared, unlimited)
+    declare_limits(queue, *declared_limits(registered))
+
+
+def declare_limits(queue: Queue, declared: Sequence[Limit], unlimited: Sequence[str]) -> bool:
+    """Store `declared` (a limit set at run time stays) and drop the declared limits of the
+    types in `unlimited`; without a write when nothing would change. Whether it changed."""
+    if not declaring_changes(queue.storage.limits(), declared, unlimited):
+        return False
+    queue.storage.declare_limits(declared, unlimited)
+    wakeup.notify(queue.wake_key)  # a limit dropped or raised may free work for idle workers
+    return True
 
 
 def limit_rows(queue: Queue) -> list[dict[str, Any]]:

@@ -30,11 +30,12 @@ from jobcore import hookspecs
 from jobcore.declare import adopt_declared
 from jobcore.errors import ConfigError, JobcoreError, StorageError
 from jobcore.install import DISTRIBUTION, install_command
-from jobcore.storage.base import Storage
+from jobcore.storage.base import StatsSection, Storage
 
 if TYPE_CHECKING:
     from jobcore.config import Config
     from jobcore.models import Job, NewJob
+    from jobcore.queue import Queue
 
 log = logging.getLogger("jobcore.plugins")
 
@@ -273,6 +274,39 @@ class JobcorePluginManager(pluggy.PluginManager):
                 )
             return storage
         return None
+
+    def stats_sections(self, queue: Queue, taken: Iterable[str]) -> list[StatsSection]:
+        """The `jobcore_stats` answers in hook call order. A section whose key is `taken`
+        (the core's) or already answered, whose data is not JSON, or a plugin that raises is
+        logged with the plugin's name and left out: stats never fail for a plugin."""
+        keys = set(taken)
+        sections: list[StatsSection] = []
+        for impl in reversed(self.hook.jobcore_stats.get_hookimpls()):
+            try:
+                answer: Any = impl.function(**{arg: queue for arg in impl.argnames})
+                if answer is None:
+                    continue
+                found = [answer] if isinstance(answer, StatsSection) else list(answer)
+                for section in found:
+                    if not isinstance(section, StatsSection):
+                        raise TypeError(f"answered {type(section).__name__}, not a StatsSection")
+                    json.dumps(section.data, allow_nan=False)
+            except Exception:
+                log.exception(
+                    "plugin %s failed in jobcore_stats; its stats left out", impl.plugin_name
+                )
+                continue
+            for section in found:
+                if section.key in keys:
+                    log.error(
+                        "plugin %s answered stats key %r, already taken; left out",
+                        impl.plugin_name,
+                        section.key,
+                    )
+                    continue
+                keys.add(section.key)
+                sections.append(section)
+        return sections
 
     def reconcile(self, job: Job, config: Config) -> list[str]:
         """Every plugin's discrepancies for `job`; a plugin that raises reports that it could not check."""

@@ -38,7 +38,7 @@ from jobcore.payload_codec import PayloadCodec, codec_for
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.retry import RetryDecision, RetryPolicy
-from jobcore.storage.base import Claim, Inserted, Stats, Storage, Swept
+from jobcore.storage.base import STATS_KEYS, Claim, Inserted, Stats, Storage, Swept
 
 log = logging.getLogger("jobcore.queue")
 
@@ -429,6 +429,7 @@ class Queue:
         stats = self.storage.stats()
         stats.paused = self.storage.pauses()  # DESIGN §16: paused queues show plainly
         stats.limits = limit_rows(self.storage)
+        stats.sections = self.pm.stats_sections(self, STATS_KEYS)  # e.g. recurring jobs
         return stats
 
     # -- operator transitions ------------------------------------------------------

@@ -27,6 +27,7 @@ def stats_json(stats: Stats) -> dict[str, Any]:
         "duplicates": stats.duplicates,
         "paused": [pause.to_json() for pause in stats.paused],  # DESIGN §16
         "limits": stats.limits,
+        **{section.key: section.data for section in stats.sections},  # plugins' (`jobcore_stats`)
     }
 
 
@@ -64,6 +65,7 @@ def stats_text(stats: Stats) -> str:
                 ["SCOPE", "NAME", "CLAIMED", "LIMIT"],
             )
         )
+    parts.extend(f"\n{section.text}" for section in stats.sections)
     parts.append("\nStuck (claimed, lease expired; `jobcore sweep` reclaims them):")
     parts.append(job_rows(stats.stuck) if stats.stuck else "  none")
     parts.append("\nDurations of completed jobs, last 24h (ms):")

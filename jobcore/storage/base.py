@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from jobcore.concurrency import Limit
@@ -75,6 +75,22 @@ class Stats:
     duplicates: list[dict[str, Any]] = field(default_factory=list)
     paused: list[Pause] = field(default_factory=list)  # filled by `Queue.stats` (DESIGN §16)
     limits: list[dict[str, Any]] = field(default_factory=list)  # `operating.limit_rows`
+    sections: list[StatsSection] = field(default_factory=list)  # plugins' (`jobcore_stats`)
+
+
+@dataclass(frozen=True)
+class StatsSection:
+    """A plugin's part of `jobcore stats` (hook `jobcore_stats`): `data` under `key` in
+    `stats --json` and `GET /api/stats` (JSON values only), `text` in plain `stats`
+    (a titled block of lines, no trailing newline)."""
+
+    key: str
+    data: Any
+    text: str
+
+
+# the core's keys of `stats --json`, which no plugin's section may take
+STATS_KEYS = frozenset(f.name for f in fields(Stats) if f.name != "sections")
 
 
 @runtime_checkable

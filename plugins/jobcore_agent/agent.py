@@ -29,6 +29,7 @@ from typing import Any
 
 from jobcore.async_loop import LoopThread
 from jobcore.attempt import AttemptRunner
+from jobcore.concurrency import declared_limits
 from jobcore.errors import JobcoreError, UnknownJobType
 from jobcore.inflight import Attempt
 from jobcore.models import Failed, Outcome, Released
@@ -316,7 +317,51 @@ class Agent:
                 self.intervals.lease,
                 self.intervals.poll_wait,
             )
+            try:  # before the first claim, as a worker at start (DESIGN §16)
+                self._declare_limits()
+            except HubUnavailable as exc:
+                delay = backoff.next()
+                log.error("cannot declare limits to the hub (%s); retrying in %.1fs", exc, delay)
+                if self._sleep(delay):
+                    return False
+                continue
+            except HubError as exc:  # not this agent's to fix by waiting: work without them
+                log.error(
+                    "the hub refused the concurrency limits this agent's job types declare "
+                    "(%s); working without them (set them with `jobcore limit`)",
+                    exc,
+                )
             return True
+
+    def _declare_limits(self) -> None:
+        """Send the concurrency limits this agent's job types declare (`concurrency=`), so
+        that every claimer on the store respects them, as a worker writes its own at start;
+        a limit set at run time stays. An older hub without the route: said once."""
+        registered = [self.queue.registry.get(name) for name in self.types]
+        declared, unlimited = declared_limits([t for t in registered if t is not None])
+        limits = [
+            {"scope": limit.scope, "name": limit.name, "concurrency": limit.concurrency}
+            for limit in declared
+        ]
+        answer = self.client.declare_limits(self.worker_id, limits, unlimited)
+        if answer is None:
+            if declared:
+                log.warning(
+                    "the hub has no route for declared limits (an older hub): the limits "
+                    "of %s are not written by this agent; a worker with these types writes "
+                    "them at start, or set them with `jobcore limit`",
+                    ", ".join(f"{limit.name} ({limit.concurrency})" for limit in declared),
+                )
+            else:
+                log.debug("the hub has no route for declared limits (an older hub)")
+            return
+        ignored = answer.get("ignored") or []
+        if ignored:
+            log.warning(
+                "the hub left the declared limits of %s as they are: this agent's token may "
+                "not use those types",
+                ", ".join(map(str, ignored)),
+            )
 
     def _sleep(self, seconds: float) -> bool:
         """Wait up to `seconds`; True when the agent is stopping (or closed) meanwhile."""

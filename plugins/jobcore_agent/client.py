@@ -222,6 +222,24 @@ class HubClient:
         )
         return intervals, _drain(response, data)
 
+    def declare_limits(
+        self, worker_id: str, limits: list[dict[str, Any]], unlimited: list[str]
+    ) -> dict[str, Any] | None:
+        """`POST /api/workers/limits`: the limits this agent's job types declare;
+        the hub's answer, or None when the hub has no such route (404/405: an older hub)."""
+        what = "declaring limits"
+        try:
+            response = self._http.post(
+                "/api/workers/limits",
+                json={"worker_id": worker_id, "limits": limits, "unlimited": unlimited},
+            )
+        except httpx.TransportError as exc:
+            raise unavailable(what, exc) from None
+        if response.status_code in (404, 405):
+            return None
+        data = check(response, what).json()
+        return data if isinstance(data, dict) else {}
+
     def claim(
         self,
         *,

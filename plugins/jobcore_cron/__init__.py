@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jobcore import Config, ConfigError, Queue, hookimpl
 from jobcore.plugins import require
+from jobcore.storage.base import StatsSection
 
 require("croniter", extra="cron")
 
@@ -118,6 +119,21 @@ def jobcore_register_commands(cli: click.Group) -> None:
 
 
 @hookimpl
+def jobcore_stats(queue: Queue) -> StatsSection:
+    """`schedules` in `jobcore stats`: each schedule's next and last run and its health."""
+    from jobcore_cron.health import section
+
+    return section(queue, schedules_of(queue.config))
+
+
+def schedule_gauges(queue: Queue) -> list[dict[str, Any]]:
+    """`{name, overdue, lag_seconds, runs}` per schedule (the otel plugin's gauges)."""
+    from jobcore_cron.health import gauges
+
+    return gauges(queue, schedules_of(queue.config))
+
+
+@hookimpl
 def jobcore_worker_started(worker: str, queue: Queue) -> None:
     start_scheduler(worker, queue)
 
@@ -174,4 +190,4 @@ def stop_scheduler(owner: str) -> None:
         scheduler.stop()
 
 
-__all__ = ["DECLARED", "CronSettings", "Schedule", "schedule", "schedules_of"]
+__all__ = ["DECLARED", "CronSettings", "Schedule", "schedule", "schedule_gauges", "schedules_of"]

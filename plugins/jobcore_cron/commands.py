@@ -27,7 +27,9 @@ def schedules(state: CliState, as_json: bool) -> None:
     problems = check(queue, found)
     if problems:
         raise click.ClickException(next(iter(problems.values())))
-    rows = describe(queue, found)
+    from jobcore_cron.health import rows as health_rows
+
+    rows = health_rows(queue, found)  # with due_at, lag_seconds and health, as in stats
     if as_json:
         emit_json(rows)
     elif rows:

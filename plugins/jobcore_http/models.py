@@ -296,6 +296,10 @@ class BulkOut(BaseModel):
 
 
 class StatsOut(BaseModel):
+    """`jobcore stats --json`; plugins add keys of their own (hook `jobcore_stats`)."""
+
+    model_config = ConfigDict(extra="allow")
+
     counts: dict[str, int]
     by_type: dict[str, dict[str, int]]
     failures: list[dict[str, Any]]
@@ -305,6 +309,11 @@ class StatsOut(BaseModel):
     duplicates: list[dict[str, Any]]
     paused: list[PauseOut] = []
     limits: list[LimitOut] = []
+    schedules: list[dict[str, Any]] | None = Field(
+        None,
+        description="with the cron plugin: each schedule's next and last run, "
+        "due_at, lag_seconds and health (ok, overdue, failed, not_started)",
+    )
 
 
 class HealthOut(BaseModel):
@@ -425,6 +434,32 @@ class LimitOut(BaseModel):
 
 class LimitsOut(BaseModel):
     limits: list[LimitOut]
+
+
+class DeclaredLimitIn(Strict):
+    """A limit a job type declares (`concurrency=`; with `concurrency_key=`: scope key)."""
+
+    scope: Literal["type", "key"]
+    name: Name
+    concurrency: int = Field(ge=1, le=1_000_000)
+
+
+class DeclaredLimitsIn(Strict):
+    """What an agent's job types declare, written as a worker does at start: only types the
+    agent registered; a limit set at run time stays."""
+
+    worker_id: Name
+    limits: Annotated[list[DeclaredLimitIn], Field(max_length=1000)] = []
+    unlimited: Annotated[list[Name], Field(max_length=1000)] = Field(
+        default=[], description="registered types that declare no limit (their declared one goes)"
+    )
+
+
+class DeclaredLimitsOut(BaseModel):
+    changed: bool = Field(description="false when the store already held exactly these")
+    ignored: list[str] = Field(
+        default=[], description="types left as they are: the agent's token may not use them"
+    )
 
 
 class LimitClearedOut(BaseModel):

@@ -36,7 +36,8 @@ def stop(queue: Queue) -> None:
 
 
 def listing(queue: Queue, read: Callable[..., list[Any]] | None = None) -> list[dict[str, Any]]:
-    """Each schedule with its next and last run (as `jobcore schedules --json`); [] without
+    """Each schedule with its next and last run (as `jobcore schedules --json`, with
+    `due_at`, `lag_seconds` and `health` as in `jobcore stats`); [] without
     the plugin or without schedules. `read(sql)`: a read-only reader of the store (the
     dashboard's) instead of a transaction on the hub's connection."""
     cron = cron_plugin(queue)
@@ -46,9 +47,9 @@ def listing(queue: Queue, read: Callable[..., list[Any]] | None = None) -> list[
     if not found:
         return []
     from jobcore_cron.commands import describe
-    from jobcore_cron.store import CronStore, latest_of
+    from jobcore_cron.health import annotate
+    from jobcore_cron.store import CronStore, latest_of, read_latest
 
-    recorded = None
     if read is not None:
         postgres = CronStore(queue.storage).postgres  # the reader's search path: the schema
         exists = (
@@ -57,4 +58,7 @@ def listing(queue: Queue, read: Callable[..., list[Any]] | None = None) -> list[
             else "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cron_schedules'"
         )
         recorded = latest_of(read) if read(exists) else {}
-    return describe(queue, found, recorded)
+    else:
+        recorded = read_latest(queue.storage, queue.transaction)
+    described = describe(queue, found, recorded)
+    return annotate(found, described, recorded, queue.storage.now())  # due_at, health

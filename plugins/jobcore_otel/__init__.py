@@ -63,6 +63,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter  # noqa: E402
 from jobcore_otel.job_span import JobSpan, JobSpanFactory  # noqa: E402
+from jobcore_otel.schedules import ScheduleGauges  # noqa: E402
 
 __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 
@@ -253,6 +254,7 @@ class OtelPlugin:
             unit="{job}",
             description="each concurrency limit (DESIGN §16)",
         )
+        ScheduleGauges(lambda: self._queue).register(meter)  # with the cron plugin
         self._ready = True
 
     def _observe_limits(self, field: str, options: CallbackOptions) -> Iterable[Observation]:

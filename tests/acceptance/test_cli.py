@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +18,8 @@ from testenv import subprocess_env
 from jobcore.cli import cli, main
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.timeutil import now_ms
+
+CRON = importlib.util.find_spec("croniter") is not None  # the cron plugin loads
 
 Run = Callable[..., Result]
 
@@ -398,6 +401,7 @@ def test_stats_json_shape(run: Run) -> None:
         "duplicates",
         "paused",  # DESIGN §16
         "limits",
+        *(["schedules"] if CRON else []),  # the cron plugin's (`jobcore_stats`)
     }
     assert (
         stats["counts"]["completed"] == 1

@@ -173,6 +173,8 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path, store_db: Path | str) 
 
             row = wait_for(ran, timeout=30)
             assert row["name"] == "tick" and row["when"] == "every 1s"
+            [stat] = client.get("/api/stats").json()["schedules"]  # the hub schedules it: ok
+            assert (stat["name"], stat["health"], stat["policy"]) == ("tick", "ok", "skip")
             time.sleep(1.2)
             jobs = client.get("/api/jobs", params={"type": "noop"}).json()
             client.post("/ui/login", data={"token": read, "next": "/"})
@@ -187,6 +189,39 @@ def test_the_hub_runs_and_lists_schedules(tmp_path: Path, store_db: Path | str) 
     listed = jobs["jobs"] if isinstance(jobs, dict) else jobs
     times = [job["meta"]["cron"]["scheduled_at"] for job in listed]
     assert len(times) >= 2 and len(set(times)) == len(times)
+
+
+def test_a_schedule_no_process_runs_shows_overdue(tmp_path: Path, store_db: Path | str) -> None:
+    """The hub ran `tick` once and stopped; a hub that does not schedule (cron disabled)
+    shows it overdue in `GET /api/stats`, `GET /api/schedules` and the dashboard."""
+    schedules = json.dumps({"tick": {"type": "noop", "every": "1s", "grace": "1s"}})
+    plugins = {"JOBCORE_PLUGINS": "jobcore_test_plugin,jobcore_cron"}
+    env = subprocess_env(**plugins, JOBCORE_CRON_SCHEDULES=schedules)
+    hub = Hub(store_db, env=env, logs=tmp_path)
+    try:
+        read = jobcore(store_db, "tokens", "create", "--name", "r", "--scope", "read")
+        token = read.stdout.strip()
+        with hub.client(token) as client:
+            wait_for(lambda: client.get("/api/schedules").json()["schedules"][0]["runs"], 30)
+    finally:
+        assert hub.terminate() == 0, hub.output()
+    idle = Hub(store_db, env={**env, "JOBCORE_CRON_ENABLED": "false"}, logs=tmp_path)
+    try:
+        with idle.client(token) as client:
+
+            def overdue() -> dict[str, object] | None:
+                [row] = client.get("/api/stats").json()["schedules"]
+                return row if row["health"] == "overdue" else None
+
+            row = wait_for(overdue, timeout=30)
+            assert row["name"] == "tick" and float(str(row["lag_seconds"])) > 1
+            [listed] = client.get("/api/schedules").json()["schedules"]
+            assert listed["health"] == "overdue" and listed["due_at"] == row["due_at"]
+            client.post("/ui/login", data={"token": token, "next": "/"})
+            section = client.get("/").text.split('id="schedules"')[1].split("</section>")[0]
+            assert "<strong>overdue since " in section, section
+    finally:
+        assert idle.terminate() == 0, idle.output()
 
 
 def test_schedules_reads_beside_a_writer_without_the_write_lock(tmp_path: Path) -> None:

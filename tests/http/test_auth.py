@@ -51,6 +51,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("DELETE", "/api/types/authz-type/limit", None, "admin"),
     ("PUT", "/api/types/authz-type/key-limit", {"concurrency": 5}, "admin"),
     ("DELETE", "/api/types/authz-type/key-limit", None, "admin"),
+    ("POST", "/api/workers/limits", W, "agent"),
 ]
 
 GRANTS = {
@@ -138,6 +139,7 @@ def test_open_routes_need_no_token(hub: Hub, path: str) -> None:
         ("/api/jobs/some-id/fail", {"worker_id": "agent-2"}),
         ("/api/jobs/some-id/release", {"worker_id": "agent-2"}),
         ("/api/jobs/reports", {"worker_id": "agent-2", "reports": []}),
+        ("/api/workers/limits", {"worker_id": "agent-2"}),
     ],
 )
 def test_agent_token_acts_only_for_its_own_agent(

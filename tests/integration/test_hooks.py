@@ -143,6 +143,52 @@ def test_hook_jobcore_enqueue_meta(jobcore_make_queue: MakeQueue) -> None:
     assert child.meta["parent"] == parent.id
 
 
+def test_hook_jobcore_stats(
+    jobcore_make_queue: MakeQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jobcore import StatsSection
+    from jobcore.cli.admin import stats_json, stats_text
+
+    class Backlog:
+        @hookimpl
+        def jobcore_stats(self, queue: Queue) -> list[StatsSection]:
+            depth = queue.storage.count_by_status().get("pending", 0)
+            return [
+                StatsSection("backlog", {"depth": depth}, "Backlog:\n  1 waiting"),
+                StatsSection("limits", "mine", "taken"),  # the core's key: left out
+            ]
+
+    class Again:
+        @hookimpl
+        def jobcore_stats(self) -> StatsSection:
+            return StatsSection("backlog", "second", "Second")  # taken by Backlog
+
+    class Broken:
+        @hookimpl
+        def jobcore_stats(self, queue: Queue) -> StatsSection:
+            raise RuntimeError("cannot count")
+
+    class NotJson:
+        @hookimpl
+        def jobcore_stats(self, queue: Queue) -> StatsSection:
+            return StatsSection("odd", float("nan"), "Odd")
+
+    # called last-registered first (pluggy): Backlog answers before Again
+    queue = jobcore_make_queue(tp, Again(), Backlog(), Broken(), NotJson())
+    queue.enqueue("noop", {})
+    with caplog.at_level("ERROR", logger="jobcore"):
+        stats = queue.stats()
+    answered = stats_json(stats)
+    assert answered["backlog"] == {"depth": 1} and isinstance(answered["limits"], list)
+    assert "odd" not in answered
+    assert "Backlog:\n  1 waiting" in stats_text(stats) and "Second" not in stats_text(stats)
+    said = caplog.text
+    assert "failed in jobcore_stats" in said and "cannot count" in said
+    assert "answered stats key 'limits', already taken" in said
+    assert "Again-" in said and "answered stats key 'backlog', already taken" in said
+    assert said.count("failed in jobcore_stats") == 2  # Broken and NotJson
+
+
 def _lifecycle(
     jobcore_queue: Queue, jobcore_recorder: HookRecorder, payload: dict[str, Any], **options: Any
 ) -> list[str]:

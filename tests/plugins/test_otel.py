@@ -507,3 +507,52 @@ def test_limit_metrics(queue: Queue, telemetry: Telemetry) -> None:
     }
     held = {p.attributes["jobcore.limit.name"]: p.value for p in metrics["jobcore.limit.held"]}
     assert caps == {"mail": 3} and held == {"mail": 0}
+
+
+def test_schedule_metrics(
+    jobcore_make_queue: MakeQueue,
+    telemetry: Telemetry,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the cron plugin: per schedule, overdue (0/1), lag (s) and runs, from the store."""
+    import jobcore_cron
+
+    schedules = {
+        "hourly": {"type": "noop", "every": "1h"},
+        "often": {"type": "noop", "every": "2h"},
+    }
+    db = tmp_path / "cron-otel.db"
+    queue = jobcore_make_queue(
+        telemetry.plugin,
+        tp,
+        jobcore_cron,
+        db=str(db),
+        plugin_settings={"cron": {"schedules": schedules}},
+    )
+    drain(queue)  # the worker's start gives the plugin the queue; its scheduler records both
+
+    def by_name(metrics: dict[str, list[Any]], name: str) -> dict[str, Any]:
+        return {p.attributes["jobcore.schedule.name"]: p.value for p in metrics[name]}
+
+    metrics = telemetry.metrics()
+    assert by_name(metrics, "jobcore.schedule.overdue") == {"hourly": 0, "often": 0}
+    assert by_name(metrics, "jobcore.schedule.lag") == {"hourly": 0.0, "often": 0.0}
+    assert by_name(metrics, "jobcore.schedule.runs") == {"hourly": 0, "often": 0}
+    # every scheduler down for three hours: "hourly" was dealt with up to then only
+    with queue.transaction() as conn:
+        conn.execute(
+            "UPDATE cron_schedules SET last_at = last_at - 3 * 3600 * 1000, runs = 2 "
+            "WHERE name = 'hourly'"
+        )
+    monkeypatch.setattr("jobcore_otel.schedules.FRESH", 0.0)  # no read shared from before
+    metrics = telemetry.metrics()
+    assert by_name(metrics, "jobcore.schedule.overdue") == {"hourly": 1, "often": 0}
+    lag = by_name(metrics, "jobcore.schedule.lag")
+    assert lag["often"] == 0.0 and 3600 < lag["hourly"] < 3 * 3600
+    assert by_name(metrics, "jobcore.schedule.runs") == {"hourly": 2, "often": 0}
+
+
+def test_no_schedule_metrics_without_the_cron_plugin(queue: Queue, telemetry: Telemetry) -> None:
+    drain(queue)
+    assert "jobcore.schedule.overdue" not in telemetry.metrics()

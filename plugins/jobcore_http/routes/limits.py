@@ -1,4 +1,5 @@
-"""Concurrency limits (DESIGN §16): list them (read), set and clear them (admin).
+"""Concurrency limits (DESIGN §16): list them (read), set and clear them (admin), and the
+limits an agent's job types declare (agent, for the types it registered).
 
 A limit holds for every worker and agent on the store from the next claim on.
 """
@@ -8,18 +9,30 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
+from fastapi.concurrency import run_in_threadpool
 
 from jobcore import operating
+from jobcore.concurrency import Limit, checked_limit
 from jobcore.errors import InvalidPayload
-from jobcore_http.auth import hub_of, require
+from jobcore_http.auth import acting_as, hub_of, require
 from jobcore_http.errors import ApiError
-from jobcore_http.models import ErrorOut, LimitClearedOut, LimitIn, LimitOut, LimitsOut
+from jobcore_http.hub import Hub
+from jobcore_http.models import (
+    DeclaredLimitsIn,
+    DeclaredLimitsOut,
+    ErrorOut,
+    LimitClearedOut,
+    LimitIn,
+    LimitOut,
+    LimitsOut,
+)
 from jobcore_http.responses import JSONResponse
+from jobcore_http.tokens import Principal
 
 router = APIRouter(prefix="/api")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 422)
 }
 NameIn = Annotated[str, Path(min_length=1, max_length=200)]
 ADMIN = [Depends(require("admin"))]
@@ -96,3 +109,56 @@ def set_key_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse
 def clear_key_limit(request: Request, name: NameIn) -> JSONResponse:
     """Remove this type's per-key limit."""
     return _clear(request, "key", name)
+
+
+@router.post("/workers/limits", response_model=DeclaredLimitsOut, responses=ERRORS)
+async def declare_limits(
+    request: Request,
+    body: DeclaredLimitsIn,
+    principal: Annotated[Principal, Depends(require("agent"))],
+) -> dict[str, Any]:
+    """The limits the job types of this agent declare, as a worker writes its own at start:
+    only of types the agent registered (and its token may use), source `declared`, and a
+    limit set at run time stays until cleared. `unlimited`: registered types that declare
+    none (their declared limit goes). Types its token may not use are left as they are
+    (`ignored`)."""
+    worker_id = body.worker_id
+    acting_as(principal, worker_id)
+    hub = hub_of(request)
+    named = [limit.name for limit in body.limits] + list(body.unlimited)
+    twice = sorted({name for name in named if named.count(name) > 1})
+    if twice:
+        raise ApiError(422, f"type {twice[0]!r} is named twice; give each type once")
+    registered = await run_in_threadpool(_registered_types, hub, worker_id)
+    if registered is None:
+        raise ApiError(
+            409, f"agent {worker_id!r} is not registered: POST /api/workers/register first"
+        )
+    for name in named:
+        if name not in registered:
+            raise ApiError(
+                403,
+                f"agent {worker_id!r} did not register type {name!r}; it may declare limits "
+                f"only of its registered types ({', '.join(sorted(registered)) or 'none'})",
+            )
+    allowed = principal.limits.types  # a token limited to some types declares only theirs
+    ignored = sorted(name for name in named if allowed is not None and name not in allowed)
+    try:
+        declared: list[Limit] = [
+            checked_limit(limit.scope, limit.name, limit.concurrency, "declared")
+            for limit in body.limits
+            if limit.name not in ignored
+        ]
+    except InvalidPayload as exc:
+        raise ApiError(422, str(exc)) from None
+    unlimited = [name for name in body.unlimited if name not in ignored]
+    changed = await run_in_threadpool(operating.declare_limits, hub.queue, declared, unlimited)
+    return {"changed": changed, "ignored": ignored}
+
+
+def _registered_types(hub: Hub, worker_id: str) -> set[str] | None:
+    """The job types `worker_id` registered with (None: it is not registered)."""
+    for record in hub.store.list_workers():
+        if record.worker_id == worker_id:
+            return set(record.types)
+    return None

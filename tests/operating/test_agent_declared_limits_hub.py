@@ -1,0 +1,109 @@
+"""`POST /api/workers/limits` through a real `jobcore serve` on SQLite and PostgreSQL
+(DESIGN §16): an agent writes the limits its job types declare, as a worker does at start,
+and nothing more: only types it registered, only `declared` limits (type or key), never over
+a limit set at run time; bad input is refused and writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hubproc import Hub, Tokens, make_tokens
+
+AGENT = {"worker_id": "agent-1"}
+
+
+@pytest.fixture
+def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
+    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
+    try:
+        yield hub, make_tokens(hub, store_db)
+    finally:
+        assert hub.terminate() == 0, hub.output()[-3000:]
+
+
+def _limits(admin: httpx.Client) -> list[tuple[str, str, int, str]]:
+    rows = admin.get("/api/limits").json()["limits"]
+    return [(r["scope"], r["name"], r["concurrency"], r["source"]) for r in rows]
+
+
+def _declare(agent: httpx.Client, *limits: tuple[str, str, Any], **body: Any) -> httpx.Response:
+    made = [{"scope": s, "name": n, "concurrency": c} for s, n, c in limits]
+    return agent.post("/api/workers/limits", json={**AGENT, "limits": made, **body})
+
+
+def test_an_agent_declares_the_limits_of_its_registered_types_only(
+    served: tuple[Hub, Tokens],
+) -> None:
+    hub, tokens = served
+    with hub.client(tokens.admin) as admin, hub.client(tokens.agent) as agent:
+        unregistered = _declare(agent, ("type", "mail", 2))
+        assert unregistered.status_code == 409, unregistered.text
+        assert "POST /api/workers/register first" in unregistered.json()["error"]
+        registered = agent.post(
+            "/api/workers/register", json={**AGENT, "types": ["mail", "scan", "sms"]}
+        )
+        assert registered.status_code == 200, registered.text
+        bad: list[tuple[Any, ...]] = [
+            (("type", "billing", 2),),  # not one of its types
+            (("queue", "mail", 2),),  # queues are limited at run time only
+            (("type", "mail", 0),),
+            (("type", "mail", -1),),
+            (("type", "mail", 10**7),),
+            (("type", "mail", 1.5),),
+            (("type", "mail", "two"),),
+            (("type", "mail", None),),
+            (("type", "mail", 2), ("key", "mail", 1)),  # one limit per type
+        ]
+        for limits in bad:
+            answer = _declare(agent, *limits)
+            assert answer.status_code in (403, 422), (limits, answer.text)
+            assert answer.json()["error"], answer.text
+        refused = _declare(agent, ("type", "billing", 2))
+        assert refused.status_code == 403
+        assert "did not register type 'billing'" in refused.json()["error"]
+        assert _declare(agent, unlimited=["mail", "billing"]).status_code == 403
+        assert _limits(admin) == []  # nothing written by any of these
+        # a limit set at run time wins over the declared one, as with workers
+        assert admin.put("/api/types/scan/limit", json={"concurrency": 7}).status_code == 200
+        made = _declare(agent, ("type", "mail", 2), ("key", "scan", 1), ("type", "sms", 3))
+        assert made.status_code == 200, made.text
+        assert made.json() == {"changed": True, "ignored": []}
+        assert _limits(admin) == [
+            ("key", "scan", 1, "declared"),
+            ("type", "mail", 2, "declared"),
+            ("type", "scan", 7, "set"),
+            ("type", "sms", 3, "declared"),
+        ]
+        again = _declare(agent, ("type", "mail", 2), ("key", "scan", 1), ("type", "sms", 3))
+        assert again.json() == {"changed": False, "ignored": []}  # no write when nothing changes
+        # a new version of the types: mail's limit changes, sms declares none any more
+        assert _declare(agent, ("type", "mail", 4), unlimited=["sms", "scan"]).status_code == 200
+        assert _limits(admin) == [("type", "mail", 4, "declared"), ("type", "scan", 7, "set")]
+
+
+def test_a_token_limited_to_some_types_declares_only_theirs(served: tuple[Hub, Tokens]) -> None:
+    hub, tokens = served
+    with hub.client(tokens.admin) as admin:
+        made = admin.post(
+            "/api/tokens",
+            json={"name": "narrow", "scope": "agent", "agent_id": "narrow", "types": ["noop"]},
+        )
+        assert made.status_code == 201, made.text
+        with hub.client(made.json()["token"]) as agent:
+            me = {"worker_id": "narrow"}
+            register = agent.post("/api/workers/register", json={**me, "types": ["noop", "record"]})
+            assert register.status_code == 200
+            limits = [
+                {"scope": "type", "name": "noop", "concurrency": 2},
+                {"scope": "type", "name": "record", "concurrency": 1},
+            ]
+            answer = agent.post("/api/workers/limits", json={**me, "limits": limits})
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"changed": True, "ignored": ["record"]}
+            other = agent.post("/api/workers/limits", json={**AGENT, "limits": limits})
+            assert other.status_code == 403  # another agent's worker id
+        assert _limits(admin) == [("type", "noop", 2, "declared")]
