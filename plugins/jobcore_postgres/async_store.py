@@ -119,7 +119,7 @@ class AsyncPostgres:
                     # the sync pool's settings: session options (synchronous_commit,
                     # lock_timeout, the planner's), no prepared statements behind a
                     # transaction-pooling proxy, the connect timeout
-                    kwargs=dict(self.storage.connection_kwargs),
+                    kwargs=dict(self.storage._connection_kwargs),
                 )
                 with mapped(self.storage.where):
                     await pool.open(wait=True, timeout=self.storage.connect_timeout)

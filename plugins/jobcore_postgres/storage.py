@@ -260,7 +260,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         self._closed = False
         self._listener: listeners.Listener | None = None
         self._checking = threading.Lock()
-        self.connection_kwargs: dict[str, Any] = {
+        self._connection_kwargs: dict[str, Any] = {
             "autocommit": True,
             # transaction-pooling proxies cannot keep prepared statements
             "prepare_threshold": None if self.poll_only else 5,
@@ -282,7 +282,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             timeout=connect_timeout,
             name=f"jobcore-{self.schema}",
             configure=_configure,
-            kwargs=self.connection_kwargs,
+            kwargs=self._connection_kwargs,
         )
         self._sql: dict[Any, str] = {}
         self._held_back = HeldBackWatch(self.where)

@@ -110,7 +110,8 @@ def test_a_cancelled_enqueue_leaves_no_job_and_gives_its_connection_back(
                     with psycopg.connect(storage.target.conninfo, autocommit=True) as look:
                         waiting = look.execute(
                             "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%'"
+                            "WHERE datname = current_database() AND wait_event_type = 'Lock' "
+                            "AND query LIKE '%INSERT INTO%'"
                         ).fetchone()
                     if waiting and waiting[0]:
                         break
