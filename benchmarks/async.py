@@ -20,10 +20,13 @@ In one run, alternating the sides in every repetition (the machine is noisy):
   installed (`python -m benchmarks.setup_peers --peers`) is left out; `--without NAME`
   leaves one out on purpose. Target: jobcore on PostgreSQL ≥ 1.5 x the faster of
   procrastinate and arq.
-- **enqueue one per call** on PostgreSQL (`--enqueue` alone): `await AsyncQueue.enqueue`
-  vs `Queue.enqueue`, `--enqueue-jobs` (500) each, on a fresh schema per repetition,
-  `--enqueue-reps` (12) times, which goes first alternating; the ratio of every
-  repetition and CPU per call; target: async ≥ 0.9 x sync.
+- **enqueue one per call** on PostgreSQL and on SQLite (`--enqueue` alone; `--pg-only`,
+  `--sqlite-only`): `await AsyncQueue.enqueue` vs `Queue.enqueue`, `--enqueue-jobs` (500)
+  each, on a fresh schema (file) per repetition, `--enqueue-reps` (12) times, the two
+  sides interleaved in blocks of `--enqueue-block` (50) calls in one event loop, which
+  side opens a block alternating (the server's WAL flushes and the neighbours' bursts
+  fall on both sides alike); the ratio of every repetition and CPU per call; target
+  (PostgreSQL): async ≥ 0.9 x sync.
 
 Each drain runs in its own process, timed around the worker's run, with the process's
 CPU time (user + system; the database server's is not counted) over it. Asserts nothing.
@@ -341,43 +344,57 @@ def fresh_db(base: str, tmp: Path) -> str:
     return str(tmp / f"{secrets.token_hex(4)}.db")
 
 
-def enqueue_rates(url: str, n: int, async_first: bool) -> dict[str, float]:
-    """`n` x `Queue.enqueue` and `n` x `await AsyncQueue.enqueue` on one fresh queue, in
-    the order given: jobs/s and process CPU ms per call of each side."""
+def enqueue_rates(url: str, n: int, block: int, async_first: bool) -> dict[str, float]:
+    """`n` x `Queue.enqueue` and `n` x `await AsyncQueue.enqueue` on one fresh queue,
+    interleaved in blocks of `block` calls a side (which side opens each block
+    alternating, `async_first` for the first), so both see the same moments of the
+    machine and the server (a WAL flush, a neighbour's burst): jobs/s (calls over the
+    side's own time) and process CPU ms per call of each side. The sync calls run on
+    the event loop's thread (nothing else runs meanwhile)."""
     from jobcore import AsyncQueue
 
     queue = _queue(url)
     queue.storage.migrate()
-    figures: dict[str, float] = {}
+    spent = {"async": 0.0, "sync": 0.0, "async cpu": 0.0, "sync cpu": 0.0}
 
     def cpu() -> float:
         return sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
 
-    def sync_side() -> None:
-        queue.enqueue("bench_sync_sleep", {})  # connection warm
+    def sync_block(count: int) -> None:
         cpu0, start = cpu(), time.perf_counter()
-        for _ in range(n):
+        for _ in range(count):
             queue.enqueue("bench_sync_sleep", {})
-        figures["sync"] = n / (time.perf_counter() - start)
-        figures["sync cpu"] = (cpu() - cpu0) * 1000 / n
+        spent["sync"] += time.perf_counter() - start
+        spent["sync cpu"] += cpu() - cpu0
 
-    async def async_side() -> None:
-        async with AsyncQueue(queue=queue) as aq:
+    async def async_block(aq: AsyncQueue, count: int) -> None:
+        cpu0, start = cpu(), time.perf_counter()
+        for _ in range(count):
             await aq.enqueue("bench_async_sleep", {})
-            cpu0, start = cpu(), time.perf_counter()
-            for _ in range(n):
-                await aq.enqueue("bench_async_sleep", {})
-            figures["async"] = n / (time.perf_counter() - start)
-            figures["async cpu"] = (cpu() - cpu0) * 1000 / n
+        spent["async"] += time.perf_counter() - start
+        spent["async cpu"] += cpu() - cpu0
 
-    if async_first:
-        asyncio.run(async_side())
-        sync_side()
-    else:
-        sync_side()
-        asyncio.run(async_side())
+    async def both() -> None:
+        async with AsyncQueue(queue=queue) as aq:
+            queue.enqueue("bench_sync_sleep", {})  # connections warm
+            await aq.enqueue("bench_async_sleep", {})
+            for first, done in enumerate(range(0, n, block)):
+                count = min(block, n - done)
+                if (first % 2 == 0) == async_first:
+                    await async_block(aq, count)
+                    sync_block(count)
+                else:
+                    sync_block(count)
+                    await async_block(aq, count)
+
+    asyncio.run(both())
     queue.close()
-    return figures
+    return {
+        "async": n / spent["async"],
+        "sync": n / spent["sync"],
+        "async cpu": spent["async cpu"] * 1000 / n,
+        "sync cpu": spent["sync cpu"] * 1000 / n,
+    }
 
 
 def med(values: list[float]) -> str:
@@ -388,13 +405,17 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def enqueue_report(store: str, tmp: Path, reps: int, n: int) -> None:
-    """The enqueue comparison, `reps` times on fresh schemas, the order alternating."""
-    runs = [enqueue_rates(fresh_db(store, tmp), n, async_first=i % 2 == 0) for i in range(reps)]
+def enqueue_report(store: str, tmp: Path, reps: int, n: int, block: int) -> None:
+    """The enqueue comparison, `reps` times on fresh schemas (or SQLite files)."""
+    runs = [
+        enqueue_rates(fresh_db(store, tmp), n, block, async_first=i % 2 == 0) for i in range(reps)
+    ]
     ratios = [r["async"] / r["sync"] for r in runs]
     held = sum(r >= 0.9 for r in ratios)
+    name = "SQLite" if store == "sqlite" else "PostgreSQL"
     print(
-        f"enqueue one per call ({reps} x {n} each side, alternating), jobs/s: async"
+        f"{name} enqueue one per call ({reps} x {n} each side, in alternating blocks of"
+        f" {block}), jobs/s: async"
         f" {med([r['async'] for r in runs])}, sync {med([r['sync'] for r in runs])}"
     )
     print(
@@ -469,6 +490,7 @@ def main() -> None:
     parser.add_argument("--without", action="append", default=[], choices=sorted(PEERS))
     parser.add_argument("--enqueue-reps", type=int, default=12)
     parser.add_argument("--enqueue-jobs", type=int, default=500)
+    parser.add_argument("--enqueue-block", type=int, default=50)
     args = parser.parse_args()
     stores = [] if args.pg_only else ["sqlite"]
     pg = None
@@ -488,8 +510,8 @@ def main() -> None:
             compare(args, pg, tmp)
             return
         if args.enqueue:
-            if pg:
-                enqueue_report(pg, tmp, args.enqueue_reps, args.enqueue_jobs)
+            for store in stores:
+                enqueue_report(store, tmp, args.enqueue_reps, args.enqueue_jobs, args.enqueue_block)
             return
         for store in stores:
             name = "SQLite" if store == "sqlite" else "PostgreSQL"
@@ -526,8 +548,8 @@ def main() -> None:
             print(f"noop drain rate async/sync: {ratio:.2f} (target ≥ 0.8)")
         print()
         compare(args, pg, tmp)
-        if pg:
-            enqueue_report(pg, tmp, args.enqueue_reps, args.enqueue_jobs)
+        for store in stores:
+            enqueue_report(store, tmp, args.enqueue_reps, args.enqueue_jobs, args.enqueue_block)
 
 
 if __name__ == "__main__":

@@ -220,6 +220,8 @@ class AsyncQueue:
         `asyncio.run` after another) the next loop takes it over.
         """
         loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return  # the usual call: bound to this loop already (set only under the lock)
         with self._binding:
             if self._loop is loop:
                 return

@@ -260,6 +260,19 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         self._closed = False
         self._listener: listeners.Listener | None = None
         self._checking = threading.Lock()
+        self._connection_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            # transaction-pooling proxies cannot keep prepared statements
+            "prepare_threshold": None if self.poll_only else 5,
+            "connect_timeout": max(1, int(connect_timeout)),
+            # proxies in transaction mode refuse startup options: set them on the role there
+            **(
+                {}
+                if self.poll_only
+                else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
+            ),
+        }
+        """The pooled connections' settings, the async pool's (`AsyncPostgres`) as well."""
         self._pool = ConnectionPool(
             self.target.conninfo,
             connection_class=_Pooled,
@@ -269,18 +282,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             timeout=connect_timeout,
             name=f"jobcore-{self.schema}",
             configure=_configure,
-            kwargs={
-                "autocommit": True,
-                # transaction-pooling proxies cannot keep prepared statements
-                "prepare_threshold": None if self.poll_only else 5,
-                "connect_timeout": max(1, int(connect_timeout)),
-                # proxies in transaction mode refuse startup options: set them on the role there
-                **(
-                    {}
-                    if self.poll_only
-                    else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
-                ),
-            },
+            kwargs=self._connection_kwargs,
         )
         self._sql: dict[Any, str] = {}
         self._held_back = HeldBackWatch(self.where)
