@@ -14,7 +14,8 @@ from typing import Any
 
 import pluggy
 
-from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError
+from jobcore.concurrency import key_of
+from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError, RetryAfter
 from jobcore.inflight import Attempt
 from jobcore.models import (
     Cancelled,
@@ -28,6 +29,7 @@ from jobcore.models import (
     strict_json,
 )
 from jobcore.queue import Queue
+from jobcore.rates import push_seconds
 from jobcore.transitions import clamp_delay_ms
 
 log = logging.getLogger("jobcore.worker")
@@ -203,6 +205,8 @@ class AttemptRunner:
                 delay = self.queue.policy_for(job.type).decide(job, exc).delay
             except Exception:
                 delay = None if isinstance(exc, PermanentError) else 0.0
+        if isinstance(exc, RetryAfter) and exc.limit:
+            self.push_rate(attempt, exc.seconds)
         if delay is None:
             return Failed(lease=attempt.lease, error=error)
         try:
@@ -210,3 +214,19 @@ class AttemptRunner:
         except Exception:  # a plugin's decision that is not a number
             delay_ms = 0
         return Retrying(lease=attempt.lease, error=error, delay_ms=delay_ms)
+
+    def push_rate(self, attempt: Attempt, seconds: float) -> None:
+        """`RetryAfter(seconds, limit=True)`: hold the job's narrowest rate limit full for
+        `seconds` (clamped to a day and `max_retry_delay`); never raises."""
+        job, ctx = attempt.job, attempt.ctx
+        seconds = min(push_seconds(seconds), self.max_retry_delay_ms / 1000)
+        push = getattr(self.queue.storage, "push_rate", None)
+        if seconds <= 0 or push is None:
+            return
+        try:
+            by = ctx.job_type.concurrency_key
+            key = None if by is None or ctx.payload is None else key_of(job.type, by, ctx.payload)
+            if not push(job.queue, job.type, key, seconds):
+                log.info("job %s: RetryAfter(limit=True) but no rate limit applies", job.id)
+        except Exception as exc:  # the retry itself still goes ahead
+            log.error("job %s: pushing its rate limit out failed: %s", job.id, describe_error(exc))

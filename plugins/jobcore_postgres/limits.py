@@ -23,6 +23,7 @@ import psycopg
 from jobcore.concurrency import Candidate, Limit, checked_scope
 from jobcore.limited_claim import claim_limited
 from jobcore.models import Job
+from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target, rate_use
 from jobcore_postgres.rows import row_to_job
 from jobcore_postgres.schema import channel
 from jobcore_postgres.statements import Dialect, claim_ids_statement
@@ -35,11 +36,39 @@ LIMITS_CHECK_EVERY = 1.0
 _ORDER = "priority DESC, run_at, id"
 _CANDIDATE = "p.id, p.priority, p.run_at, p.queue, p.type, p.limit_key"
 _COLUMNS = "scope, name, concurrency, source"
+_RATE_COLUMNS = "scope, name, rate, period_ms, source"
 
 
 def _limit(row: Sequence[Any]) -> Limit:
     scope, name, concurrency, source = row
     return Limit(checked_scope(scope), name, int(concurrency), source)
+
+
+def _rate(row: Sequence[Any]) -> Rate:
+    scope, name, rate, period_ms, source = row
+    return Rate(checked_scope(scope), name, int(rate), int(period_ms), source)
+
+
+def _claim_limits(d: Dialect, conn: Conn) -> ClaimLimits:
+    """Every concurrency and rate limit, in one statement."""
+    limits = ClaimLimits()
+    for scope, name, value, period_ms in conn.execute(
+        f"SELECT scope, name, concurrency, NULL::bigint FROM {d.table('limits')} UNION ALL "
+        f"SELECT scope, name, rate, period_ms FROM {d.table('rates')}"
+    ):
+        if period_ms is None:
+            limits.caps[(scope, name)] = int(value)
+        else:
+            limits.rates[(scope, name)] = (int(value), int(period_ms))
+    return limits
+
+
+def _starts_sql(d: Dialect) -> str:
+    return (
+        f"SELECT s.scope, s.name, s.key, s.at, s.n FROM {d.table('rates')} r "
+        f"JOIN {d.table('rate_starts')} s ON s.scope = r.scope AND s.name = r.name "
+        "AND s.at > %(now)s - r.period_ms"
+    )
 
 
 def _skip_scan(jobs: str, column: str, where: str = "") -> str:
@@ -71,6 +100,37 @@ class _Reads:
     ) -> None:
         self.d, self.conn, self.params, self.cursors = d, conn, params, cursors
         self.jobs = d.table("jobs")
+        self.now: int = params.get("now") or 0
+        self.opens: int | None = None
+
+    def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
+        rows = self.conn.execute(_starts_sql(self.d), {"now": self.now}).fetchall()
+        return [(s, n, k, int(at), int(c)) for s, n, k, at, c in rows]
+
+    def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
+        self.opens = opens
+        if not starts:
+            return
+        table, rates = self.d.table("rate_starts"), self.d.table("rates")
+        scopes, names, keys = (list(column) for column in zip(*starts, strict=True))
+        self.conn.execute(
+            f"INSERT INTO {table} (scope, name, key, at, n) SELECT s, m, k, %(now)s, c "
+            "FROM unnest(%(scopes)s::text[], %(names)s::text[], %(keys)s::text[], "
+            "%(counts)s::int[]) AS u(s, m, k, c)",
+            {
+                "now": self.now,
+                "scopes": scopes,
+                "names": names,
+                "keys": keys,
+                "counts": list(starts.values()),
+            },
+        )
+        self.conn.execute(
+            f"DELETE FROM {table} t USING {rates} r, unnest(%(scopes)s::text[], "
+            "%(names)s::text[]) AS u(s, m) WHERE t.scope = u.s AND t.name = u.m "
+            "AND r.scope = u.s AND r.name = u.m AND t.at <= %(now)s - r.period_ms",
+            {"now": self.now, "scopes": scopes, "names": names},
+        )
 
     def held(self) -> dict[tuple[str, str], int]:
         held: dict[tuple[str, str], int] = {}
@@ -182,6 +242,12 @@ class PostgresLimits:
     _write: Callable[[], AbstractContextManager[Conn]]
     _params: Callable[..., dict[str, Any]]
     _limits_seen: tuple[float, bool] = (float("-inf"), False)
+    _rate_opens: int | None = None  # when a full rate limit next has room (a claim saw)
+
+    def rate_opens(self, now: int) -> int | None:
+        """When a rate limit the last limited claim found full has room again, if ahead."""
+        opens = self._rate_opens  # a moment past (a waiter woke early by its own clock): due
+        return opens if opens is not None and opens > now - OPENS_GRACE_MS else None
 
     def _limits_exist(self) -> bool:
         """Whether any limit exists, as read at most `LIMITS_CHECK_EVERY` seconds ago."""
@@ -191,7 +257,8 @@ class PostgresLimits:
             return exist
         with self._connection() as conn:
             row = conn.execute(
-                f"SELECT EXISTS (SELECT 1 FROM {self._d.table('limits')})"
+                f"SELECT EXISTS (SELECT 1 FROM {self._d.table('limits')}) "
+                f"OR EXISTS (SELECT 1 FROM {self._d.table('rates')})"
             ).fetchone()
         exist = bool(row and row[0])
         self._limits_seen = (now, exist)
@@ -214,12 +281,7 @@ class PostgresLimits:
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
             )
-            caps = {
-                (scope, name): int(cap)
-                for scope, name, cap in conn.execute(
-                    f"SELECT scope, name, concurrency FROM {d.table('limits')}"
-                )
-            }
+            limits = _claim_limits(d, conn)
             params = self._params(
                 worker=worker,
                 limit=limit,
@@ -228,8 +290,14 @@ class PostgresLimits:
                 queues=list(queues),
                 types=list(types),
             )
+            if limits.rates and params["now"] is None:  # the claim's clock: its claimed_at
+                row = conn.execute(f"SELECT {d.now}", params).fetchone()
+                assert row is not None
+                params["now"] = int(row[0])
             cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
-            rows = claim_limited(_Reads(d, conn, params, cursors), caps, types, limit)
+            reads = _Reads(d, conn, params, cursors)
+            rows = claim_limited(reads, limits, types, limit)
+        self._rate_opens = reads.opens
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return jobs
@@ -287,6 +355,106 @@ class PostgresLimits:
             for name in unlimited:
                 conn.execute(undeclare, {"name": name, "keep": ""})
         self._limits_seen = (float("-inf"), False)
+
+    def _notify(self, conn: Conn) -> None:
+        conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
+        self._limits_seen = (float("-inf"), False)
+
+    def set_rate(self, scope: str, name: str, rate: int, period_ms: int) -> Rate:
+        with self._write() as conn:
+            row = conn.execute(
+                f"INSERT INTO {self._d.table('rates')} ({_RATE_COLUMNS}, updated_at) "
+                f"VALUES (%(scope)s, %(name)s, %(rate)s, %(period_ms)s, 'set', {self._d.now}) "
+                "ON CONFLICT (scope, name) DO UPDATE SET rate = excluded.rate, "
+                "period_ms = excluded.period_ms, source = 'set', "
+                f"updated_at = excluded.updated_at RETURNING {_RATE_COLUMNS}",
+                self._params(scope=scope, name=name, rate=rate, period_ms=period_ms),
+            ).fetchone()
+            self._notify(conn)
+        self._limits_seen = (float("-inf"), False)
+        assert row is not None
+        return _rate(row)
+
+    def clear_rate(self, scope: str, name: str) -> Rate | None:
+        with self._write() as conn:
+            row = conn.execute(
+                f"DELETE FROM {self._d.table('rates')} WHERE scope = %s AND name = %s "
+                f"RETURNING {_RATE_COLUMNS}",
+                (scope, name),
+            ).fetchone()
+            conn.execute(
+                f"DELETE FROM {self._d.table('rate_starts')} WHERE scope = %s AND name = %s",
+                (scope, name),
+            )
+            if row is not None:
+                self._notify(conn)
+        self._limits_seen = (float("-inf"), False)
+        return None if row is None else _rate(row)
+
+    def rates(self) -> list[Rate]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_RATE_COLUMNS} FROM {self._d.table('rates')} ORDER BY scope, name"
+            ).fetchall()
+        return [_rate(row) for row in rows]
+
+    def declare_rates(self, declared: Sequence[Rate], unrated: Sequence[str]) -> None:
+        table = self._d.table("rates")
+        undeclare = (
+            f"DELETE FROM {table} WHERE source = 'declared' AND scope IN ('type', 'key') "
+            "AND name = %(name)s AND scope <> %(keep)s"
+        )
+        with self._write() as conn:
+            for rate in declared:
+                conn.execute(undeclare, {"name": rate.name, "keep": rate.scope})
+                conn.execute(
+                    f"INSERT INTO {table} ({_RATE_COLUMNS}, updated_at) VALUES (%(scope)s, "
+                    f"%(name)s, %(rate)s, %(period_ms)s, 'declared', {self._d.now}) "
+                    "ON CONFLICT (scope, name) DO UPDATE SET rate = excluded.rate, "
+                    "period_ms = excluded.period_ms, updated_at = excluded.updated_at "
+                    f"WHERE {table}.source = 'declared' AND ({table}.rate <> excluded.rate "
+                    f"OR {table}.period_ms <> excluded.period_ms)",
+                    self._params(
+                        scope=rate.scope, name=rate.name, rate=rate.rate, period_ms=rate.period_ms
+                    ),
+                )
+            for name in unrated:
+                conn.execute(undeclare, {"name": name, "keep": ""})
+        self._limits_seen = (float("-inf"), False)
+
+    def rate_use(self) -> dict[tuple[str, str], int]:
+        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+        with self._connection() as conn:
+            limits = _claim_limits(self._d, conn)
+            row = conn.execute(f"SELECT {self._d.now}", self._params()).fetchone()
+            assert row is not None
+            now = int(row[0])
+            starts = conn.execute(_starts_sql(self._d), {"now": now}).fetchall()
+        return rate_use(limits.rates, [(a, b, c, int(t), int(n)) for a, b, c, t, n in starts], now)
+
+    def push_rate(self, queue: str, type_name: str, key: str | None, seconds: float) -> bool:
+        """Hold the narrowest rate limit of (queue, type, key) full for `seconds` from now."""
+        d = self._d
+        with self._write() as conn:
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
+            )
+            limits = _claim_limits(d, conn)
+            target = push_target(limits.rates, queue, type_name, key)
+            if target is None:
+                return False
+            rate, period_ms = limits.rates[target[:2]]
+            row = conn.execute(f"SELECT {d.now}", self._params()).fetchone()
+            assert row is not None
+            until = int(row[0]) + round(seconds * 1000)
+            conn.execute(
+                f"INSERT INTO {d.table('rate_starts')} (scope, name, key, at, n) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (*target, until - period_ms, rate),
+            )
+        opens = self._rate_opens
+        self._rate_opens = until if opens is None else min(opens, until)
+        return True
 
     def held(self) -> dict[tuple[str, str], int]:
         """Claimed jobs per limited (scope, name); for a key limit, the keys at their limit."""
