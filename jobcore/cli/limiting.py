@@ -77,11 +77,11 @@ def limit(
     per = " per key" if scope == "key" else ""
     lines = []
     if whole is not None:
-        made["concurrency"] = operating.set_limit(queue, scope, name, whole).concurrency
+        made |= operating.set_limit(queue, scope, name, whole).to_json()
         lines.append(f"{scope} {name}: at most {made['concurrency']} at once{per}")
     if pair is not None:
         stored = operating.set_rate(queue, scope, name, pair[0], pair[1] / 1000)
-        made |= {"rate": stored.rate, "period": stored.period_ms / 1000}
+        made |= stored.to_json()
         lines.append(
             f"{scope} {name}: at most {stored.rate} started per {format_period(stored.period_ms)}{per}"
         )

@@ -444,6 +444,7 @@ class LimitOut(BaseModel):
 class LimitSetOut(BaseModel):
     scope: str
     name: str
+    source: str = "set"
     concurrency: int | None = None
     rate: int | None = None
     period: float | None = None

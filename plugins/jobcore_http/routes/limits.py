@@ -47,12 +47,10 @@ def _set(request: Request, scope: str, name: str, body: LimitIn) -> JSONResponse
         if body.rate is not None:
             checked_rate_limit(scope, name, body.rate, body.period)
         if body.concurrency is not None:
-            made["concurrency"] = operating.set_limit(
-                queue, scope, name, body.concurrency
-            ).concurrency
+            made |= operating.set_limit(queue, scope, name, body.concurrency).to_json()
         if body.rate is not None:
             rate = operating.set_rate(queue, scope, name, body.rate, body.period)
-            made |= {"rate": rate.rate, "period": rate.period_ms / 1000}
+            made |= rate.to_json()
     except InvalidPayload as exc:
         raise ApiError(400, str(exc)) from None
     return JSONResponse(made)
