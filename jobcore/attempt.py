@@ -100,6 +100,10 @@ class AttemptRunner:
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
         self._direct = [impl.plugin_name for impl in impls] == ["jobcore.builtin.execute"]
 
+    pushes_rates = True
+    """Whether `RetryAfter(..., limit=True)` pushes the rate window out (False for agents:
+    their store is the hub's, which their reports do not carry it to yet)."""
+
     def execute(self, attempt: Attempt) -> Outcome:
         """Run one attempt on this thread and turn what happened into an outcome; never raises."""
         try:
@@ -220,8 +224,10 @@ class AttemptRunner:
         `seconds` (clamped to a day and `max_retry_delay`); never raises."""
         job, ctx = attempt.job, attempt.ctx
         seconds = min(push_seconds(seconds), self.max_retry_delay_ms / 1000)
-        push = getattr(self.queue.storage, "push_rate", None)
+        push = getattr(self.queue.storage, "push_rate", None) if self.pushes_rates else None
         if seconds <= 0 or push is None:
+            if seconds > 0:
+                log.warning("job %s: RetryAfter(limit=True) is a plain retry here", job.id)
             return
         try:
             by = ctx.job_type.concurrency_key

@@ -69,7 +69,8 @@ class LimitedReads(Protocol):
         """Claim these pending jobs (`done` claimed before in this claim); their rows."""
 
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
-        """(scope, name, key, at, n) of recent starts of every rate limit; `now` below."""
+        """(scope, name, key, starts, oldest start's time) within each rate limit's
+        window at `now` (below)."""
 
     now: int
     """The store's clock for this claim (ms): what it stamps `claimed_at` with."""

@@ -191,7 +191,8 @@ class ClaimLimits:
 
 
 class Window:
-    """The starts of every rate limit within its window at `now`, as one claim reads them."""
+    """The starts of every rate limit within its window at `now`, as one claim reads them:
+    per (scope, name, key), how many and the oldest one's time."""
 
     def __init__(
         self,
@@ -200,37 +201,31 @@ class Window:
         now: int,
     ) -> None:
         self.rates, self.now = rates, now
-        self.starts: dict[StartKey, list[tuple[int, int]]] = {}  # (at, n), oldest first
-        for scope, name, key, at, n in sorted(rows, key=lambda r: r[3]):
-            rate = rates.get((scope, name))
-            if rate is not None and at > now - rate[1]:
-                self.starts.setdefault((scope, name, key), []).append((at, n))
+        self.starts: dict[StartKey, tuple[int, int]] = {}  # (used, oldest at)
+        for scope, name, key, used, oldest in rows:
+            if (scope, name) in rates:
+                self.starts[(scope, name, key)] = (int(used), int(oldest))
 
     def used(self, start: StartKey) -> int:
-        return sum(n for _, n in self.starts.get(start, ()))
+        found = self.starts.get(start)
+        return 0 if found is None else found[0]
 
     def keys_used(self, type_name: str) -> dict[str, int]:
-        return {k: self.used(s) for s in self.starts if (k := s[2]) and s[:2] == ("key", type_name)}
+        return {s[2]: used for s, (used, _) in self.starts.items() if s[:2] == ("key", type_name)}
 
     def opens(self, taken: Mapping[StartKey, int]) -> int | None:
-        """The earliest time (store clock, ms) a full limit, counting `taken` now, has room
-        again; None when none is full."""
+        """When a limit full now (counting `taken`) may have room again (store clock, ms):
+        when its oldest start leaves the window; None when none is full. Never late; early
+        only when the oldest start does not free enough (a pushed window), and then the
+        claim made at that time tells the next."""
         soonest: int | None = None
         for start in {*self.starts, *taken}:
             rate, period_ms = self.rates[start[:2]]
-            rows = [
-                *self.starts.get(start, ()),
-                *([(self.now, taken[start])] if start in taken else ()),
-            ]
-            over = sum(n for _, n in rows) - rate + 1  # starts that must leave the window
-            if over <= 0:
+            used, oldest = self.starts.get(start, (0, self.now))
+            if used + taken.get(start, 0) < rate:
                 continue
-            for at, n in rows:
-                over -= n
-                if over <= 0:
-                    opens = at + period_ms
-                    soonest = opens if soonest is None else min(soonest, opens)
-                    break
+            opens = oldest + period_ms
+            soonest = opens if soonest is None else min(soonest, opens)
         return soonest
 
 

@@ -46,8 +46,9 @@ _CLEAR_RATE = (
     "RETURNING scope, name, rate, period_ms, source"
 )
 _STARTS = (
-    "SELECT s.scope, s.name, s.key, s.at, s.n FROM rates r JOIN rate_starts s "
-    "ON s.scope = r.scope AND s.name = r.name AND s.at > :now - r.period_ms"
+    "SELECT s.scope, s.name, s.key, sum(s.n), min(s.at) FROM rates r JOIN rate_starts s "
+    "ON s.scope = r.scope AND s.name = r.name AND s.at > :now - r.period_ms "
+    "GROUP BY s.scope, s.name, s.key"
 )
 _START = "INSERT INTO rate_starts (scope, name, key, at, n) VALUES (:scope, :name, :key, :at, :n)"
 _PRUNE = (

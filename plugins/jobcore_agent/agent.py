@@ -103,6 +103,7 @@ class Agent:
             queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
         )
         self.attempts.timeout_label = "max_runtime_exceeded"  # the hub's word for it (§11)
+        self.attempts.pushes_rates = False  # RetryAfter(limit=True): a plain retry (§16)
         self.loop = LoopThread(self.attempts)  # `async def` handlers (DESIGN §15)
         self.stop_grace = core.stop_grace
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated

@@ -65,9 +65,9 @@ def _claim_limits(d: Dialect, conn: Conn) -> ClaimLimits:
 
 def _starts_sql(d: Dialect) -> str:
     return (
-        f"SELECT s.scope, s.name, s.key, s.at, s.n FROM {d.table('rates')} r "
+        f"SELECT s.scope, s.name, s.key, sum(s.n), min(s.at) FROM {d.table('rates')} r "
         f"JOIN {d.table('rate_starts')} s ON s.scope = r.scope AND s.name = r.name "
-        "AND s.at > %(now)s - r.period_ms"
+        "AND s.at > %(now)s - r.period_ms GROUP BY s.scope, s.name, s.key"
     )
 
 
@@ -105,7 +105,7 @@ class _Reads:
 
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
         rows = self.conn.execute(_starts_sql(self.d), {"now": self.now}).fetchall()
-        return [(s, n, k, int(at), int(c)) for s, n, k, at, c in rows]
+        return [(s, n, k, int(used), int(oldest)) for s, n, k, used, oldest in rows]
 
     def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
         self.opens = opens
@@ -430,7 +430,8 @@ class PostgresLimits:
             assert row is not None
             now = int(row[0])
             starts = conn.execute(_starts_sql(self._d), {"now": now}).fetchall()
-        return rate_use(limits.rates, [(a, b, c, int(t), int(n)) for a, b, c, t, n in starts], now)
+        rows = [(s, n, k, int(used), int(oldest)) for s, n, k, used, oldest in starts]
+        return rate_use(limits.rates, rows, now)
 
     def push_rate(self, queue: str, type_name: str, key: str | None, seconds: float) -> bool:
         """Hold the narrowest rate limit of (queue, type, key) full for `seconds` from now."""

@@ -177,14 +177,17 @@ def test_rate_texts() -> None:
     assert format_period(60_000) == "1m" and format_period(1500) == "1500ms"
 
 
-def test_a_window_opens_when_enough_starts_leave_it() -> None:
-    rates = {("type", "t"): (3, 1000)}
-    rows = [("type", "t", "", 100, 1), ("type", "t", "", 400, 2), ("type", "t", "", -50, 9)]
-    window = Window(rates, rows, 1000)  # the start at -50 is out of the window
-    assert window.used(("type", "t", "")) == 3
-    assert window.opens({}) == 1100  # the oldest leaving makes room for one
-    assert window.opens({("type", "t", ""): 2}) == 1400  # 5 taken: 3 must leave
-    pushed = Window(rates, [("type", "t", "", 5000 - 1000, 3)], 1000)  # held until 5000
+def test_a_full_window_opens_when_its_oldest_start_leaves() -> None:
+    rates = {("type", "t"): (3, 1000), ("key", "k"): (2, 500)}
+    rows = [("type", "t", "", 3, 100), ("key", "k", "a", 1, 900), ("key", "k", "b", 2, 700)]
+    window = Window(rates, rows, 1000)
+    assert window.used(("type", "t", "")) == 3 and window.keys_used("k") == {"a": 1, "b": 2}
+    assert window.opens({}) == 1100  # type full: its oldest start leaves at 1100
+    assert window.opens({("key", "k", "a"): 1, ("key", "k", "c"): 2}) == 1100
+    fresh = Window({("queue", "q"): (2, 1000)}, [], 1000)
+    assert fresh.opens({("queue", "q"): 1}) is None
+    assert fresh.opens({("queue", "q"): 2}) == 2000  # filled by this claim
+    pushed = Window(rates, [("type", "t", "", 3, 5000 - 1000)], 1000)  # held until 5000
     assert pushed.used(("type", "t", "")) == 3 and pushed.opens({}) == 5000
 
 
