@@ -37,7 +37,7 @@ def test_rate_limit_set_list_clear_and_bad_values(tmp_path: Path) -> None:
         "key noop: at most 10 started per 1s per key",
     ]
     before = _run(db, "limits", "--json").stdout
-    for bad in ["0/s", "5/2d", "fast"]:  # the rest: test_rates_store.test_rate_texts
+    for bad in ["0/s", "fast"]:  # the rest: test_rates_store.test_rate_texts
         refused = _run(db, "limit", "mail", "--rate", bad)
         assert refused.returncode == 1 and refused.stderr.startswith("Error: "), refused.stderr
         assert "--rate" in refused.stderr
@@ -55,5 +55,6 @@ def test_rate_limit_set_list_clear_and_bad_values(tmp_path: Path) -> None:
     assert "Rate limits" in stats
     cleared = json.loads(_run(db, "limit", "mail", "--clear", "--json").stdout)
     assert cleared == {"scope": "queue", "name": "mail", "cleared": True}
-    assert _run(db, "limit", "--type", "noop", "--per-key", "--clear").returncode == 0
-    assert json.loads(_run(db, "limits", "--json").stdout) == {"limits": []}
+    assert _run(db, "limit", "--type", "noop", "--per-key", "--clear").stdout == (
+        "cleared the key limit of noop\n"
+    )

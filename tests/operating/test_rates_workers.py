@@ -95,7 +95,7 @@ def _most_in_a_window(times: list[int], period_ms: int) -> int:
 def test_a_rate_holds_across_three_worker_processes_over_many_windows(
     store_db: Path | str, tmp_path: Path, queue: Queue
 ) -> None:
-    rate, period_ms, total = 8, 500, 96  # about 6 s of work at the rate
+    rate, period_ms, total = 8, 500, 64  # about 4 s of work at the rate: 8 windows
     _cli(store_db, "limit", "metered", "--rate", f"{rate}/{period_ms}ms")
     queue.enqueue_many("unrated", [{}] * total, queue="metered")
     queue.enqueue_many("unrated", [{}] * 40)  # another queue's work goes on beside it
