@@ -63,6 +63,36 @@ def _claim_limits(d: Dialect, conn: Conn) -> ClaimLimits:
     return limits
 
 
+def _claim_state(
+    d: Dialect, conn: Conn, params: dict[str, Any]
+) -> tuple[ClaimLimits, int, list[tuple[str, str, str, int, int]]]:
+    """Every concurrency and rate limit, the store's clock, and the starts in each rate
+    limit's window at that clock: one statement (the clock read once, in a CTE)."""
+    limits = ClaimLimits()
+    now = 0
+    starts: list[tuple[str, str, str, int, int]] = []
+    sql = (
+        f"WITH t AS MATERIALIZED (SELECT {d.now} AS now) "
+        f"SELECT 'c', scope, name, '', concurrency::bigint, NULL::bigint FROM {d.table('limits')} "
+        f"UNION ALL SELECT 'r', scope, name, '', rate::bigint, period_ms FROM {d.table('rates')} "
+        "UNION ALL SELECT 'n', '', '', '', t.now, NULL FROM t "
+        "UNION ALL SELECT 's', s.scope, s.name, s.key, sum(s.n)::bigint, min(s.at) "
+        f"FROM t, {d.table('rates')} r JOIN {d.table('rate_starts')} s "
+        "ON s.scope = r.scope AND s.name = r.name WHERE s.at > t.now - r.period_ms "
+        "GROUP BY s.scope, s.name, s.key"
+    )
+    for kind, scope, name, key, value, extra in conn.execute(sql, params):
+        if kind == "c":
+            limits.caps[(scope, name)] = int(value)
+        elif kind == "r":
+            limits.rates[(scope, name)] = (int(value), int(extra))
+        elif kind == "n":
+            now = int(value)
+        else:
+            starts.append((scope, name, key, int(value), int(extra)))
+    return limits, now, starts
+
+
 def _starts_sql(d: Dialect) -> str:
     return (
         f"SELECT s.scope, s.name, s.key, sum(s.n), min(s.at) FROM {d.table('rates')} r "
@@ -96,16 +126,21 @@ class _Reads:
     """`jobcore.limited_claim.LimitedReads` in one PostgreSQL transaction."""
 
     def __init__(
-        self, d: Dialect, conn: Conn, params: dict[str, Any], cursors: dict[str, str]
+        self,
+        d: Dialect,
+        conn: Conn,
+        params: dict[str, Any],
+        cursors: dict[str, str],
+        starts: list[tuple[str, str, str, int, int]] | None = None,
     ) -> None:
         self.d, self.conn, self.params, self.cursors = d, conn, params, cursors
         self.jobs = d.table("jobs")
         self.now: int = params.get("now") or 0
         self.opens: int | None = None
+        self.starts = starts or []
 
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
-        rows = self.conn.execute(_starts_sql(self.d), {"now": self.now}).fetchall()
-        return [(s, n, k, int(used), int(oldest)) for s, n, k, used, oldest in rows]
+        return self.starts
 
     def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
         self.opens = opens
@@ -113,10 +148,13 @@ class _Reads:
             return
         table, rates = self.d.table("rate_starts"), self.d.table("rates")
         scopes, names, keys = (list(column) for column in zip(*starts, strict=True))
-        self.conn.execute(
-            f"INSERT INTO {table} (scope, name, key, at, n) SELECT s, m, k, %(now)s, c "
-            "FROM unnest(%(scopes)s::text[], %(names)s::text[], %(keys)s::text[], "
-            "%(counts)s::int[]) AS u(s, m, k, c)",
+        self.conn.execute(  # the new starts, and this limit's starts past its window
+            f"WITH ins AS (INSERT INTO {table} (scope, name, key, at, n) "
+            "SELECT s, m, k, %(now)s, c FROM unnest(%(scopes)s::text[], %(names)s::text[], "
+            "%(keys)s::text[], %(counts)s::int[]) AS u(s, m, k, c)) "
+            f"DELETE FROM {table} t USING {rates} r, unnest(%(scopes)s::text[], "
+            "%(names)s::text[]) AS u(s, m) WHERE t.scope = u.s AND t.name = u.m "
+            "AND r.scope = u.s AND r.name = u.m AND t.at <= %(now)s - r.period_ms",
             {
                 "now": self.now,
                 "scopes": scopes,
@@ -124,12 +162,6 @@ class _Reads:
                 "keys": keys,
                 "counts": list(starts.values()),
             },
-        )
-        self.conn.execute(
-            f"DELETE FROM {table} t USING {rates} r, unnest(%(scopes)s::text[], "
-            "%(names)s::text[]) AS u(s, m) WHERE t.scope = u.s AND t.name = u.m "
-            "AND r.scope = u.s AND r.name = u.m AND t.at <= %(now)s - r.period_ms",
-            {"now": self.now, "scopes": scopes, "names": names},
         )
 
     def held(self) -> dict[tuple[str, str], int]:
@@ -281,7 +313,6 @@ class PostgresLimits:
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
             )
-            limits = _claim_limits(d, conn)
             params = self._params(
                 worker=worker,
                 limit=limit,
@@ -290,12 +321,11 @@ class PostgresLimits:
                 queues=list(queues),
                 types=list(types),
             )
-            if limits.rates and params["now"] is None:  # the claim's clock: its claimed_at
-                row = conn.execute(f"SELECT {d.now}", params).fetchone()
-                assert row is not None
-                params["now"] = int(row[0])
+            limits, now, starts = _claim_state(d, conn, params)
+            if limits.rates:  # the claim's clock, read once: its claimed_at and windows
+                params["now"] = now
             cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
-            reads = _Reads(d, conn, params, cursors)
+            reads = _Reads(d, conn, params, cursors, starts)
             rows = claim_limited(reads, limits, types, limit)
         self._rate_opens = reads.opens
         jobs = [row_to_job(row) for row in rows]
