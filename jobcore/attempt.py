@@ -14,7 +14,6 @@ from typing import Any
 
 import pluggy
 
-from jobcore.concurrency import key_of
 from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError, RetryAfter
 from jobcore.inflight import Attempt
 from jobcore.models import (
@@ -95,14 +94,15 @@ class AttemptRunner:
         self.pm = queue.pm
         self.max_result_bytes = max_result_bytes
         self.max_retry_delay_ms = int(max_retry_delay * 1000)
+        self.rate_holds: dict[str, float] = {}  # job id -> seconds (agents: see push_rate)
         # With only the built-in implementation registered, call handlers directly:
         # the hook machinery costs a few microseconds per job and would change nothing.
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
         self._direct = [impl.plugin_name for impl in impls] == ["jobcore.builtin.execute"]
 
     pushes_rates = True
-    """Whether `RetryAfter(..., limit=True)` pushes the rate window out (False for agents:
-    their store is the hub's, which their reports do not carry it to yet)."""
+    """Whether `RetryAfter(..., limit=True)` pushes the rate window out in this process's
+    store (False for agents: their fail report carries it to the hub, `rate_holds`)."""
 
     def execute(self, attempt: Attempt) -> Outcome:
         """Run one attempt on this thread and turn what happened into an outcome; never raises."""
@@ -221,18 +221,17 @@ class AttemptRunner:
 
     def push_rate(self, attempt: Attempt, seconds: float) -> None:
         """`RetryAfter(seconds, limit=True)`: hold the job's narrowest rate limit full for
-        `seconds` (clamped to a day and `max_retry_delay`); never raises."""
-        job, ctx = attempt.job, attempt.ctx
+        `seconds` (clamped to a day and `max_retry_delay`); never raises. Without a store
+        of its own (an agent) the hold is kept in `rate_holds` for the report to carry."""
+        job = attempt.job
         seconds = min(push_seconds(seconds), self.max_retry_delay_ms / 1000)
-        push = getattr(self.queue.storage, "push_rate", None) if self.pushes_rates else None
-        if seconds <= 0 or push is None:
-            if seconds > 0:
-                log.warning("job %s: RetryAfter(limit=True) is a plain retry here", job.id)
+        if seconds <= 0:
+            return
+        if not self.pushes_rates:
+            self.rate_holds[job.id] = seconds
             return
         try:
-            by = ctx.job_type.concurrency_key
-            key = None if by is None or ctx.payload is None else key_of(job.type, by, ctx.payload)
-            if not push(job.queue, job.type, key, seconds):
+            if not self.queue.storage.push_rate(job.id, seconds):
                 log.info("job %s: RetryAfter(limit=True) but no rate limit applies", job.id)
         except Exception as exc:  # the retry itself still goes ahead
             log.error("job %s: pushing its rate limit out failed: %s", job.id, describe_error(exc))

@@ -321,9 +321,9 @@ class Storage(Protocol):
     def rate_use(self) -> dict[tuple[str, str], int]:
         """Starts in the current window per rate limit; for a key limit, its keys at it."""
 
-    def push_rate(self, queue: str, type_name: str, key: str | None, seconds: float) -> bool:
-        """Hold the narrowest rate limit a job of (queue, type, key) falls under full for
-        `seconds` from now; False when none applies."""
+    def push_rate(self, job_id: str, seconds: float) -> bool:
+        """Hold the narrowest rate limit job `job_id` falls under (its key's, else its
+        type's, else its queue's) full for `seconds` from now; False when none applies."""
 
     def rate_opens(self, now: int) -> int | None:
         """When a full rate limit this process's last limited claim saw has room again

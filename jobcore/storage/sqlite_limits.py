@@ -50,6 +50,7 @@ _STARTS = (
     "ON s.scope = r.scope AND s.name = r.name AND s.at > :now - r.period_ms "
     "GROUP BY s.scope, s.name, s.key"
 )
+_JOB_LIMITS = "SELECT queue, type, limit_key FROM jobs WHERE id = :id"
 _START = "INSERT INTO rate_starts (scope, name, key, at, n) VALUES (:scope, :name, :key, :at, :n)"
 _PRUNE = (
     "DELETE FROM rate_starts WHERE scope = :scope AND name = :name AND at <= :now - "
@@ -331,12 +332,13 @@ class SQLiteLimits:
         return rate_use(limits.rates, rows_of(conn, _STARTS, {"now": self.now()}), self.now())
 
     @boundary
-    def push_rate(self, queue: str, type_name: str, key: str | None, seconds: float) -> bool:
-        """Count the narrowest rate limit the job falls under as full for `seconds` from
-        now (`RetryAfter(..., limit=True)`); False when no rate limit applies."""
+    def push_rate(self, job_id: str, seconds: float) -> bool:
+        """Count the narrowest rate limit job `job_id` falls under as full for `seconds`
+        from now (`RetryAfter(..., limit=True)`); False when none applies (or no job)."""
         with self._write() as conn:
+            found = rows_of(conn, _JOB_LIMITS, {"id": job_id})
             limits, _ = self._claim_state(conn)
-            target = push_target(limits.rates, queue, type_name, key)
+            target = push_target(limits.rates, *found[0]) if found else None
             if target is None:
                 return False
             rate, period_ms = limits.rates[target[:2]]

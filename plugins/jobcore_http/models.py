@@ -142,6 +142,11 @@ class FailIn(Strict):
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = Field(
         default=None, description="seconds until the next attempt (instead of the hub's policy)"
     )
+    hold_limit: Annotated[float, Field(gt=0, le=86_400)] | None = Field(
+        default=None,
+        description="seconds the job's narrowest rate limit (its key's, else its type's, else "
+        "its queue's) is held full: a handler's `RetryAfter(s, limit=True)` (DESIGN §16)",
+    )
 
 
 class ReleaseIn(Strict):
@@ -167,6 +172,7 @@ class ReportIn(Strict):
     reason: LongText = "failed"
     retryable: bool = True
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = None
+    hold_limit: Annotated[float, Field(gt=0, le=86_400)] | None = None
     progress: Any = None
 
 

@@ -463,21 +463,25 @@ class PostgresLimits:
         rows = [(s, n, k, int(used), int(oldest)) for s, n, k, used, oldest in starts]
         return rate_use(limits.rates, rows, now)
 
-    def push_rate(self, queue: str, type_name: str, key: str | None, seconds: float) -> bool:
-        """Hold the narrowest rate limit of (queue, type, key) full for `seconds` from now."""
+    def push_rate(self, job_id: str, seconds: float) -> bool:
+        """Hold the narrowest rate limit job `job_id` falls under full for `seconds`."""
         d = self._d
         with self._write() as conn:
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
             )
+            found = conn.execute(
+                f"SELECT queue, type, limit_key, {d.now} FROM {d.table('jobs')} WHERE id = %(id)s",
+                self._params(id=job_id),
+            ).fetchone()
+            if found is None:
+                return False
             limits = _claim_limits(d, conn)
-            target = push_target(limits.rates, queue, type_name, key)
+            target = push_target(limits.rates, found[0], found[1], found[2])
             if target is None:
                 return False
             rate, period_ms = limits.rates[target[:2]]
-            row = conn.execute(f"SELECT {d.now}", self._params()).fetchone()
-            assert row is not None
-            until = int(row[0]) + round(seconds * 1000)
+            until = int(found[3]) + round(seconds * 1000)
             conn.execute(
                 f"INSERT INTO {d.table('rate_starts')} (scope, name, key, at, n) "
                 "VALUES (%s, %s, %s, %s, %s)",

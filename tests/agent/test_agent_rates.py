@@ -62,3 +62,20 @@ def test_an_agent_and_a_worker_share_one_rate(hub: Hub, tmp_path: Path) -> None:
         assert sum(1 for t in times[start:] if t < at + period_ms) <= rate, times
     by = {hub.job(i)["attempts_detail"][-1]["worker"] for i in ids}
     assert "a0" in by and len(by) == 2, by  # both claimed, under the one rate
+
+
+def test_an_agents_retry_after_with_limit_holds_the_rate_at_the_hub(hub: Hub) -> None:
+    jobcore(hub.db, "limit", "--type", "pushy", "--rate", "5/1s")
+    first = hub.enqueue("pushy", {"push": 3.0})["id"]
+    agent = Agent(hub, "a0", env_extra=PLUGIN)
+    try:
+        wait_until(lambda: hub.job(first)["status"] == "scheduled", timeout=60)
+        queue = make_queue(hub.db)
+        pushed_at = queue.storage.now()
+        later = [hub.enqueue("pushy", {})["id"] for _ in range(3)]
+        wait_until(lambda: all(hub.job(i)["status"] == "completed" for i in later), timeout=60)
+        claimed = [queue.storage.get(i).claimed_at for i in later]  # type: ignore[union-attr]
+        queue.close()
+    finally:
+        agent.kill()
+    assert all(at is not None and at >= pushed_at + 2500 for at in claimed), (pushed_at, claimed)

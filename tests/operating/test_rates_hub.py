@@ -81,6 +81,23 @@ def test_rate_limits_set_through_the_hub_hold_for_agents(served: tuple[Hub, Toke
         answered = time.monotonic() - first
         assert late.status_code == 200 and len(late.json()) == 1
         assert 1.0 <= answered < 10
+        # an agent's RetryAfter(s, limit=True) arrives as `hold_limit` on its fail report
+        assert (
+            admin.put("/api/queues/held/limit", json={"rate": 100, "period": 1}).status_code == 200
+        )
+        for _ in range(3):
+            producer.post("/api/jobs", json={"type": "noop", "queue": "held"})
+        [taken] = agent.post(
+            "/api/jobs/claim", json={**AGENT, "max_jobs": 1, "queues": ["held"]}
+        ).json()
+        fail = {**AGENT, "lease_id": taken["lease_id"], "retry_in": 0}
+        for bad in (0, -1, 86_401, "inf", "nan", "soon"):
+            refused = agent.post(f"/api/jobs/{taken['id']}/fail", json={**fail, "hold_limit": bad})
+            assert refused.status_code == 422, (bad, refused.text)
+        held = agent.post(f"/api/jobs/{taken['id']}/fail", json={**fail, "hold_limit": 30})
+        assert held.status_code == 200, held.text
+        none = agent.post("/api/jobs/claim", json={**AGENT, "max_jobs": 5, "queues": ["held"]})
+        assert none.status_code == 204  # 3 claimable, none claimed: the queue is held
         both = admin.put(
             "/api/types/noop/key-limit", json={"concurrency": 3, "rate": 5, "period": 60}
         )
@@ -88,6 +105,7 @@ def test_rate_limits_set_through_the_hub_hold_for_agents(served: tuple[Hub, Toke
         assert admin.delete("/api/types/noop/key-limit").json()["cleared"] is True
         assert admin.delete("/api/queues/api/limit").json()["cleared"] is True
         assert admin.delete("/api/queues/api/limit").json()["cleared"] is False
+        assert admin.delete("/api/queues/held/limit").json()["cleared"] is True
         assert admin.get("/api/limits").json() == {"limits": []}
 
 

@@ -117,12 +117,15 @@ def test_set_wins_over_declared_and_clearing_brings_the_declared_back(queue: Que
 
 
 def test_a_push_holds_the_narrowest_limit_back_until_then(queue: Queue) -> None:
-    queue.enqueue_many("pushy", [{}] * 3)
-    queue.enqueue_many("rated_key", [{"customer": "a"}, {"customer": "b"}])
+    pushy = queue.enqueue_many("pushy", [{}] * 3)
+    keyed = queue.enqueue_many("rated_key", [{"customer": "a"}, {"customer": "b"}])
+    free = queue.enqueue("unrated", {})
     now = queue.storage.now()
-    assert queue.storage.push_rate("default", "pushy", None, 30)
-    assert queue.storage.push_rate("default", "rated_key", "a", 30)  # key a only
-    assert not queue.storage.push_rate("default", "unrated", None, 30)  # no rate: no push
+    assert queue.storage.push_rate(pushy[0].job.id, 30)
+    assert queue.storage.push_rate(keyed[0].job.id, 30)  # key a only
+    assert not queue.storage.push_rate(free.job.id, 30)  # no rate: no push
+    assert not queue.storage.push_rate("no-such-job", 30)
+    assert [job.type for job in _claim(queue, types=["unrated"])] == ["unrated"]
     got = _claim(queue)
     assert [job.payload.get("customer") for job in got] == ["b"]
     due = queue.storage.next_due()
