@@ -1,7 +1,7 @@
 """Concurrency limits (DESIGN §16): what they cost the claim, old code vs new, same run.
 
 `python -m benchmarks.limits [--jobs N] [--reps R] [--old /work/main] [--db sqlite|postgres]
-[--claims]`.
+[--claims] [--rates [--rate 1000000/1s]]`.
 
 Drains (default): each repetition drains N pre-enqueued `noop` jobs with one
 worker process (4 executor threads) on a fresh store, alternating the code
@@ -9,6 +9,10 @@ under `--old` with this checkout: no limit, and (new code only) a type limit of
 50 on `noop` (more than the worker runs at once, so every claim is a limited
 claim that never waits). The rate is read from the store (first `claimed_at`
 to last `completed_at`); CPU per job is the worker process's user+system time.
+
+`--rates`: the drains with no limit (old code and new) and, new code only, a
+generous rate limit on `noop` (`--rate`, default 1,000,000 per 1 s: more than the
+worker starts, so every claim counts and writes starts but never waits).
 
 `--claims`: CPU per one-job claim inside one transaction (new code only), with
 a key limit of 1 on `noop`: N claimable jobs of N keys (each completed after
@@ -25,8 +29,16 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.operating import ROOT, _drain, _drop, _store, drain_child, print_runs
+from jobcore.rates import parse_rate
 
 CHILD = drain_child('queue.storage.set_limit("type", "noop", 50)')
+
+
+def rate_child(rate: str) -> str:
+    """The drain child with a rate limit `rate` (N/PERIOD) on `noop` when flagged."""
+    count, period_ms = parse_rate(rate)
+    return drain_child(f'queue.storage.set_rate("type", "noop", {count}, {period_ms})')
+
 
 CLAIMS = r"""
 import json, sys, time
@@ -83,8 +95,14 @@ def main() -> None:
     parser.add_argument("--old", type=Path, default=Path("/work/main"))
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--claims", action="store_true", help="claim cost with keys held back")
+    parser.add_argument("--rates", action="store_true", help="drains with a generous rate limit")
+    parser.add_argument("--rate", default="1000000/1s", help="the rate limit of --rates")
     args = parser.parse_args()
-    if args.claims:
+    if args.rates:
+        order = [("old", args.old, False), ("new", ROOT, False)]
+        order += [(f"new, rate {args.rate}", ROOT, True)]
+        script = rate_child(args.rate)
+    elif args.claims:
         order = [("no backlog", ROOT, False), ("100k held back by a key", ROOT, True)]
         script = CLAIMS
     else:

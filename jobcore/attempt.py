@@ -14,7 +14,7 @@ from typing import Any
 
 import pluggy
 
-from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError
+from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError, RetryAfter
 from jobcore.inflight import Attempt
 from jobcore.models import (
     Cancelled,
@@ -28,6 +28,7 @@ from jobcore.models import (
     strict_json,
 )
 from jobcore.queue import Queue
+from jobcore.rates import push_seconds
 from jobcore.transitions import clamp_delay_ms
 
 log = logging.getLogger("jobcore.worker")
@@ -93,10 +94,15 @@ class AttemptRunner:
         self.pm = queue.pm
         self.max_result_bytes = max_result_bytes
         self.max_retry_delay_ms = int(max_retry_delay * 1000)
+        self.rate_holds: dict[str, float] = {}  # job id -> seconds (agents: see push_rate)
         # With only the built-in implementation registered, call handlers directly:
         # the hook machinery costs a few microseconds per job and would change nothing.
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
         self._direct = [impl.plugin_name for impl in impls] == ["jobcore.builtin.execute"]
+
+    pushes_rates = True
+    """Whether `RetryAfter(..., limit=True)` pushes the rate window out in this process's
+    store (False for agents: their fail report carries it to the hub, `rate_holds`)."""
 
     def execute(self, attempt: Attempt) -> Outcome:
         """Run one attempt on this thread and turn what happened into an outcome; never raises."""
@@ -203,6 +209,8 @@ class AttemptRunner:
                 delay = self.queue.policy_for(job.type).decide(job, exc).delay
             except Exception:
                 delay = None if isinstance(exc, PermanentError) else 0.0
+        if isinstance(exc, RetryAfter) and exc.limit:
+            self.push_rate(attempt, exc.seconds)
         if delay is None:
             return Failed(lease=attempt.lease, error=error)
         try:
@@ -210,3 +218,20 @@ class AttemptRunner:
         except Exception:  # a plugin's decision that is not a number
             delay_ms = 0
         return Retrying(lease=attempt.lease, error=error, delay_ms=delay_ms)
+
+    def push_rate(self, attempt: Attempt, seconds: float) -> None:
+        """`RetryAfter(seconds, limit=True)`: hold the job's narrowest rate limit full for
+        `seconds` (clamped to a day and `max_retry_delay`); never raises. Without a store
+        of its own (an agent) the hold is kept in `rate_holds` for the report to carry."""
+        job = attempt.job
+        seconds = min(push_seconds(seconds), self.max_retry_delay_ms / 1000)
+        if seconds <= 0:
+            return
+        if not self.pushes_rates:
+            self.rate_holds[job.id] = seconds
+            return
+        try:
+            if not self.queue.storage.push_rate(job.id, seconds):
+                log.info("job %s: RetryAfter(limit=True) but no rate limit applies", job.id)
+        except Exception as exc:  # the retry itself still goes ahead
+            log.error("job %s: pushing its rate limit out failed: %s", job.id, describe_error(exc))

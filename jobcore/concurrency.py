@@ -90,15 +90,20 @@ def checked_limit(scope: str, name: str, concurrency: Any, source: str = "set") 
     )
 
 
-def check_declaration(type_name: str, concurrency: Any, key: Any) -> None:
-    """Raise InvalidPayload when a job type's `concurrency`/`concurrency_key` are unusable."""
+def check_declaration(type_name: str, concurrency: Any, key: Any, rate: Any = None) -> None:
+    """Raise InvalidPayload when a job type's `concurrency`/`concurrency_key`/`rate` are
+    unusable."""
     if concurrency is not None:
         checked_concurrency(concurrency, f"job type {type_name!r}: concurrency")
+    if rate is not None:
+        from jobcore.rates import parse_rate
+
+        parse_rate(rate, f"job type {type_name!r}: rate")
     if key is not None:
-        if concurrency is None:
+        if concurrency is None and rate is None:
             raise InvalidPayload(
                 f"job type {type_name!r}: concurrency_key needs concurrency=N "
-                "(how many jobs may run at once per key)"
+                "(how many jobs may run at once per key) or rate='N/PERIOD'"
             )
         if not (callable(key) or (isinstance(key, str) and key)):
             raise InvalidPayload(
@@ -169,12 +174,38 @@ Candidate = tuple[str, int, int, str, str, str | None]
 
 
 class Room:
-    """What each limited queue, type and key may still take in this claim."""
+    """What each limited queue, type and key may still take in this claim: the least of
+    its concurrency room (cap - claimed) and its rate room (rate - started in the window)."""
 
-    def __init__(self, caps: dict[tuple[str, str], int], held: dict[tuple[str, str], int]) -> None:
+    def __init__(
+        self,
+        caps: dict[tuple[str, str], int],
+        held: dict[tuple[str, str], int],
+        rates: dict[tuple[str, str], tuple[int, int]] | None = None,
+        used: Callable[[tuple[str, str, str]], int] | None = None,
+    ) -> None:
         self.caps = caps
+        self.rates = rates or {}
         self.left = {pair: cap - held.get(pair, 0) for pair, cap in caps.items()}
+        self.key_cap = {name: cap for (scope, name), cap in caps.items() if scope == "key"}
+        for (scope, name), (rate, _) in self.rates.items():
+            if scope == "key":
+                self.key_cap[name] = min(self.key_cap.get(name, rate), rate)
+                continue
+            left = rate - (used((scope, name, "")) if used else 0)
+            self.left[(scope, name)] = min(self.left.get((scope, name), left), left)
         self.keys: dict[str, dict[str, int]] = {}  # keyed type -> key -> room left
+
+    def open_keys(self, name: str, held: dict[str, int], used: dict[str, int]) -> None:
+        """The room of each key of keyed type `name` that holds claims or recent starts."""
+        cap = self.caps.get(("key", name))
+        rate = self.rates.get(("key", name))
+        keys: dict[str, int] = {}
+        for key in {*held, *used}:
+            lefts = [] if cap is None else [cap - held.get(key, 0)]
+            lefts += [] if rate is None else [rate[0] - used.get(key, 0)]
+            keys[key] = min(lefts)
+        self.keys[name] = keys
 
     def full(self, scope: str) -> list[str]:
         return [name for (s, name), left in self.left.items() if s == scope and left <= 0]
@@ -187,7 +218,7 @@ class Room:
             return False
         keys = self.keys.get(type_)
         if keys is not None and key is not None:
-            left = keys.get(key, self.caps[("key", type_)])
+            left = keys.get(key, self.key_cap[type_])
             if left <= 0:
                 return False
             keys[key] = left - 1
@@ -198,9 +229,20 @@ class Room:
 
 def limit_rows(storage: Any) -> list[dict[str, Any]]:
     """Each limit of `storage` as JSON, with `held`: the jobs it holds claimed now (for a
-    key limit: how many of its keys are at the limit)."""
+    key limit: how many of its keys are at the limit); then each rate limit, with `used`:
+    its starts in the current window (for a key limit: its keys at the limit). Every row
+    has every field (None where it does not apply)."""
     held = storage.held()
-    return [
+    rows = [
         {**limit.to_json(), "held": held.get((limit.scope, limit.name), 0)}
+        | {"rate": None, "period": None, "used": None}
         for limit in storage.limits()
     ]
+    rates = storage.rates()
+    use = storage.rate_use() if rates else {}
+    rows += [
+        {"concurrency": None, "held": None, **rate.to_json()}
+        | {"used": use.get((rate.scope, rate.name), 0)}
+        for rate in rates
+    ]
+    return rows

@@ -78,6 +78,7 @@ def job_type(
     description: str | None = None,
     concurrency: int | None = None,
     concurrency_key: str | Callable[[Any], Any] | None = None,
+    rate: str | tuple[int, float] | None = None,
 ) -> Callable[[H], H]:
     """Declare the decorated `def`/`async def handler(payload: Model, ctx)` as job type `name`.
 
@@ -86,7 +87,7 @@ def job_type(
     if not isinstance(name, str) or not name:
         raise JobTypeDeclarationError(f"@job_type needs a non-empty name, got {name!r}")
     try:
-        check_declaration(name, concurrency, concurrency_key)
+        check_declaration(name, concurrency, concurrency_key, rate)
     except InvalidPayload as exc:
         raise JobTypeDeclarationError(f"@job_type({name!r}): {exc}") from None
 
@@ -107,6 +108,7 @@ def job_type(
             description=description if description is not None else doc.split("\n", 1)[0],
             concurrency=concurrency,
             concurrency_key=concurrency_key,
+            rate=rate,
         )
         module = sys.modules.get(getattr(handler, "__module__", ""))
         if module is None:

@@ -84,12 +84,19 @@ class PermanentError(JobcoreError):
 
 
 class RetryAfter(JobcoreError):
-    """Raised by a handler: retry after exactly `seconds` (still bounded by max_attempts)."""
+    """Raised by a handler: retry after exactly `seconds` (still bounded by max_attempts).
 
-    def __init__(self, seconds: float, message: str = "") -> None:
+    `limit=True` (a rate-limited API said so): also hold the narrowest rate limit the job
+    falls under (its key's, else its type's, else its queue's) full for that long, so no
+    job of it is claimed anywhere until then (DESIGN §16; at most `max_retry_delay` and a
+    day; without a rate limit it is a plain retry).
+    """
+
+    def __init__(self, seconds: float, message: str = "", *, limit: bool = False) -> None:
         if not seconds >= 0:  # NaN too: it compares false with everything
             raise ValueError(f"RetryAfter seconds must be a number >= 0, got {seconds!r}")
         self.seconds = float(seconds)
+        self.limit = bool(limit)
         super().__init__(message or f"retry requested after {seconds:g}s")
 
 

@@ -13,6 +13,11 @@ that no other limited claim runs beside; this picks, in rounds:
 3. the candidates are taken best first while every limit they fall under has
    room, and claimed by id; a round that refused a candidate (a limit filled
    during the round) is followed by another that skips what is now full.
+
+Rate limits (`jobcore.rates`) are room as concurrency limits are: the starts in
+each window are read once (`rate_starts`), the claim's starts written back
+(`record_starts`) with the earliest time a full rate limit opens again, which
+idle claimers wait for instead of polling.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from jobcore.concurrency import Candidate, Room
+from jobcore.rates import ClaimLimits, StartKey, Window, starts_of
 
 MAX_ROUNDS = 8
 """At most this many pick-and-claim rounds per claim."""
@@ -62,23 +68,33 @@ class LimitedReads(Protocol):
     def claim_ids(self, ids: list[str], done: int) -> list[Any]:
         """Claim these pending jobs (`done` claimed before in this claim); their rows."""
 
+    def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
+        """(scope, name, key, starts, oldest start's time) within each rate limit's
+        window at `now` (below)."""
+
+    now: int
+    """The store's clock for this claim (ms): what it stamps `claimed_at` with."""
+
+    def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
+        """Write this claim's starts; `opens`: when a full rate limit next has room."""
+
 
 def claim_limited(
-    reads: LimitedReads,
-    caps: dict[tuple[str, str], int],
-    types: Sequence[str],
-    limit: int,
+    reads: LimitedReads, limits: ClaimLimits, types: Sequence[str], limit: int
 ) -> list[Any]:
-    """Claim up to `limit` jobs under every limit in `caps`; the claimed rows."""
+    """Claim up to `limit` jobs under every limit in `limits`; the claimed rows."""
+    caps, rates = limits.caps, limits.rates
     held = reads.held() if any(scope != "key" for scope, _ in caps) else {}
-    room = Room(caps, held)
-    all_keyed = sorted(name for scope, name in caps if scope == "key")
+    window = Window(rates, reads.rate_starts() if rates else (), reads.now if rates else 0)
+    room = Room(caps, held, rates, window.used)
+    all_keyed = sorted({name for scope, name in (*caps, *rates) if scope == "key"})
     keyed = [name for name in all_keyed if not types or name in types]
     for name in keyed:
-        cap = caps[("key", name)]
-        room.keys[name] = {key: cap - n for key, n in reads.held_keys(name).items()}
+        held_keys = reads.held_keys(name) if ("key", name) in caps else {}
+        room.open_keys(name, held_keys, window.keys_used(name))
     paused = reads.paused()
     rows: list[Any] = []
+    taken: list[Candidate] = []
     for _ in range(MAX_ROUNDS):
         need = limit - len(rows)
         if need <= 0:
@@ -98,12 +114,16 @@ def claim_limited(
                 break
             if room.take(candidate):
                 chosen.append(candidate[0])
+                taken.append(candidate)
             else:
                 refused = True
         if chosen:
             rows += reads.claim_ids(chosen, len(rows))
         if not refused or not chosen:
             break
+    if rates:
+        starts = starts_of(rates, taken)
+        reads.record_starts(starts, window.opens(starts))
     return rows
 
 
@@ -114,7 +134,7 @@ def _keyed(
     window = 2 * need + 8
     head = reads.type_head(name, window, skip_queues)
     keys = room.keys[name]
-    cap = room.caps[("key", name)]
+    cap = room.key_cap[name]
     fits = [c for c in head if c[5] is None or keys.get(c[5], cap) > 0]
     if len(fits) >= need or len(head) < window:
         return fits

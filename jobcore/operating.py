@@ -13,7 +13,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from jobcore import concurrency, wakeup
+from jobcore import concurrency, rates, wakeup
 from jobcore.concurrency import (
     Limit,
     checked_limit,
@@ -23,6 +23,7 @@ from jobcore.concurrency import (
 )
 from jobcore.pauses import MAX_REASON, Pause, checked_kind, checked_name, checked_text
 from jobcore.queue import Queue
+from jobcore.rates import Rate
 
 MAX_BY = 200
 """Longest operator name kept with a pause (characters)."""
@@ -108,10 +109,13 @@ def clear_limit(queue: Queue, scope: str, name: str) -> Limit | None:
 
 
 def declare_types(queue: Queue, names: Sequence[str]) -> None:
-    """Write the concurrency limits the job types `names` declare to the store (a worker
-    does at start), so every claimer on the store respects them."""
+    """Write the concurrency and rate limits the job types `names` declare to the store (a
+    worker does at start), so every claimer on the store respects them."""
     registered = [t for t in (queue.registry.get(name) for name in names) if t is not None]
     declare_limits(queue, *declared_limits(registered))
+    rated, unrated = rates.declared_rates(registered)
+    if rates.declaring_rates_changes(queue.storage.rates(), rated, unrated):
+        queue.storage.declare_rates(rated, unrated)
 
 
 def declare_limits(queue: Queue, declared: Sequence[Limit], unlimited: Sequence[str]) -> bool:
@@ -122,6 +126,25 @@ def declare_limits(queue: Queue, declared: Sequence[Limit], unlimited: Sequence[
     queue.storage.declare_limits(declared, unlimited)
     wakeup.notify(queue.wake_key)  # a limit dropped or raised may free work for idle workers
     return True
+
+
+def set_rate(queue: Queue, scope: str, name: str, rate: Any, period_seconds: Any) -> Rate:
+    """Allow at most `rate` claims per sliding `period_seconds` per queue, type or key of a
+    type, from the next claim on; wins over a declared rate limit."""
+    made = rates.checked_rate_limit(scope, name, rate, period_seconds)
+    stored = queue.storage.set_rate(made.scope, made.name, made.rate, made.period_ms)
+    wakeup.notify(queue.wake_key)  # a raised rate may free work for idle workers
+    return stored
+
+
+def clear_rate(queue: Queue, scope: str, name: str) -> Rate | None:
+    """Remove a rate limit (None when there was none)."""
+    scope = checked_scope(scope)
+    name = checked_name("type" if scope == "key" else scope, name)
+    cleared = queue.storage.clear_rate(scope, name)
+    if cleared is not None:
+        wakeup.notify(queue.wake_key)
+    return cleared
 
 
 def limit_rows(queue: Queue) -> list[dict[str, Any]]:

@@ -42,6 +42,9 @@ class JobType:
     `concurrency`: at most this many of its jobs claimed at once in the whole
     store; with `concurrency_key` (a payload field name or a callable of the
     payload) at most that many per key instead (DESIGN §16, `jobcore.concurrency`).
+    `rate`: at most N claims per sliding period in the whole store, as `"N/PERIOD"`
+    (`"50/1m"`, `"10/s"`) or `(N, seconds)`; per key when `concurrency_key` is given
+    (`jobcore.rates`).
     """
 
     name: str
@@ -58,6 +61,7 @@ class JobType:
     description: str = ""
     concurrency: int | None = None
     concurrency_key: str | Callable[[Any], Any] | None = None
+    rate: str | tuple[int, float] | None = None
 
 
 class DuplicateJobType(JobcoreError):
@@ -82,7 +86,9 @@ class JobTypeRegistry:
                     f"job type {job_type.name!r} from plugin {plugin!r}: bad default {name}: {exc}"
                 ) from None
         try:
-            check_declaration(job_type.name, job_type.concurrency, job_type.concurrency_key)
+            check_declaration(
+                job_type.name, job_type.concurrency, job_type.concurrency_key, job_type.rate
+            )
         except InvalidPayload as exc:
             raise JobcoreError(f"job type from plugin {plugin!r}: {exc}") from None
         key = job_type.concurrency_key

@@ -57,12 +57,22 @@ def stats_text(stats: Stats) -> str:
         if stats.failures
         else "  none"
     )
-    if stats.limits:
+    caps = [r for r in stats.limits if r["concurrency"] is not None]
+    rated = [r for r in stats.limits if r["concurrency"] is None]
+    if caps:
         parts.append("\nConcurrency limits (claimed now / at most; key limits: keys full):")
         parts.append(
             table(
-                [(r["scope"], r["name"], r["held"], r["concurrency"]) for r in stats.limits],
+                [(r["scope"], r["name"], r["held"], r["concurrency"]) for r in caps],
                 ["SCOPE", "NAME", "CLAIMED", "LIMIT"],
+            )
+        )
+    if rated:
+        parts.append("\nRate limits (started in the window / at most; key limits: keys full):")
+        parts.append(
+            table(
+                [(r["scope"], r["name"], r["used"], r["rate"], f"{r['period']:g}s") for r in rated],
+                ["SCOPE", "NAME", "STARTED", "RATE", "PERIOD"],
             )
         )
     parts.extend(f"\n{section.text}" for section in stats.sections)

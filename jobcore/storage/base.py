@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 from jobcore.concurrency import Limit
 from jobcore.models import Event, Job, Lease, NewJob, Outcome
 from jobcore.pauses import Pause
+from jobcore.rates import Rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,3 +316,31 @@ class Storage(Protocol):
 
     def held(self) -> dict[tuple[str, str], int]:
         """Claimed jobs per limited (scope, name); for a key limit, its keys at the limit."""
+
+    # -- rate limits (DESIGN §16, `jobcore.rates`) --------------------------------------
+    # Every claim that takes rate-limited jobs counts the starts in each limit's sliding
+    # window and writes its own, in the same transaction (same lock) as the claim.
+
+    def set_rate(self, scope: str, name: str, rate: int, period_ms: int) -> Rate:
+        """Set a rate limit at run time (it wins over a declared one); as stored."""
+
+    def clear_rate(self, scope: str, name: str) -> Rate | None:
+        """Remove a rate limit; the one removed, or None when there was none."""
+
+    def rates(self) -> list[Rate]:
+        """Every rate limit, by scope then name."""
+
+    def declare_rates(self, declared: Sequence[Rate], unrated: Sequence[str]) -> None:
+        """Store the rate limits job types declare (a set one stays), and drop the declared
+        ones of the types in `unrated`."""
+
+    def rate_use(self) -> dict[tuple[str, str], int]:
+        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+
+    def push_rate(self, job_id: str, seconds: float) -> bool:
+        """Hold the narrowest rate limit job `job_id` falls under (its key's, else its
+        type's, else its queue's) full for `seconds` from now; False when none applies."""
+
+    def rate_opens(self, now: int) -> int | None:
+        """When a full rate limit this process's last limited claim saw has room again
+        (store clock), if after `now`; `next_due` includes it."""

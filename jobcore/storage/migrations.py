@@ -213,4 +213,33 @@ MIGRATIONS += (
 STATUS_CHECK_MIGRATION = len(MIGRATIONS)
 """The number of the migration above (the schema version it makes)."""
 
+MIGRATIONS += (
+    (
+        "v7: global rate limits (DESIGN §16)",
+        """
+        -- at most `rate` claims per sliding `period_ms`, per queue, type or key of a type;
+        -- every claim reads this table with `limits` and `pauses` (jobcore/rates.py)
+        CREATE TABLE rates (
+            scope       TEXT NOT NULL CHECK (scope IN ('queue', 'type', 'key')),
+            name        TEXT NOT NULL,
+            rate        INTEGER NOT NULL CHECK (rate >= 1),
+            period_ms   INTEGER NOT NULL CHECK (period_ms >= 1),
+            source      TEXT NOT NULL CHECK (source IN ('set', 'declared')),
+            updated_at  INTEGER NOT NULL,
+            PRIMARY KEY (scope, name)
+        ) WITHOUT ROWID;
+        -- the starts of each rate limit (key '' for queue and type limits): `n` jobs
+        -- claimed at `at` by one claim; rows past their window are deleted by claims
+        CREATE TABLE rate_starts (
+            scope TEXT NOT NULL,
+            name  TEXT NOT NULL,
+            key   TEXT NOT NULL,
+            at    INTEGER NOT NULL,
+            n     INTEGER NOT NULL
+        );
+        CREATE INDEX rate_starts_window ON rate_starts (scope, name, at);
+        """,
+    ),
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

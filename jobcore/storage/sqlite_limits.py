@@ -17,12 +17,49 @@ import apsw
 
 from jobcore.concurrency import Candidate, Limit, checked_scope
 from jobcore.limited_claim import claim_limited
+from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target, rate_use
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.rows import rows_of
 from jobcore.storage.sqlite_errors import boundary
 
 _ALL = "SELECT scope, name, concurrency, source FROM limits ORDER BY scope, name"
-_STATE = "SELECT scope, name, concurrency FROM limits UNION ALL SELECT kind, name, NULL FROM pauses"
+_STATE = (
+    "SELECT scope, name, concurrency, NULL FROM limits UNION ALL "
+    "SELECT kind, name, NULL, NULL FROM pauses UNION ALL SELECT scope, name, rate, period_ms FROM rates"
+)
+_RATES = "SELECT scope, name, rate, period_ms, source FROM rates ORDER BY scope, name"
+_SET_RATE = (
+    "INSERT INTO rates (scope, name, rate, period_ms, source, updated_at) "
+    "VALUES (:scope, :name, :rate, :period_ms, 'set', :now) ON CONFLICT (scope, name) DO UPDATE "
+    "SET rate = excluded.rate, period_ms = excluded.period_ms, source = 'set', "
+    "updated_at = excluded.updated_at"
+)
+_DECLARE_RATE = (
+    "INSERT INTO rates (scope, name, rate, period_ms, source, updated_at) "
+    "VALUES (:scope, :name, :rate, :period_ms, 'declared', :now) ON CONFLICT (scope, name) "
+    "DO UPDATE SET rate = excluded.rate, period_ms = excluded.period_ms, "
+    "updated_at = excluded.updated_at WHERE rates.source = 'declared' "
+    "AND (rates.rate <> excluded.rate OR rates.period_ms <> excluded.period_ms)"
+)
+_CLEAR_RATE = (
+    "DELETE FROM rates WHERE scope = :scope AND name = :name "
+    "RETURNING scope, name, rate, period_ms, source"
+)
+_STARTS = (
+    "SELECT s.scope, s.name, s.key, sum(s.n), min(s.at) FROM rates r JOIN rate_starts s "
+    "ON s.scope = r.scope AND s.name = r.name AND s.at > :now - r.period_ms "
+    "GROUP BY s.scope, s.name, s.key"
+)
+_JOB_LIMITS = "SELECT queue, type, limit_key FROM jobs WHERE id = :id"
+_START = "INSERT INTO rate_starts (scope, name, key, at, n) VALUES (:scope, :name, :key, :at, :n)"
+_PRUNE = (
+    "DELETE FROM rate_starts WHERE scope = :scope AND name = :name AND at <= :now - "
+    "coalesce((SELECT period_ms FROM rates WHERE scope = :scope AND name = :name), 0)"
+)
+_PRUNE_GONE = (
+    "DELETE FROM rate_starts WHERE NOT EXISTS (SELECT 1 FROM rates r "
+    "WHERE r.scope = rate_starts.scope AND r.name = rate_starts.name)"
+)
 _SET = (
     "INSERT INTO limits (scope, name, concurrency, source, updated_at) "
     "VALUES (:scope, :name, :concurrency, 'set', :now) ON CONFLICT (scope, name) DO UPDATE "
@@ -38,6 +75,7 @@ _UNDECLARE = (
     "DELETE FROM limits WHERE source = 'declared' AND scope IN ('type', 'key') AND name = :name "
     "AND scope <> :keep"
 )
+_UNDECLARE_RATE = _UNDECLARE.replace("FROM limits", "FROM rates")
 _CLEAR = (
     "DELETE FROM limits WHERE scope = :scope AND name = :name "
     "RETURNING scope, name, concurrency, source"
@@ -64,6 +102,19 @@ def _limit(row: Sequence[Any]) -> Limit:
     return Limit(checked_scope(str(scope)), str(name), int(concurrency), source)
 
 
+def _rate(row: Sequence[Any]) -> Rate:
+    scope, name, rate, period_ms, source = row
+    return Rate(checked_scope(str(scope)), str(name), int(rate), int(period_ms), source)
+
+
+def record_starts(conn: apsw.Connection, starts: dict[StartKey, int], now: int) -> None:
+    """Write one claim's starts, and delete those of the same limits past their window."""
+    for (scope, name, key), n in starts.items():
+        conn.execute(_START, {"scope": scope, "name": name, "key": key, "at": now, "n": n})
+    for scope, name in {start[:2] for start in starts}:
+        conn.execute(_PRUNE, {"scope": scope, "name": name, "now": now})
+
+
 def _in(column: str, values: Sequence[str], prefix: str, params: dict[str, Any], op: str) -> str:
     if not values:
         return ""
@@ -85,6 +136,7 @@ class _Reads:
     ) -> None:
         self.store, self.conn, self.queues, self.types = store, conn, queues, types
         self.params = params
+        self.now: int = params["now"]
         self.cursors: dict[str, str] = store.__dict__.setdefault("_key_cursors", {})
 
     def held(self) -> dict[tuple[str, str], int]:
@@ -157,6 +209,13 @@ class _Reads:
     def claim_ids(self, ids: list[str], done: int) -> list[Any]:
         return rows_of(self.conn, S.CLAIM_IDS_SQL, {**self.params, "ids": json.dumps(ids)})
 
+    def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
+        return rows_of(self.conn, _STARTS, {"now": self.now})
+
+    def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
+        record_starts(self.conn, starts, self.now)
+        self.store._rate_opens = opens
+
 
 class SQLiteLimits:
     """`set_limit`, `clear_limit`, `limits`, `declare_limits`, `held` of `SQLiteStorage`,
@@ -167,31 +226,40 @@ class SQLiteLimits:
     now: Callable[[], int]
     _claim_statements: Callable[..., tuple[str, ...]]
 
+    _rate_opens: int | None = None  # when a full rate limit next has room (a claim saw)
+
     @staticmethod
-    def _claim_state(
-        conn: apsw.Connection,
-    ) -> tuple[dict[tuple[str, str], int], tuple[list[str], list[str]]]:
-        """Every limit, (scope, name) -> concurrency, and the pauses (queues, types), as
-        this transaction sees them: one statement for what every claim reads."""
-        caps: dict[tuple[str, str], int] = {}
+    def _claim_state(conn: apsw.Connection) -> tuple[ClaimLimits, tuple[list[str], list[str]]]:
+        """Every concurrency and rate limit, and the pauses (queues, types), as this
+        transaction sees them: one statement for what every claim reads."""
+        limits = ClaimLimits()
         paused: tuple[list[str], list[str]] = ([], [])
-        for scope, name, cap in conn.execute(_STATE):
+        for scope, name, cap, period_ms in conn.execute(_STATE):
             if cap is None:
                 paused[0 if scope == "queue" else 1].append(name)
+            elif period_ms is None:
+                limits.caps[(scope, name)] = cap
             else:
-                caps[(scope, name)] = cap
-        return caps, paused
+                limits.rates[(scope, name)] = (cap, period_ms)
+        return limits, paused
+
+    def rate_opens(self, now: int) -> int | None:
+        """When a rate limit the last limited claim found full has room again (store
+        clock, ms), if that is still ahead: idle claimers wait for it, not for a poll."""
+        opens = self._rate_opens  # a moment past (a waiter woke early by its own clock): due
+        return opens if opens is not None and opens > now - OPENS_GRACE_MS else None
 
     def _claim_limited(
         self,
         conn: apsw.Connection,
-        caps: dict[tuple[str, str], int],
+        caps: ClaimLimits,
         queues: Sequence[str],
         types: Sequence[str],
         params: dict[str, Any],
     ) -> list[Any]:
         """Claim up to `:limit` pending jobs under every limit in `caps`; the claimed rows
         (none without limits: the plain claim runs instead)."""
+        self._rate_opens = None
         if not caps:
             return []
         reads = _Reads(self, conn, queues, types, params)
@@ -226,10 +294,66 @@ class SQLiteLimits:
                 conn.execute(_UNDECLARE, {"name": name, "keep": ""})
 
     @boundary
+    def set_rate(self, scope: str, name: str, rate: int, period_ms: int) -> Rate:
+        params = {"scope": scope, "name": name, "rate": rate, "period_ms": period_ms}
+        with self._write() as conn:
+            params["now"] = self.now()
+            conn.execute(_SET_RATE, params)
+        return Rate(checked_scope(scope), name, rate, period_ms, "set")
+
+    @boundary
+    def clear_rate(self, scope: str, name: str) -> Rate | None:
+        with self._write() as conn:
+            rows = rows_of(conn, _CLEAR_RATE, {"scope": scope, "name": name})
+            conn.execute(_PRUNE_GONE)
+        return _rate(rows[0]) if rows else None
+
+    @boundary
+    def rates(self) -> list[Rate]:
+        return [_rate(row) for row in rows_of(self._conn(), _RATES)]
+
+    @boundary
+    def declare_rates(self, declared: Sequence[Rate], unrated: Sequence[str]) -> None:
+        with self._write() as conn:
+            now = self.now()
+            for rate in declared:
+                conn.execute(_UNDECLARE_RATE, {"name": rate.name, "keep": rate.scope})
+                params = {"scope": rate.scope, "name": rate.name, "rate": rate.rate}
+                conn.execute(_DECLARE_RATE, {**params, "period_ms": rate.period_ms, "now": now})
+            for name in unrated:
+                conn.execute(_UNDECLARE_RATE, {"name": name, "keep": ""})
+            conn.execute(_PRUNE_GONE)
+
+    @boundary
+    def rate_use(self) -> dict[tuple[str, str], int]:
+        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+        conn = self._conn()
+        limits, _ = self._claim_state(conn)
+        return rate_use(limits.rates, rows_of(conn, _STARTS, {"now": self.now()}), self.now())
+
+    @boundary
+    def push_rate(self, job_id: str, seconds: float) -> bool:
+        """Count the narrowest rate limit job `job_id` falls under as full for `seconds`
+        from now (`RetryAfter(..., limit=True)`); False when none applies (or no job)."""
+        with self._write() as conn:
+            found = rows_of(conn, _JOB_LIMITS, {"id": job_id})
+            limits, _ = self._claim_state(conn)
+            target = push_target(limits.rates, *found[0]) if found else None
+            if target is None:
+                return False
+            rate, period_ms = limits.rates[target[:2]]
+            until = self.now() + round(seconds * 1000)
+            params = {"scope": target[0], "name": target[1], "key": target[2], "n": rate}
+            conn.execute(_START, {**params, "at": until - period_ms})
+        self._rate_opens = until if self._rate_opens is None else min(self._rate_opens, until)
+        return True
+
+    @boundary
     def held(self) -> dict[tuple[str, str], int]:
         """Claimed jobs per limited (scope, name); for a key limit, the keys at their limit."""
         conn = self._conn()
-        caps, _ = self._claim_state(conn)
+        limits, _ = self._claim_state(conn)
+        caps = limits.caps
         counts: dict[tuple[str, str], int] = {}
         for queue, type_, count in conn.execute(_HELD):
             for pair in (("queue", queue), ("type", type_)):

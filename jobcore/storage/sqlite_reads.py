@@ -34,11 +34,14 @@ class SQLiteReads:
     busy_timeout_ms: int
     _conn: Callable[[], apsw.Connection]
     now: Callable[[], int]
+    rate_opens: Callable[[int], int | None]
 
     @boundary
     def next_due(self) -> int | None:
         value = rows_of(self._conn(), Q["next_due"])[0][0]
-        return None if value is None else int(value)
+        due = None if value is None else int(value)
+        opens = self.rate_opens(self.now())  # a full rate limit's window opens (DESIGN §16)
+        return opens if due is None else due if opens is None else min(due, opens)
 
     @boundary
     def cancel_requested(self, worker: str) -> set[str]:

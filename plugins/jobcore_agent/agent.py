@@ -104,6 +104,7 @@ class Agent:
             queue, max_result_bytes=core.max_result_bytes, max_retry_delay=core.max_retry_delay
         )
         self.attempts.timeout_label = "max_runtime_exceeded"  # the hub's word for it (§11)
+        self.attempts.pushes_rates = False  # RetryAfter(limit=True): the report carries it
         self.loop = LoopThread(self.attempts)  # `async def` handlers (DESIGN §15)
         self.stop_grace = core.stop_grace
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
@@ -641,6 +642,9 @@ class Agent:
         if outcome is None:
             return True
         kind, body = report_of(outcome, worker_id=self.worker_id, lease_id=claim.lease_id)
+        hold = self.attempts.rate_holds.pop(claim.run.job.id, None)
+        if hold is not None and kind == "fail":  # RetryAfter(limit=True): the hub holds it
+            body["hold_limit"] = hold
         body = sendable(kind, body)
         row = Pending(
             lease_id=claim.key,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from jobcore_http.tokens import Scope
 
@@ -142,6 +142,11 @@ class FailIn(Strict):
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = Field(
         default=None, description="seconds until the next attempt (instead of the hub's policy)"
     )
+    hold_limit: Annotated[float, Field(gt=0, le=86_400)] | None = Field(
+        default=None,
+        description="seconds the job's narrowest rate limit (its key's, else its type's, else "
+        "its queue's) is held full: a handler's `RetryAfter(s, limit=True)` (DESIGN §16)",
+    )
 
 
 class ReleaseIn(Strict):
@@ -167,6 +172,7 @@ class ReportIn(Strict):
     reason: LongText = "failed"
     retryable: bool = True
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = None
+    hold_limit: Annotated[float, Field(gt=0, le=86_400)] | None = None
     progress: Any = None
 
 
@@ -417,19 +423,46 @@ class PauseIn(Strict):
 
 
 class LimitIn(Strict):
-    """At most `concurrency` jobs claimed at once (DESIGN §16)."""
+    """At most `concurrency` jobs claimed at once, and/or at most `rate` claimed per sliding
+    `period` seconds (DESIGN §16): at least one of the two; what is left out stays as is."""
 
-    concurrency: int = Field(ge=1, le=1_000_000)
+    concurrency: int | None = Field(None, ge=1, le=1_000_000)
+    rate: int | None = Field(None, ge=1, le=1_000_000)
+    period: float | None = Field(
+        None, gt=0, le=86_400, allow_inf_nan=False, description="seconds, with `rate`"
+    )
+
+    @model_validator(mode="after")
+    def _one_given(self) -> LimitIn:
+        if self.concurrency is None and self.rate is None:
+            raise ValueError("give concurrency, or rate and period, or both")
+        if (self.rate is None) != (self.period is None):
+            raise ValueError("rate and period go together (N starts per period seconds)")
+        return self
 
 
 class LimitOut(BaseModel):
     scope: str = Field(description="queue, type, or key (per concurrency key of a type)")
     name: str
-    concurrency: int
+    concurrency: int | None = Field(None, description="a concurrency limit's N (else null)")
     source: str = Field(description="set (at run time) or declared (by the job type)")
-    held: int = Field(
+    held: int | None = Field(
         0, description="jobs claimed now under it; for a key limit, its keys at the limit"
     )
+    rate: int | None = Field(None, description="a rate limit's N starts per period (else null)")
+    period: float | None = Field(None, description="a rate limit's period, seconds")
+    used: int | None = Field(
+        None, description="starts in the current window; for a key limit, its keys at the rate"
+    )
+
+
+class LimitSetOut(BaseModel):
+    scope: str
+    name: str
+    source: str = "set"
+    concurrency: int | None = None
+    rate: int | None = None
+    period: float | None = None
 
 
 class LimitsOut(BaseModel):

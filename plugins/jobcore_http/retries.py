@@ -54,3 +54,12 @@ def failure_outcome(
     if delay_ms is None:
         return Failed(lease, reason)
     return Retrying(lease, reason, delay_ms)
+
+
+def hold_limit(queue: Queue, job_id: str, seconds: float) -> None:
+    """A live agent's `RetryAfter(seconds, limit=True)`: hold the job's narrowest rate limit
+    full (DESIGN §16); a store error is logged, the failure report still goes ahead."""
+    try:
+        queue.storage.push_rate(job_id, seconds)
+    except Exception as exc:
+        log.error("job %s: holding its rate limit failed: %s", job_id, describe_error(exc))

@@ -254,6 +254,24 @@ class OtelPlugin:
             unit="{job}",
             description="each concurrency limit (DESIGN §16)",
         )
+        meter.create_observable_gauge(
+            "jobcore.limit.rate",
+            callbacks=[partial(self._observe_limits, "rate")],
+            unit="{job}",
+            description="each rate limit: jobs it lets start per period (DESIGN §16)",
+        )
+        meter.create_observable_gauge(
+            "jobcore.limit.rate.period",
+            callbacks=[partial(self._observe_limits, "period")],
+            unit="s",
+            description="each rate limit's period",
+        )
+        meter.create_observable_gauge(
+            "jobcore.limit.rate.used",
+            callbacks=[partial(self._observe_limits, "used")],
+            unit="{job}",
+            description="jobs started in each rate limit's current window (key limits: keys full)",
+        )
         ScheduleGauges(lambda: self._queue).register(meter)  # with the cron plugin
         self._ready = True
 
@@ -265,6 +283,7 @@ class OtelPlugin:
                 row[field], {"jobcore.limit.scope": row["scope"], "jobcore.limit.name": row["name"]}
             )
             for row in limit_rows(self._queue.storage)
+            if row[field] is not None  # concurrency rows have no rate, rate rows no held
         ]
 
     def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:

@@ -23,6 +23,7 @@ import psycopg
 from jobcore.concurrency import Candidate, Limit, checked_scope
 from jobcore.limited_claim import claim_limited
 from jobcore.models import Job
+from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target, rate_use
 from jobcore_postgres.rows import row_to_job
 from jobcore_postgres.schema import channel
 from jobcore_postgres.statements import Dialect, claim_ids_statement
@@ -35,11 +36,69 @@ LIMITS_CHECK_EVERY = 1.0
 _ORDER = "priority DESC, run_at, id"
 _CANDIDATE = "p.id, p.priority, p.run_at, p.queue, p.type, p.limit_key"
 _COLUMNS = "scope, name, concurrency, source"
+_RATE_COLUMNS = "scope, name, rate, period_ms, source"
 
 
 def _limit(row: Sequence[Any]) -> Limit:
     scope, name, concurrency, source = row
     return Limit(checked_scope(scope), name, int(concurrency), source)
+
+
+def _rate(row: Sequence[Any]) -> Rate:
+    scope, name, rate, period_ms, source = row
+    return Rate(checked_scope(scope), name, int(rate), int(period_ms), source)
+
+
+def _claim_limits(d: Dialect, conn: Conn) -> ClaimLimits:
+    """Every concurrency and rate limit, in one statement."""
+    limits = ClaimLimits()
+    for scope, name, value, period_ms in conn.execute(
+        f"SELECT scope, name, concurrency, NULL::bigint FROM {d.table('limits')} UNION ALL "
+        f"SELECT scope, name, rate, period_ms FROM {d.table('rates')}"
+    ):
+        if period_ms is None:
+            limits.caps[(scope, name)] = int(value)
+        else:
+            limits.rates[(scope, name)] = (int(value), int(period_ms))
+    return limits
+
+
+def _claim_state(
+    d: Dialect, conn: Conn, params: dict[str, Any]
+) -> tuple[ClaimLimits, int, list[tuple[str, str, str, int, int]]]:
+    """Every concurrency and rate limit, the store's clock, and the starts in each rate
+    limit's window at that clock: one statement (the clock read once, in a CTE)."""
+    limits = ClaimLimits()
+    now = 0
+    starts: list[tuple[str, str, str, int, int]] = []
+    sql = (
+        f"WITH t AS MATERIALIZED (SELECT {d.now} AS now) "
+        f"SELECT 'c', scope, name, '', concurrency::bigint, NULL::bigint FROM {d.table('limits')} "
+        f"UNION ALL SELECT 'r', scope, name, '', rate::bigint, period_ms FROM {d.table('rates')} "
+        "UNION ALL SELECT 'n', '', '', '', t.now, NULL FROM t "
+        "UNION ALL SELECT 's', s.scope, s.name, s.key, sum(s.n)::bigint, min(s.at) "
+        f"FROM t, {d.table('rates')} r JOIN {d.table('rate_starts')} s "
+        "ON s.scope = r.scope AND s.name = r.name WHERE s.at > t.now - r.period_ms "
+        "GROUP BY s.scope, s.name, s.key"
+    )
+    for kind, scope, name, key, value, extra in conn.execute(sql, params):
+        if kind == "c":
+            limits.caps[(scope, name)] = int(value)
+        elif kind == "r":
+            limits.rates[(scope, name)] = (int(value), int(extra))
+        elif kind == "n":
+            now = int(value)
+        else:
+            starts.append((scope, name, key, int(value), int(extra)))
+    return limits, now, starts
+
+
+def _starts_sql(d: Dialect) -> str:
+    return (
+        f"SELECT s.scope, s.name, s.key, sum(s.n), min(s.at) FROM {d.table('rates')} r "
+        f"JOIN {d.table('rate_starts')} s ON s.scope = r.scope AND s.name = r.name "
+        "AND s.at > %(now)s - r.period_ms GROUP BY s.scope, s.name, s.key"
+    )
 
 
 def _skip_scan(jobs: str, column: str, where: str = "") -> str:
@@ -67,10 +126,43 @@ class _Reads:
     """`jobcore.limited_claim.LimitedReads` in one PostgreSQL transaction."""
 
     def __init__(
-        self, d: Dialect, conn: Conn, params: dict[str, Any], cursors: dict[str, str]
+        self,
+        d: Dialect,
+        conn: Conn,
+        params: dict[str, Any],
+        cursors: dict[str, str],
+        starts: list[tuple[str, str, str, int, int]] | None = None,
     ) -> None:
         self.d, self.conn, self.params, self.cursors = d, conn, params, cursors
         self.jobs = d.table("jobs")
+        self.now: int = params.get("now") or 0
+        self.opens: int | None = None
+        self.starts = starts or []
+
+    def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
+        return self.starts
+
+    def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
+        self.opens = opens
+        if not starts:
+            return
+        table, rates = self.d.table("rate_starts"), self.d.table("rates")
+        scopes, names, keys = (list(column) for column in zip(*starts, strict=True))
+        self.conn.execute(  # the new starts, and this limit's starts past its window
+            f"WITH ins AS (INSERT INTO {table} (scope, name, key, at, n) "
+            "SELECT s, m, k, %(now)s, c FROM unnest(%(scopes)s::text[], %(names)s::text[], "
+            "%(keys)s::text[], %(counts)s::int[]) AS u(s, m, k, c)) "
+            f"DELETE FROM {table} t USING {rates} r, unnest(%(scopes)s::text[], "
+            "%(names)s::text[]) AS u(s, m) WHERE t.scope = u.s AND t.name = u.m "
+            "AND r.scope = u.s AND r.name = u.m AND t.at <= %(now)s - r.period_ms",
+            {
+                "now": self.now,
+                "scopes": scopes,
+                "names": names,
+                "keys": keys,
+                "counts": list(starts.values()),
+            },
+        )
 
     def held(self) -> dict[tuple[str, str], int]:
         held: dict[tuple[str, str], int] = {}
@@ -182,6 +274,12 @@ class PostgresLimits:
     _write: Callable[[], AbstractContextManager[Conn]]
     _params: Callable[..., dict[str, Any]]
     _limits_seen: tuple[float, bool] = (float("-inf"), False)
+    _rate_opens: int | None = None  # when a full rate limit next has room (a claim saw)
+
+    def rate_opens(self, now: int) -> int | None:
+        """When a rate limit the last limited claim found full has room again, if ahead."""
+        opens = self._rate_opens  # a moment past (a waiter woke early by its own clock): due
+        return opens if opens is not None and opens > now - OPENS_GRACE_MS else None
 
     def _limits_exist(self) -> bool:
         """Whether any limit exists, as read at most `LIMITS_CHECK_EVERY` seconds ago."""
@@ -191,7 +289,8 @@ class PostgresLimits:
             return exist
         with self._connection() as conn:
             row = conn.execute(
-                f"SELECT EXISTS (SELECT 1 FROM {self._d.table('limits')})"
+                f"SELECT EXISTS (SELECT 1 FROM {self._d.table('limits')}) "
+                f"OR EXISTS (SELECT 1 FROM {self._d.table('rates')})"
             ).fetchone()
         exist = bool(row and row[0])
         self._limits_seen = (now, exist)
@@ -214,12 +313,6 @@ class PostgresLimits:
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
             )
-            caps = {
-                (scope, name): int(cap)
-                for scope, name, cap in conn.execute(
-                    f"SELECT scope, name, concurrency FROM {d.table('limits')}"
-                )
-            }
             params = self._params(
                 worker=worker,
                 limit=limit,
@@ -228,8 +321,13 @@ class PostgresLimits:
                 queues=list(queues),
                 types=list(types),
             )
+            limits, now, starts = _claim_state(d, conn, params)
+            if limits.rates:  # the claim's clock, read once: its claimed_at and windows
+                params["now"] = now
             cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
-            rows = claim_limited(_Reads(d, conn, params, cursors), caps, types, limit)
+            reads = _Reads(d, conn, params, cursors, starts)
+            rows = claim_limited(reads, limits, types, limit)
+        self._rate_opens = reads.opens
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
         return jobs
@@ -287,6 +385,111 @@ class PostgresLimits:
             for name in unlimited:
                 conn.execute(undeclare, {"name": name, "keep": ""})
         self._limits_seen = (float("-inf"), False)
+
+    def _notify(self, conn: Conn) -> None:
+        conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
+        self._limits_seen = (float("-inf"), False)
+
+    def set_rate(self, scope: str, name: str, rate: int, period_ms: int) -> Rate:
+        with self._write() as conn:
+            row = conn.execute(
+                f"INSERT INTO {self._d.table('rates')} ({_RATE_COLUMNS}, updated_at) "
+                f"VALUES (%(scope)s, %(name)s, %(rate)s, %(period_ms)s, 'set', {self._d.now}) "
+                "ON CONFLICT (scope, name) DO UPDATE SET rate = excluded.rate, "
+                "period_ms = excluded.period_ms, source = 'set', "
+                f"updated_at = excluded.updated_at RETURNING {_RATE_COLUMNS}",
+                self._params(scope=scope, name=name, rate=rate, period_ms=period_ms),
+            ).fetchone()
+            self._notify(conn)
+        self._limits_seen = (float("-inf"), False)
+        assert row is not None
+        return _rate(row)
+
+    def clear_rate(self, scope: str, name: str) -> Rate | None:
+        with self._write() as conn:
+            row = conn.execute(
+                f"DELETE FROM {self._d.table('rates')} WHERE scope = %s AND name = %s "
+                f"RETURNING {_RATE_COLUMNS}",
+                (scope, name),
+            ).fetchone()
+            conn.execute(
+                f"DELETE FROM {self._d.table('rate_starts')} WHERE scope = %s AND name = %s",
+                (scope, name),
+            )
+            if row is not None:
+                self._notify(conn)
+        self._limits_seen = (float("-inf"), False)
+        return None if row is None else _rate(row)
+
+    def rates(self) -> list[Rate]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_RATE_COLUMNS} FROM {self._d.table('rates')} ORDER BY scope, name"
+            ).fetchall()
+        return [_rate(row) for row in rows]
+
+    def declare_rates(self, declared: Sequence[Rate], unrated: Sequence[str]) -> None:
+        table = self._d.table("rates")
+        undeclare = (
+            f"DELETE FROM {table} WHERE source = 'declared' AND scope IN ('type', 'key') "
+            "AND name = %(name)s AND scope <> %(keep)s"
+        )
+        with self._write() as conn:
+            for rate in declared:
+                conn.execute(undeclare, {"name": rate.name, "keep": rate.scope})
+                conn.execute(
+                    f"INSERT INTO {table} ({_RATE_COLUMNS}, updated_at) VALUES (%(scope)s, "
+                    f"%(name)s, %(rate)s, %(period_ms)s, 'declared', {self._d.now}) "
+                    "ON CONFLICT (scope, name) DO UPDATE SET rate = excluded.rate, "
+                    "period_ms = excluded.period_ms, updated_at = excluded.updated_at "
+                    f"WHERE {table}.source = 'declared' AND ({table}.rate <> excluded.rate "
+                    f"OR {table}.period_ms <> excluded.period_ms)",
+                    self._params(
+                        scope=rate.scope, name=rate.name, rate=rate.rate, period_ms=rate.period_ms
+                    ),
+                )
+            for name in unrated:
+                conn.execute(undeclare, {"name": name, "keep": ""})
+        self._limits_seen = (float("-inf"), False)
+
+    def rate_use(self) -> dict[tuple[str, str], int]:
+        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+        with self._connection() as conn:
+            limits = _claim_limits(self._d, conn)
+            row = conn.execute(f"SELECT {self._d.now}", self._params()).fetchone()
+            assert row is not None
+            now = int(row[0])
+            starts = conn.execute(_starts_sql(self._d), {"now": now}).fetchall()
+        rows = [(s, n, k, int(used), int(oldest)) for s, n, k, used, oldest in starts]
+        return rate_use(limits.rates, rows, now)
+
+    def push_rate(self, job_id: str, seconds: float) -> bool:
+        """Hold the narrowest rate limit job `job_id` falls under full for `seconds`."""
+        d = self._d
+        with self._write() as conn:
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
+            )
+            found = conn.execute(
+                f"SELECT queue, type, limit_key, {d.now} FROM {d.table('jobs')} WHERE id = %(id)s",
+                self._params(id=job_id),
+            ).fetchone()
+            if found is None:
+                return False
+            limits = _claim_limits(d, conn)
+            target = push_target(limits.rates, found[0], found[1], found[2])
+            if target is None:
+                return False
+            rate, period_ms = limits.rates[target[:2]]
+            until = int(found[3]) + round(seconds * 1000)
+            conn.execute(
+                f"INSERT INTO {d.table('rate_starts')} (scope, name, key, at, n) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (*target, until - period_ms, rate),
+            )
+        opens = self._rate_opens
+        self._rate_opens = until if opens is None else min(opens, until)
+        return True
 
     def held(self) -> dict[tuple[str, str], int]:
         """Claimed jobs per limited (scope, name); for a key limit, the keys at their limit."""

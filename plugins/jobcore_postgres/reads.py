@@ -41,13 +41,19 @@ class PostgresReads:
     now: Callable[[], int]
     _params: Callable[..., dict[str, Any]]
     _held_back: HeldBackWatch
+    rate_opens: Callable[[int], int | None]
 
     def next_due(self) -> int | None:
         with self._connection() as conn:
             row = conn.execute(
-                f"SELECT min(run_at) FROM {self._d.table('jobs')} WHERE status = 'scheduled'"
+                f"SELECT min(run_at), {self._d.now} FROM {self._d.table('jobs')} "
+                "WHERE status = 'scheduled'",
+                self._params(),
             ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        assert row is not None
+        due = None if row[0] is None else int(row[0])
+        opens = self.rate_opens(int(row[1]))  # a full rate limit's window opens (DESIGN §16)
+        return opens if due is None else due if opens is None else min(due, opens)
 
     def cancel_requested(self, worker: str) -> set[str]:
         with self._connection() as conn:

@@ -269,6 +269,35 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ),
 )
 
+MIGRATIONS += (
+    (
+        "global rate limits (DESIGN §16)",
+        """
+        -- at most `rate` claims per sliding `period_ms` per queue, type or key of a type; a
+        -- limited claim reads it under the limits' advisory lock (jobcore_postgres/limits.py)
+        CREATE TABLE IF NOT EXISTS {s}.rates (
+            scope       text NOT NULL CHECK (scope IN ('queue', 'type', 'key')),
+            name        text NOT NULL,
+            rate        integer NOT NULL CHECK (rate >= 1),
+            period_ms   bigint NOT NULL CHECK (period_ms >= 1),
+            source      text NOT NULL CHECK (source IN ('set', 'declared')),
+            updated_at  bigint NOT NULL,
+            PRIMARY KEY (scope, name)
+        );
+        -- each claim's starts per rate limit (key '' for queue and type limits); rows past
+        -- their window are deleted by the claims that write the same limit's starts
+        CREATE TABLE IF NOT EXISTS {s}.rate_starts (
+            scope text NOT NULL,
+            name  text NOT NULL,
+            key   text NOT NULL,
+            at    bigint NOT NULL,
+            n     integer NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS rate_starts_window ON {s}.rate_starts (scope, name, at);
+        """,
+    ),
+)
+
 EVENT_IDS_PER_ROW = 1024
 """How many jobs one batch `job:enqueued` row lists at most: the ids between two rows' seqs."""
 

@@ -375,9 +375,12 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
         )
         by_queues = _by_name(jobs, "queue", pause_sql.pending_queues(d), not_paused)
         pick = pause_sql.past_paused_queues(d, pick, by_queues)
-    # with any concurrency limit, claims go through `jobcore_postgres.limits` instead
-    # (a one-time filter: the pick does not run)
-    pick = f"SELECT * FROM ({pick}) AS g WHERE NOT EXISTS (SELECT 1 FROM {d.table('limits')})"
+    # with any concurrency or rate limit, claims go through `jobcore_postgres.limits`
+    # instead (one-time filters: the pick does not run)
+    pick = (
+        f"SELECT * FROM ({pick}) AS g WHERE NOT EXISTS (SELECT 1 FROM {d.table('limits')}) "
+        f"AND NOT EXISTS (SELECT 1 FROM {d.table('rates')})"
+    )
     return _claim_picked(d, pick)
 
 

@@ -860,7 +860,10 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         leave promotion out of claims while it knows no scheduled job is due.
         """
         seen: tuple[int | None, int] | None = getattr(self._local, "seen_ahead", None)
-        return seen
+        opens = None if seen is None else self.rate_opens(seen[1])  # DESIGN §16
+        if seen is None or opens is None:
+            return seen
+        return (opens if seen[0] is None else min(seen[0], opens), seen[1])
 
     def _lease_statement(self, transition: Transition, returning: str) -> str:
         return self._statement(

@@ -85,4 +85,4 @@ def test_the_dashboard_overview_shows_limits(served: tuple[Hub, Tokens]) -> None
         signed = admin.post("/ui/login", data={"token": tokens.read, "next": "/"})
         assert signed.status_code == 303, signed.text
         overview = admin.get("/").text
-    assert "Concurrency limits" in overview and "<td>mail</td>" in overview
+    assert "Concurrency and rate limits" in overview and "<td>mail</td>" in overview

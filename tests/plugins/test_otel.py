@@ -556,3 +556,19 @@ def test_schedule_metrics(
 def test_no_schedule_metrics_without_the_cron_plugin(queue: Queue, telemetry: Telemetry) -> None:
     drain(queue)
     assert "jobcore.schedule.overdue" not in telemetry.metrics()
+
+
+def test_rate_limit_metrics(queue: Queue, telemetry: Telemetry) -> None:
+    operating.set_limit(queue, "queue", "mail", 3)
+    operating.set_rate(queue, "queue", "api", 50, 60)
+    queue.enqueue("noop", {}, queue="api")
+    drain(queue)  # the worker's start gives the plugin the queue
+    metrics = telemetry.metrics()
+
+    def gauge(name: str) -> dict[str, float]:
+        return {p.attributes["jobcore.limit.name"]: p.value for p in metrics[name]}
+
+    assert gauge("jobcore.limit.rate") == {"api": 50}
+    assert gauge("jobcore.limit.rate.period") == {"api": 60}
+    assert gauge("jobcore.limit.rate.used") == {"api": 1}
+    assert gauge("jobcore.limit.concurrency") == {"mail": 3}  # rate rows are not in it

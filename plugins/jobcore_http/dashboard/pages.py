@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -10,6 +11,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobcore import operating
 from jobcore.errors import JobNotFound
+from jobcore.rates import format_period
 from jobcore_http.dashboard.access import Viewer
 from jobcore_http.dashboard.charts import bar_chart, series
 from jobcore_http.dashboard.filters import (
@@ -113,7 +115,7 @@ def overview(request: Request, session: Viewer) -> HTMLResponse:
             "queues": queue_rows(counts.value, finished),
             "paused": dash.queue.storage.pauses(),  # DESIGN §16
             "schedules": listing(dash.queue, dash.reader.rows),  # plugin cron, if loaded
-            "limits": operating.limit_rows(dash.queue),
+            "limits": [_with_rate_text(row) for row in operating.limit_rows(dash.queue)],
             "types": sorted(types.items()),
             "hour_chart": bar_chart(
                 series(finished, now, bars=60, minutes_per_bar=1),
@@ -252,3 +254,10 @@ def dead_letters(request: Request, session: Viewer) -> HTMLResponse:
             "notice": notice_of(request),
         },
     )
+
+
+def _with_rate_text(row: dict[str, Any]) -> dict[str, Any]:
+    """A limit row with its rate as `50/1m` (rate limits, DESIGN §16)."""
+    if row.get("rate") is None:
+        return row
+    return {**row, "rate_text": f"{row['rate']}/{format_period(round(row['period'] * 1000))}"}

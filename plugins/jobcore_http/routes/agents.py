@@ -38,7 +38,7 @@ from jobcore_http.models import (
     WorkersOut,
 )
 from jobcore_http.responses import JSONResponse
-from jobcore_http.retries import failure_outcome
+from jobcore_http.retries import failure_outcome, hold_limit
 from jobcore_http.store import WorkerRecord
 from jobcore_http.tokens import Principal
 from jobcore_http.views import job_json, last_attempt
@@ -351,6 +351,8 @@ async def fail(request: Request, job_id: JobId, body: FailIn, principal: Agent) 
         outcome = failure_outcome(
             hub.queue, job, body.reason, retryable=body.retryable, retry_in=body.retry_in
         )
+        if body.hold_limit is not None and body.retryable:
+            await run_in_threadpool(hold_limit, hub.queue, job.id, body.hold_limit)
         recorded = await settle(hub.engine.record(outcome))
         if recorded.job is not None:
             return JSONResponse(job_json(recorded.job))

@@ -1,7 +1,9 @@
-"""Concurrency limits (DESIGN §16): list them (read), set and clear them (admin), and the
-limits an agent's job types declare (agent, for the types it registered).
+"""Concurrency and rate limits (DESIGN §16): list them (read), set and clear them (admin),
+and the limits an agent's job types declare (agent, for the types it registered).
 
-A limit holds for every worker and agent on the store from the next claim on.
+A limit holds for every worker and agent on the store from the next claim on. A PUT
+sets what its body gives (`concurrency`, `rate` with `period`), leaving the other as
+it was; a DELETE clears both.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from jobcore import operating
 from jobcore.concurrency import Limit, checked_limit
 from jobcore.errors import InvalidPayload
+from jobcore.rates import checked_rate_limit
 from jobcore_http.auth import acting_as, hub_of, require
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import Hub
@@ -23,7 +26,7 @@ from jobcore_http.models import (
     ErrorOut,
     LimitClearedOut,
     LimitIn,
-    LimitOut,
+    LimitSetOut,
     LimitsOut,
 )
 from jobcore_http.responses import JSONResponse
@@ -42,29 +45,43 @@ ADMIN = [Depends(require("admin"))]
     "/limits", response_model=LimitsOut, responses=ERRORS, dependencies=[Depends(require("read"))]
 )
 def limits(request: Request) -> JSONResponse:
-    """Every concurrency limit: scope, name, concurrency, where it comes from (set at run
-    time or declared by its job type) and what it holds claimed now."""
+    """Every concurrency limit (scope, name, concurrency, where it comes from, what it holds
+    claimed now), then every rate limit (rate, period, starts in its current window)."""
     return JSONResponse({"limits": operating.limit_rows(hub_of(request).queue)})
 
 
 def _set(request: Request, scope: str, name: str, body: LimitIn) -> JSONResponse:
     queue = hub_of(request).queue
-    try:
-        made = operating.set_limit(queue, scope, name, body.concurrency)
+    made: dict[str, Any] = {"scope": scope, "name": name}
+    try:  # both checked before either is written: a bad body changes nothing
+        if body.concurrency is not None:
+            checked_limit(scope, name, body.concurrency)
+        if body.rate is not None:
+            checked_rate_limit(scope, name, body.rate, body.period)
+        if body.concurrency is not None:
+            made |= operating.set_limit(queue, scope, name, body.concurrency).to_json()
+        if body.rate is not None:
+            rate = operating.set_rate(queue, scope, name, body.rate, body.period)
+            made |= rate.to_json()
     except InvalidPayload as exc:
         raise ApiError(400, str(exc)) from None
-    return JSONResponse(made.to_json())
+    return JSONResponse(made)
 
 
 def _clear(request: Request, scope: str, name: str) -> JSONResponse:
+    queue = hub_of(request).queue
     try:
-        cleared = operating.clear_limit(hub_of(request).queue, scope, name)
+        cleared = operating.clear_limit(queue, scope, name)
+        cleared_rate = operating.clear_rate(queue, scope, name)
     except InvalidPayload as exc:
         raise ApiError(400, str(exc)) from None
-    return JSONResponse({"scope": scope, "name": name, "cleared": cleared is not None})
+    gone = cleared is not None or cleared_rate is not None
+    return JSONResponse({"scope": scope, "name": name, "cleared": gone})
 
 
-@router.put("/queues/{name}/limit", response_model=LimitOut, responses=ERRORS, dependencies=ADMIN)
+@router.put(
+    "/queues/{name}/limit", response_model=LimitSetOut, responses=ERRORS, dependencies=ADMIN
+)
 def set_queue_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse:
     """At most `concurrency` of this queue's jobs claimed at once, across the store."""
     return _set(request, "queue", name, body)
@@ -78,7 +95,7 @@ def clear_queue_limit(request: Request, name: NameIn) -> JSONResponse:
     return _clear(request, "queue", name)
 
 
-@router.put("/types/{name}/limit", response_model=LimitOut, responses=ERRORS, dependencies=ADMIN)
+@router.put("/types/{name}/limit", response_model=LimitSetOut, responses=ERRORS, dependencies=ADMIN)
 def set_type_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse:
     """At most `concurrency` of this type's jobs claimed at once (wins over its declared one)."""
     return _set(request, "type", name, body)
@@ -93,7 +110,7 @@ def clear_type_limit(request: Request, name: NameIn) -> JSONResponse:
 
 
 @router.put(
-    "/types/{name}/key-limit", response_model=LimitOut, responses=ERRORS, dependencies=ADMIN
+    "/types/{name}/key-limit", response_model=LimitSetOut, responses=ERRORS, dependencies=ADMIN
 )
 def set_key_limit(request: Request, name: NameIn, body: LimitIn) -> JSONResponse:
     """At most `concurrency` of this type's jobs claimed at once per concurrency key."""

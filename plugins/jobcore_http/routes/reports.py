@@ -41,7 +41,7 @@ from jobcore_http.enqueue import build_job
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import MAX_RUNTIME_EXCEEDED, Hub
 from jobcore_http.models import ReportIn, ReportsIn, ReportsOut
-from jobcore_http.retries import failure_outcome
+from jobcore_http.retries import failure_outcome, hold_limit
 from jobcore_http.routes.agents import ERRORS, Agent
 from jobcore_http.tokens import Principal
 from jobcore_http.views import last_attempt
@@ -65,6 +65,7 @@ class _Item:
     outcome: Outcome | None = None  # handed to the engine
     beat: bool = False  # a lease extension handed to the engine
     start: bool = False  # a start marker handed to the engine
+    hold: float | None = None  # seconds its rate limit is held (RetryAfter(limit=True))
 
 
 @router.post("/jobs/reports", response_model=ReportsOut, responses=ERRORS)
@@ -97,6 +98,9 @@ async def record_reports(hub: Hub, principal: Principal, body: ReportsIn) -> dic
     jobs = await run_in_threadpool(_read, hub, [item.report.job_id for item in fails])
     for item in items:
         _decide(hub, principal, worker, item, jobs)
+    holds = [(item.report.job_id, item.hold) for item in items if item.hold is not None]
+    for job_id, seconds in holds:  # before the retry is recorded: none of it is claimed
+        await run_in_threadpool(hold_limit, hub.queue, job_id, seconds)
     outcomes = [item for item in items if item.outcome is not None]
     beats = [item for item in items if item.beat]
     starts = [item for item in items if item.start]
@@ -159,6 +163,8 @@ def _decide(hub: Hub, principal: Principal, worker: str, item: _Item, jobs: dict
             job = jobs.get(report.job_id)
             if job is not None and _live(job, worker, report.lease_id):
                 item.outcome = _failure(hub, job, report)
+                if report.retryable:
+                    item.hold = report.hold_limit
     except ApiError as exc:
         item.answer = _refused({"job_id": report.job_id}, f"reports.{item.index}: {exc}")
 

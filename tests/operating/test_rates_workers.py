@@ -1,0 +1,153 @@
+"""Rate limits with real worker processes on SQLite and PostgreSQL (DESIGN §16): measured
+from the jobs' `claimed_at`, no sliding window holds more than the rate while throughput
+reaches it; an idle worker wakes when the window opens, not at its poll; a handler's
+`RetryAfter(s, limit=True)` holds the whole limit back."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from testenv import subprocess_env, wait_for
+
+from jobcore.queue import Queue
+from jobcore.testing import make_queue
+
+JOBCORE = [sys.executable, "-m", "jobcore"]
+ENV = {"JOBCORE_PLUGINS": "jobcore_rates_plugin", "JOBCORE_PREFETCH": "4"}
+
+
+def _cli(db: Path | str, *args: str) -> str:
+    done = subprocess.run(
+        [*JOBCORE, "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**ENV),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def queue(store_db: Path | str) -> Iterator[Queue]:
+    modules = ["jobcore_rates_plugin"]
+    if isinstance(store_db, str):
+        modules.append("jobcore_postgres")
+    made = make_queue(store_db, modules=modules)
+    made.storage.migrate()
+    yield made
+    made.close()
+
+
+class Workers:
+    def __init__(self, db: Path | str, tmp: Path, count: int, *args: str) -> None:
+        self.logs = [(tmp / f"worker{n}.log").open("w") for n in range(count)]
+        self.procs = [
+            subprocess.Popen(
+                [*JOBCORE, "--db", str(db), "run", "--concurrency", "4", *args],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=subprocess_env(**ENV),
+            )
+            for log in self.logs
+        ]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self.logs:
+            log.close()
+
+
+def _done(queue: Queue, total: int) -> bool:
+    return queue.storage.count_by_status().get("completed", 0) >= total
+
+
+def _claim_times(queue: Queue, **filters: object) -> list[int]:
+    jobs = queue.storage.list_jobs(statuses=["completed"], limit=10_000, **filters)  # type: ignore[arg-type]
+    return sorted(job.claimed_at for job in jobs if job.claimed_at is not None)
+
+
+def _most_in_a_window(times: list[int], period_ms: int) -> int:
+    """The most claims any window [t, t + period) holds (each starting at a claim)."""
+    most, end = 0, 0
+    for start, at in enumerate(times):
+        end = max(end, start)
+        while end < len(times) and times[end] < at + period_ms:
+            end += 1
+        most = max(most, end - start)
+    return most
+
+
+def test_a_rate_holds_across_three_worker_processes_over_many_windows(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    rate, period_ms, total = 8, 500, 64  # about 4 s of work at the rate: 8 windows
+    _cli(store_db, "limit", "metered", "--rate", f"{rate}/{period_ms}ms")
+    queue.enqueue_many("unrated", [{}] * total, queue="metered")
+    queue.enqueue_many("unrated", [{}] * 40)  # another queue's work goes on beside it
+    workers = Workers(store_db, tmp_path, 3)
+    try:
+        wait_for(lambda: _done(queue, total + 40), timeout=120)
+    finally:
+        workers.stop()
+    times = _claim_times(queue, queues=["metered"])
+    assert len(times) == total
+    assert _most_in_a_window(times, period_ms) <= rate  # exact over a sliding window
+    # throughput reaches the rate (a sanity bound, not a speed test): the claims span
+    # about (total / rate - 1) periods; allow half again for a loaded machine
+    span = times[-1] - times[0]
+    assert span >= (total // rate - 1) * period_ms
+    assert span <= 1.5 * (total / rate) * period_ms + 2000
+    others = _claim_times(queue, queues=["default"])
+    assert others[-1] - others[0] < span  # the other queue was not held to the rate
+
+
+def test_an_idle_worker_wakes_when_the_window_opens_not_at_its_poll(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    _cli(store_db, "limit", "slow", "--rate", "2/2s")
+    workers = Workers(store_db, tmp_path, 1, "--poll-interval", "60s")
+    try:
+        time.sleep(1.0)  # the worker is up and idle
+        queue.enqueue_many("unrated", [{}] * 3, queue="slow")
+        wait_for(lambda: _done(queue, 3), timeout=30)  # not the 60 s poll
+    finally:
+        workers.stop()
+    times = _claim_times(queue, queues=["slow"])
+    assert times[2] - times[0] >= 2000  # the third waited for the window
+    assert times[2] - times[0] < 10_000  # and started once it opened, not at a poll
+
+
+def test_retry_after_with_limit_holds_the_whole_limit_back(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    queue.enqueue("pushy", {"push": 3.0})
+    workers = Workers(store_db, tmp_path, 1)
+    try:
+        wait_for(lambda: queue.storage.count_by_status().get("scheduled", 0) == 1, timeout=30)
+        pushed_at = queue.storage.now()
+        queue.enqueue_many("pushy", [{}] * 3)
+        queue.enqueue("unrated", {})
+        wait_for(lambda: _done(queue, 5), timeout=30)
+    finally:
+        workers.stop()
+    others = queue.storage.list_jobs(types=["pushy"], statuses=["completed"], limit=10)
+    later = [job.claimed_at for job in others if job.attempts == 1]
+    assert len(later) == 3
+    assert all(at is not None and at >= pushed_at + 2500 for at in later)
+    free = queue.storage.list_jobs(types=["unrated"], limit=1)[0]
+    assert free.claimed_at is not None and free.claimed_at < pushed_at + 2500
