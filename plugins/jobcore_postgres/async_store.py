@@ -12,6 +12,7 @@ delivered only if it commits.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
 
 _UNFINISHED = ["scheduled", "pending", "claimed"]
+
+log = logging.getLogger("jobcore.postgres")
 
 
 def check(conn: Any) -> None:
@@ -86,6 +89,7 @@ class AsyncPostgres:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening = asyncio.Lock()
         self._hooks: weakref.WeakKeyDictionary[Any, _CommitHook] = weakref.WeakKeyDictionary()
+        self._checking: asyncio.Future[None] | None = None
 
     async def _ready(self) -> None:
         if not self.storage._ready:  # migrations run once, off the loop
@@ -126,6 +130,16 @@ class AsyncPostgres:
                 self._pool, self._loop = pool, loop
         return self._pool
 
+    async def _check_pool(self, pool: AsyncConnectionPool[_AsyncPooled]) -> None:
+        """After a lost connection (the server restarted, the session was killed), replace
+        the pool's broken idle connections, so the next calls do not fail one per pooled
+        connection (the sync store's `_check_pool`). Shielded: a check cancelled half-way
+        would keep the idle connections it took out of the pool."""
+        checking = self._checking
+        if checking is None or checking.done():
+            checking = self._checking = asyncio.ensure_future(_checked(pool))
+        await asyncio.shield(checking)
+
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None and self._loop is asyncio.get_running_loop():
@@ -150,15 +164,19 @@ class AsyncPostgres:
             # an awaited enqueue about twice the checkout itself. putconn brings the
             # connection back as they would: idle to the pool; mid-statement (cancelled)
             # or broken, closed and replaced.
-            pooled = await pool.getconn()
             try:
-                if len(jobs) == 1 or all(j.idempotency_key is None for j in jobs):
-                    # one statement: atomic alone
-                    return await self._insert_on(pooled, jobs, pooled.kept_cursor())
-                async with pooled.transaction():
-                    return await self._insert_on(pooled, jobs)
-            finally:
-                await pool.putconn(pooled)
+                pooled = await pool.getconn()
+                try:
+                    if len(jobs) == 1 or all(j.idempotency_key is None for j in jobs):
+                        # one statement: atomic alone
+                        return await self._insert_on(pooled, jobs, pooled.kept_cursor())
+                    async with pooled.transaction():
+                        return await self._insert_on(pooled, jobs)
+                finally:
+                    await pool.putconn(pooled)
+            except psycopg.OperationalError:
+                await self._check_pool(pool)
+                raise
 
     async def _insert_on(
         self,
@@ -223,15 +241,26 @@ class AsyncPostgres:
     async def get(self, job_id: str) -> Job | None:
         pool = await self.pool()
         with mapped(self.storage.where):
-            conn = await pool.getconn()  # as `insert`
             try:
-                cursor = await conn.execute(
-                    select_jobs(self.storage._d, "WHERE id = %s"), (job_id,)
-                )
-                row = await cursor.fetchone()
-            finally:
-                await pool.putconn(conn)
+                conn = await pool.getconn()  # as `insert`
+                try:
+                    cursor = await conn.execute(
+                        select_jobs(self.storage._d, "WHERE id = %s"), (job_id,)
+                    )
+                    row = await cursor.fetchone()
+                finally:
+                    await pool.putconn(conn)
+            except psycopg.OperationalError:
+                await self._check_pool(pool)
+                raise
         return None if row is None else row_to_job(row)
+
+
+async def _checked(pool: AsyncConnectionPool[Any]) -> None:
+    try:
+        await pool.check()
+    except Exception as exc:  # best effort: the call that lost its connection raises anyway
+        log.warning("checking the async pool's connections failed: %s", exc)
 
 
 class _CommitHook:
