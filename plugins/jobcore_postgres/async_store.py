@@ -130,11 +130,18 @@ class AsyncPostgres:
                 self._pool, self._loop = pool, loop
         return self._pool
 
+    async def _give_back(self, pool: AsyncConnectionPool[_AsyncPooled], conn: _AsyncPooled) -> None:
+        """`putconn`; when `conn` was lost (the server restarted, the session was killed),
+        replace the pool's other broken idle connections too, so the next calls do not fail
+        one per pooled connection (as the sync store's `_check_pool`)."""
+        lost = conn.closed
+        await pool.putconn(conn)
+        if lost:
+            await self._check_pool(pool)
+
     async def _check_pool(self, pool: AsyncConnectionPool[_AsyncPooled]) -> None:
-        """After a lost connection (the server restarted, the session was killed), replace
-        the pool's broken idle connections, so the next calls do not fail one per pooled
-        connection (the sync store's `_check_pool`). Shielded: a check cancelled half-way
-        would keep the idle connections it took out of the pool."""
+        """`pool.check()`, once at a time. Shielded: a check cancelled half-way would keep
+        the idle connections it took out of the pool."""
         checking = self._checking
         if checking is None or checking.done():
             checking = self._checking = asyncio.ensure_future(_checked(pool))
@@ -164,19 +171,15 @@ class AsyncPostgres:
             # an awaited enqueue about twice the checkout itself. putconn brings the
             # connection back as they would: idle to the pool; mid-statement (cancelled)
             # or broken, closed and replaced.
+            pooled = await pool.getconn()
             try:
-                pooled = await pool.getconn()
-                try:
-                    if len(jobs) == 1 or all(j.idempotency_key is None for j in jobs):
-                        # one statement: atomic alone
-                        return await self._insert_on(pooled, jobs, pooled.kept_cursor())
-                    async with pooled.transaction():
-                        return await self._insert_on(pooled, jobs)
-                finally:
-                    await pool.putconn(pooled)
-            except psycopg.OperationalError:
-                await self._check_pool(pool)
-                raise
+                if len(jobs) == 1 or all(j.idempotency_key is None for j in jobs):
+                    # one statement: atomic alone
+                    return await self._insert_on(pooled, jobs, pooled.kept_cursor())
+                async with pooled.transaction():
+                    return await self._insert_on(pooled, jobs)
+            finally:
+                await self._give_back(pool, pooled)
 
     async def _insert_on(
         self,
@@ -241,18 +244,14 @@ class AsyncPostgres:
     async def get(self, job_id: str) -> Job | None:
         pool = await self.pool()
         with mapped(self.storage.where):
+            conn = await pool.getconn()  # as `insert`
             try:
-                conn = await pool.getconn()  # as `insert`
-                try:
-                    cursor = await conn.execute(
-                        select_jobs(self.storage._d, "WHERE id = %s"), (job_id,)
-                    )
-                    row = await cursor.fetchone()
-                finally:
-                    await pool.putconn(conn)
-            except psycopg.OperationalError:
-                await self._check_pool(pool)
-                raise
+                cursor = await conn.execute(
+                    select_jobs(self.storage._d, "WHERE id = %s"), (job_id,)
+                )
+                row = await cursor.fetchone()
+            finally:
+                await self._give_back(pool, conn)
         return None if row is None else row_to_job(row)
 
 
