@@ -124,9 +124,10 @@ def jobcore_stats(queue: Queue) -> StatsSection | list[StatsSection] | None:
 
     Collected from every plugin: each `StatsSection`'s ``data`` appears under its
     ``key`` in ``stats --json`` and ``GET /api/stats``, its ``text`` in plain
-    ``stats``. Must only read. A key the core or another plugin already has,
-    data that is not JSON, or an exception is logged with the plugin's name and
-    that plugin's sections are left out; stats still answer.
+    ``stats``. Must only read. A key the core or another plugin already has, a
+    key or text that is not a string, data that is not JSON, or an exception is
+    logged with the plugin's name and that plugin's sections are left out; stats
+    still answer.
     """
 
 

@@ -290,6 +290,10 @@ class JobcorePluginManager(pluggy.PluginManager):
                 for section in found:
                     if not isinstance(section, StatsSection):
                         raise TypeError(f"answered {type(section).__name__}, not a StatsSection")
+                    if not isinstance(section.key, str) or not section.key:
+                        raise TypeError(f"answered stats key {section.key!r}, not a name")
+                    if not isinstance(section.text, str):
+                        raise TypeError(f"answered text {type(section.text).__name__}, not str")
                     json.dumps(section.data, allow_nan=False)
             except Exception:
                 log.exception(

@@ -338,7 +338,8 @@ class Agent:
         """Send the concurrency limits this agent's job types declare (`concurrency=`), so
         that every claimer on the store respects them, as a worker writes its own at start;
         a limit set at run time stays. An older hub without the route: said once."""
-        registered = [self.queue.registry.get(name) for name in self.types]
+        # each type once: the hub refuses a body naming one twice (`--types a,a`)
+        registered = [self.queue.registry.get(name) for name in dict.fromkeys(self.types)]
         declared, unlimited = declared_limits([t for t in registered if t is not None])
         limits = [
             {"scope": limit.scope, "name": limit.name, "concurrency": limit.concurrency}

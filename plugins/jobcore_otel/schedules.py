@@ -1,7 +1,9 @@
 """Recurring jobs in the metrics, when the `cron` plugin is loaded beside this one.
 
 Per schedule (attribute `jobcore.schedule.name`), read from the store at each
-collection (one read of the schedules' table, shared by the three instruments):
+collection (one read of the schedules' table, shared by the three instruments; a
+read that fails is raised by one of them, logged by the SDK, and not retried by the
+others):
 
 * `jobcore.schedule.overdue` (gauge, 0 or 1): its oldest time no scheduler has
   dealt with is more than its `grace` in the past (no worker or hub is running
@@ -67,7 +69,13 @@ class ScheduleGauges:
         with self._lock:
             at, rows = self._read
             if time.monotonic() - at >= FRESH:
-                rows = cron.schedule_gauges(queue)
+                try:
+                    rows = cron.schedule_gauges(queue)
+                except Exception:
+                    # raised once (the SDK logs it); the collection's other instruments
+                    # report nothing rather than read (and wait for) the store again
+                    self._read = (time.monotonic(), [])
+                    raise
                 self._read = (time.monotonic(), rows)
             return rows
 

@@ -12,6 +12,7 @@ delivered only if it commits.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from jobcore_postgres.storage import PostgresStorage
 
 _UNFINISHED = ["scheduled", "pending", "claimed"]
+
+log = logging.getLogger("jobcore.postgres")
 
 
 def check(conn: Any) -> None:
@@ -86,6 +89,7 @@ class AsyncPostgres:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening = asyncio.Lock()
         self._hooks: weakref.WeakKeyDictionary[Any, _CommitHook] = weakref.WeakKeyDictionary()
+        self._checking: asyncio.Future[None] | None = None
 
     async def _ready(self) -> None:
         if not self.storage._ready:  # migrations run once, off the loop
@@ -126,6 +130,23 @@ class AsyncPostgres:
                 self._pool, self._loop = pool, loop
         return self._pool
 
+    async def _give_back(self, pool: AsyncConnectionPool[_AsyncPooled], conn: _AsyncPooled) -> None:
+        """`putconn`; when `conn` was lost (the server restarted, the session was killed),
+        replace the pool's other broken idle connections too, so the next calls do not fail
+        one per pooled connection (as the sync store's `_check_pool`)."""
+        lost = conn.closed
+        await pool.putconn(conn)
+        if lost:
+            await self._check_pool(pool)
+
+    async def _check_pool(self, pool: AsyncConnectionPool[_AsyncPooled]) -> None:
+        """`pool.check()`, once at a time. Shielded: a check cancelled half-way would keep
+        the idle connections it took out of the pool."""
+        checking = self._checking
+        if checking is None or checking.done():
+            checking = self._checking = asyncio.ensure_future(_checked(pool))
+        await asyncio.shield(checking)
+
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None and self._loop is asyncio.get_running_loop():
@@ -158,7 +179,7 @@ class AsyncPostgres:
                 async with pooled.transaction():
                     return await self._insert_on(pooled, jobs)
             finally:
-                await pool.putconn(pooled)
+                await self._give_back(pool, pooled)
 
     async def _insert_on(
         self,
@@ -230,8 +251,15 @@ class AsyncPostgres:
                 )
                 row = await cursor.fetchone()
             finally:
-                await pool.putconn(conn)
+                await self._give_back(pool, conn)
         return None if row is None else row_to_job(row)
+
+
+async def _checked(pool: AsyncConnectionPool[Any]) -> None:
+    try:
+        await pool.check()
+    except Exception as exc:  # best effort: the call that lost its connection raises anyway
+        log.warning("checking the async pool's connections failed: %s", exc)
 
 
 class _CommitHook:
