@@ -17,7 +17,7 @@ class WriteTransaction:
     """`SQLiteStorage._write`'s context manager; a class rather than a generator (every
     write passes here: enqueue, claim, outcomes), so entering and leaving costs less."""
 
-    __slots__ = ("_depth", "_mark", "_migrated", "_state", "_storage")
+    __slots__ = ("_conn", "_depth", "_mark", "_migrated", "_state", "_storage")
 
     def __init__(self, storage: SQLiteStorage, migrated: bool) -> None:
         self._storage = storage
@@ -28,14 +28,13 @@ class WriteTransaction:
         state = storage._state() if self._migrated else storage._raw_state()
         conn = state.conn
         depth = state.depth
-        self._state, self._depth, self._mark = state, depth, len(state.callbacks)
+        self._state, self._conn, self._depth, self._mark = state, conn, depth, len(state.callbacks)
         storage._exec(conn, "BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT jobcore_{depth}")
         state.depth = depth + 1
         return conn
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        storage, state, depth = self._storage, self._state, self._depth
-        conn = state.conn
+        storage, state, conn, depth = self._storage, self._state, self._conn, self._depth
         state.depth = depth
         if kind is not None:  # the exception goes on (None returned) after the rollback
             del state.callbacks[self._mark :]
