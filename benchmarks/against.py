@@ -46,6 +46,12 @@ ROWS = {
         Row("normal", "drain, 1 process x 4 threads, NORMAL", 20_000),
         Row("enqueue", "enqueue, 1 per transaction, FULL", 3000),
         Row("batch", "enqueue_many, 1000 per transaction, FULL", 50_000),
+        Row("enqueue-normal", "enqueue, 1 per transaction, NORMAL", 3000),
+        Row("batch-normal", "enqueue_many, 1000 per transaction, NORMAL", 50_000),
+        Row("raw-enqueue", "raw floor: INSERT, 1 per transaction, FULL", 3000),
+        Row("raw-batch", "raw floor: executemany, 1000 per transaction, FULL", 50_000),
+        Row("raw-enqueue-normal", "raw floor: INSERT, 1 per transaction, NORMAL", 3000),
+        Row("raw-batch-normal", "raw floor: executemany, 1000 per transaction, NORMAL", 50_000),
     )
 }
 DEFAULT_ROWS = ("library", "cli")

@@ -13,6 +13,18 @@ from pathlib import Path
 from benchmarks import cases, cli_cases
 from benchmarks.otlp_sink import OtlpSink
 
+ENQUEUE_ROWS = {
+    f"{prefix}{kind}{suffix}": function
+    for prefix, kind, function in (
+        ("", "enqueue", cases.jobcore_enqueue_figures),
+        ("", "batch", cases.jobcore_batch_figures),
+        ("raw-", "enqueue", cases.raw_enqueue_figures),
+        ("raw-", "batch", cases.raw_batch_figures),
+    )
+    for suffix in ("", "-normal")
+}
+"""The enqueue rows: jobcore's and the raw floor's (plain APSW on the side's own schema)."""
+
 
 def measure(row: str, n: int, tmp: Path) -> dict[str, float]:
     if row == "library":
@@ -33,10 +45,8 @@ def measure(row: str, n: int, tmp: Path) -> dict[str, float]:
     elif row == "normal":
         rate, _ = cases.jobcore_drain(tmp, "NORMAL", n, 1, 4)
         return {"rate": rate}
-    elif row == "enqueue":
-        return {"rate": cases.jobcore_enqueue(tmp, "FULL", n)}
-    elif row == "batch":
-        return {"rate": cases.jobcore_batch(tmp, "FULL", n)}
+    elif row in ENQUEUE_ROWS:
+        return ENQUEUE_ROWS[row](tmp, "NORMAL" if row.endswith("-normal") else "FULL", n)
     else:
         raise SystemExit(f"Error: unknown row {row!r}")
     return {"rate": drained.rate, "cpu_per_job": drained.cpu_per_job}

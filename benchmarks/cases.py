@@ -59,28 +59,59 @@ def _rate(count: int, seconds: float) -> float:
 # -- enqueue ------------------------------------------------------------------------
 
 
+class Timed:
+    """Wall-clock seconds and this process's CPU seconds (user + system) of a `with` block.
+
+    The page cache is written out first (`os.sync`): a file written just before (the
+    previous row's database, a deleted one) must not be flushed during this row's fsyncs,
+    which charged whichever row came first after a large one (issue 19).
+    """
+
+    seconds = cpu = 0.0
+
+    def __enter__(self) -> Timed:
+        os.sync()
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._wall
+        self.cpu = time.process_time() - self._cpu
+
+
+def enqueue_figures(timed: Timed, n: int) -> dict[str, float]:
+    """An enqueue row's figures: jobs/s and CPU microseconds per job."""
+    return {"rate": _rate(n, timed.seconds), "cpu_per_job": timed.cpu / n * 1e6 if n else 0.0}
+
+
 def jobcore_enqueue(tmp: Path, sync: str, n: int) -> float:
+    return jobcore_enqueue_figures(tmp, sync, n)["rate"]
+
+
+def jobcore_enqueue_figures(tmp: Path, sync: str, n: int) -> dict[str, float]:
     queue = jobcore_queue(fresh(tmp, "jc-enqueue.db"), sync)
     queue.storage.migrate()
-    start = time.perf_counter()
-    for _ in range(n):
-        queue.enqueue("noop", {})
-    seconds = time.perf_counter() - start
+    with Timed() as timed:
+        for _ in range(n):
+            queue.enqueue("noop", {})
     queue.close()
-    return _rate(n, seconds)
+    return enqueue_figures(timed, n)
 
 
 def raw_enqueue(tmp: Path, sync: str, n: int) -> float:
+    return raw_enqueue_figures(tmp, sync, n)["rate"]
+
+
+def raw_enqueue_figures(tmp: Path, sync: str, n: int) -> dict[str, float]:
     conn = raw_connection(fresh(tmp, "raw-enqueue.db"), sync)
-    start = time.perf_counter()
-    for _ in range(n):
-        now = now_ms()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(RAW_INSERT, (new_id(), now, now, now))
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - start
+    with Timed() as timed:
+        for _ in range(n):
+            now = now_ms()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(RAW_INSERT, (new_id(), now, now, now))
+            conn.execute("COMMIT")
     conn.close()
-    return _rate(n, seconds)
+    return enqueue_figures(timed, n)
 
 
 def huey_enqueue(tmp: Path, sync: str, n: int) -> float:
@@ -88,36 +119,41 @@ def huey_enqueue(tmp: Path, sync: str, n: int) -> float:
 
     huey = huey_app.make_huey(fresh(tmp, "huey-enqueue.db"), sync)
     noop, _ = huey_app.register_tasks(huey)
-    start = time.perf_counter()
-    for _ in range(n):
-        noop()
-    seconds = time.perf_counter() - start
+    with Timed() as timed:
+        for _ in range(n):
+            noop()
     huey.storage.close()
-    return _rate(n, seconds)
+    return _rate(n, timed.seconds)
 
 
 def jobcore_batch(tmp: Path, sync: str, n: int, batch: int = 1000) -> float:
+    return jobcore_batch_figures(tmp, sync, n, batch)["rate"]
+
+
+def jobcore_batch_figures(tmp: Path, sync: str, n: int, batch: int = 1000) -> dict[str, float]:
     queue = jobcore_queue(fresh(tmp, "jc-batch.db"), sync)
     queue.storage.migrate()
-    start = time.perf_counter()
-    for _ in range(n // batch):
-        queue.enqueue_many("noop", [{}] * batch)
-    seconds = time.perf_counter() - start
+    with Timed() as timed:
+        for _ in range(n // batch):
+            queue.enqueue_many("noop", [{}] * batch)
     queue.close()
-    return _rate(n // batch * batch, seconds)
+    return enqueue_figures(timed, n // batch * batch)
 
 
 def raw_batch(tmp: Path, sync: str, n: int, batch: int = 1000) -> float:
+    return raw_batch_figures(tmp, sync, n, batch)["rate"]
+
+
+def raw_batch_figures(tmp: Path, sync: str, n: int, batch: int = 1000) -> dict[str, float]:
     conn = raw_connection(fresh(tmp, "raw-batch.db"), sync)
-    start = time.perf_counter()
-    for _ in range(n // batch):
-        now = now_ms()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(RAW_INSERT, [(new_id(), now, now, now) for _ in range(batch)])
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - start
+    with Timed() as timed:
+        for _ in range(n // batch):
+            now = now_ms()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(RAW_INSERT, [(new_id(), now, now, now) for _ in range(batch)])
+            conn.execute("COMMIT")
     conn.close()
-    return _rate(n // batch * batch, seconds)
+    return enqueue_figures(timed, n // batch * batch)
 
 
 # -- drain --------------------------------------------------------------------------

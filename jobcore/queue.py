@@ -296,8 +296,10 @@ class Queue:
             return self._settle(type, job_type, **options)  # an unknown option: TypeError
         core = self.config.core
         values = tuple(map(options.get, _OPTION_ORDER))
-        # with each value's class: 1 and True, or 1 and 1.0, are not the same option
-        key = (type, core.max_attempts, core.timeout, values, tuple(map(_class_of, values)))
+        if values == _NO_OPTIONS:  # the usual call, no option given: a short key to hash
+            key: tuple[Any, ...] = (type, core.max_attempts, core.timeout)
+        else:  # with each value's class: 1 and True, or 1 and 1.0, are not the same option
+            key = (type, core.max_attempts, core.timeout, values, tuple(map(_class_of, values)))
         try:
             settled = self._settled.get(key)
         except TypeError:  # an unhashable value: _settle will say what is wrong with it
@@ -600,6 +602,7 @@ _OPTION_ORDER = (
     *("parent_id", "meta"),
 )  # `_settle`'s options, in the order of `_settle_options`'s keys
 _OPTION_NAMES = frozenset(_OPTION_ORDER)
+_NO_OPTIONS = (None,) * len(_OPTION_ORDER)
 _class_of = operator.attrgetter("__class__")
 
 

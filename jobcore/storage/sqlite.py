@@ -66,6 +66,7 @@ from jobcore.storage.sqlite_statements import (
     SWEEP_SQL,
 )
 from jobcore.storage.sqlite_walindex import WalIndexHeader
+from jobcore.storage.sqlite_write import WriteTransaction
 from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.storage")
@@ -258,42 +259,14 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
         except apsw.Error as exc:
             raise storage_error(exc, self.path, self.busy_timeout_ms) from exc
 
-    @contextmanager
-    def _write(self, *, migrated: bool = True) -> Iterator[apsw.Connection]:
-        state = self._state() if migrated else self._raw_state()
-        conn = state.conn
-        depth = state.depth
-        mark = len(state.callbacks)
-        self._exec(conn, "BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT jobcore_{depth}")
-        state.depth += 1
-        try:
-            yield conn
-        except BaseException:
-            state.depth = depth
-            del state.callbacks[mark:]
-            if depth == 0:
-                if conn.in_transaction:
-                    self._exec(conn, "ROLLBACK")
-            elif conn.in_transaction:
-                self._exec(conn, f"ROLLBACK TO jobcore_{depth}; RELEASE jobcore_{depth}")
-            raise
-        state.depth = depth
-        if depth:
-            self._exec(conn, f"RELEASE jobcore_{depth}")
-            return
-        try:
-            self._exec(conn, "COMMIT")
-        except BaseException:
-            state.callbacks.clear()
-            if conn.in_transaction:
-                self._exec(conn, "ROLLBACK")
-            raise
-        callbacks, state.callbacks = state.callbacks, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("after-commit callback failed")
+    def _write(self, *, migrated: bool = True) -> WriteTransaction:
+        """This thread's write transaction: `BEGIN IMMEDIATE`, or a savepoint inside one.
+
+        On leaving: COMMIT (then the after-commit callbacks) or RELEASE; ROLLBACK (TO) on
+        any exception, dropping the callbacks registered inside. `migrated=False`: the
+        schema is not checked (migration's own transaction).
+        """
+        return WriteTransaction(self, migrated)
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:

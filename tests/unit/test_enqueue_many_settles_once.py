@@ -69,3 +69,23 @@ def test_same_options_are_resolved_once_per_type_and_values(
     queue.config.core.max_attempts = 7  # a default it read changed: resolved again
     assert queue.enqueue("noop", {}, priority=2).job.max_attempts == 7
     assert looked_up == ["noop", "noop", "noop"]
+
+
+def test_no_options_share_one_resolution_apart_from_given_ones(
+    queue: Queue, looked_up: list[str]
+) -> None:
+    """A call with no option (`None` for each, as `build` passes them) has a short key of its
+    own: it is resolved once, is not confused with an option given later, and still follows
+    the defaults it read."""
+    queue.enqueue("noop", {})
+    queue.enqueue("noop", {}, priority=None, queue=None)
+    queue.enqueue_many("noop", [{}, {}])
+    assert looked_up == ["noop"]
+    assert queue.enqueue("noop", {}, priority=0).job.priority == 0
+    assert queue.enqueue("noop", {}, queue="mail").job.queue == "mail"
+    assert looked_up == ["noop", "noop", "noop"]
+    assert queue.enqueue("noop", {}).job.queue == "default"
+    assert looked_up == ["noop", "noop", "noop"]
+    queue.config.core.max_attempts = 7
+    assert queue.enqueue("noop", {}).job.max_attempts == 7
+    assert looked_up == ["noop", "noop", "noop", "noop"]
