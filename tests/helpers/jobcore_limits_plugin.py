@@ -58,10 +58,12 @@ def limited(payload: Work, ctx: JobContext) -> None:
 
 @job_type("per_customer", concurrency=1, concurrency_key="customer")
 def per_customer(payload: Work, ctx: JobContext) -> None:
-    """At most 1 at once per customer."""
-    _run(payload, f"customer:{payload.customer}")
+    """At most 1 at once per customer; the type's own tally counts all customers at once."""
     _tally(payload.tally, "per_customer", 1)
-    _tally(payload.tally, "per_customer", -1)
+    try:
+        _run(payload, f"customer:{payload.customer}")
+    finally:
+        _tally(payload.tally, "per_customer", -1)
 
 
 @job_type("free")
