@@ -11,10 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import jobcore_limits_plugin
+import jobcore_rates_plugin
 import pytest
 from faultproxy import FaultProxy
 from hubenv import Agent, Hub, wait_until
 
+from jobcore import operating
+from jobcore.rates import Rate
 from jobcore.testing import make_queue
 
 pytest.importorskip("fastapi")
@@ -120,6 +123,13 @@ def test_an_agent_declares_the_rate_limits_of_its_types(
     hub = Hub(tmp_path, lease="20s")
     try:
         assert _rates(hub) == set()  # nothing declares them: the hub lacks these types
+        # an older version of `unrated` declared a rate: this agent's version declares none
+        store = make_queue(hub.db, jobcore_rates_plugin)
+        try:
+            operating.declare_rates(store, [Rate("type", "unrated", 5, 1000, "declared")], [])
+        finally:
+            store.close()
+        assert _rates(hub) == {("type", "unrated", 5, 1.0, "declared")}
         # a rate set at run time wins over the declared one
         assert hub.admin.put("/api/types/pushy/limit", json={"rate": 7, "period": 3}).status_code
         agents.append(Agent(hub, "r0", env_extra=RATES))
