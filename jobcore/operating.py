@@ -113,9 +113,7 @@ def declare_types(queue: Queue, names: Sequence[str]) -> None:
     worker does at start), so every claimer on the store respects them."""
     registered = [t for t in (queue.registry.get(name) for name in names) if t is not None]
     declare_limits(queue, *declared_limits(registered))
-    rated, unrated = rates.declared_rates(registered)
-    if rates.declaring_rates_changes(queue.storage.rates(), rated, unrated):
-        queue.storage.declare_rates(rated, unrated)
+    declare_rates(queue, *rates.declared_rates(registered))
 
 
 def declare_limits(queue: Queue, declared: Sequence[Limit], unlimited: Sequence[str]) -> bool:
@@ -125,6 +123,17 @@ def declare_limits(queue: Queue, declared: Sequence[Limit], unlimited: Sequence[
         return False
     queue.storage.declare_limits(declared, unlimited)
     wakeup.notify(queue.wake_key)  # a limit dropped or raised may free work for idle workers
+    return True
+
+
+def declare_rates(queue: Queue, declared: Sequence[Rate], unrated: Sequence[str]) -> bool:
+    """Store the `declared` rate limits (a rate set at run time stays) and drop the declared
+    rates of the types in `unrated`; without a write when nothing would change. Whether it
+    changed."""
+    if not rates.declaring_rates_changes(queue.storage.rates(), declared, unrated):
+        return False
+    queue.storage.declare_rates(declared, unrated)
+    wakeup.notify(queue.wake_key)  # a rate dropped or raised may free work for idle workers
     return True
 
 

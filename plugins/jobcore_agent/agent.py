@@ -35,6 +35,7 @@ from jobcore.inflight import Attempt
 from jobcore.models import Failed, Outcome, Released
 from jobcore.owned import own
 from jobcore.queue import Queue
+from jobcore.rates import declared_rates
 from jobcore.timeutil import now_ms
 from jobcore_agent.cache import ArtifactCache
 from jobcore_agent.capabilities import capabilities
@@ -48,6 +49,7 @@ from jobcore_agent.client import (
     HubUnavailable,
     Intervals,
     NoBatchRoute,
+    OldHubSchema,
     Reported,
     StaleReport,
 )
@@ -105,6 +107,7 @@ class Agent:
         )
         self.attempts.timeout_label = "max_runtime_exceeded"  # the hub's word for it (§11)
         self.attempts.pushes_rates = False  # RetryAfter(limit=True): the report carries it
+        self._said_no_rates = False  # an older hub without declared rates: warned once
         self.loop = LoopThread(self.attempts)  # `async def` handlers (DESIGN §15)
         self.stop_grace = core.stop_grace
         # claimed ahead only while jobs are short; at most one more batch, as each is heartbeated
@@ -335,24 +338,49 @@ class Agent:
             return True
 
     def _declare_limits(self) -> None:
-        """Send the concurrency limits this agent's job types declare (`concurrency=`), so
-        that every claimer on the store respects them, as a worker writes its own at start;
-        a limit set at run time stays. An older hub without the route: said once."""
+        """Send the concurrency and rate limits this agent's job types declare
+        (`concurrency=`, `rate=`), so that every claimer on the store respects them, as a
+        worker writes its own at start; a limit or rate set at run time stays. An older hub
+        without the route, or without `rates` in it: said once."""
         # each type once: the hub refuses a body naming one twice (`--types a,a`)
         registered = [self.queue.registry.get(name) for name in dict.fromkeys(self.types)]
-        declared, unlimited = declared_limits([t for t in registered if t is not None])
+        types = [t for t in registered if t is not None]
+        declared, unlimited = declared_limits(types)
+        rated, unrated = declared_rates(types)
         limits = [
             {"scope": limit.scope, "name": limit.name, "concurrency": limit.concurrency}
             for limit in declared
         ]
-        answer = self.client.declare_limits(self.worker_id, limits, unlimited)
+        rates = [
+            {"scope": r.scope, "name": r.name, "rate": r.rate, "period": r.period_ms / 1000}
+            for r in rated
+        ]
+        try:
+            answer = self.client.declare_limits(self.worker_id, limits, unlimited, rates, unrated)
+        except OldHubSchema as exc:  # knows declared limits but not rates: send those alone
+            log_once = log.debug if self._said_no_rates else log.warning
+            self._said_no_rates = True
+            if rated:
+                log_once(
+                    "the hub does not take declared rate limits (an older hub: %s): the rates "
+                    "of %s are not written by this agent; a worker with these types writes "
+                    "them at start, or set them with `jobcore limit --rate`",
+                    exc,
+                    ", ".join(f"{r.name} ({r.text()})" for r in rated),
+                )
+            else:
+                log.debug("the hub does not take declared rate limits (an older hub)")
+            answer = self.client.declare_limits(self.worker_id, limits, unlimited)
         if answer is None:
-            if declared:
+            if declared or rated:
                 log.warning(
                     "the hub has no route for declared limits (an older hub): the limits "
                     "of %s are not written by this agent; a worker with these types writes "
                     "them at start, or set them with `jobcore limit`",
-                    ", ".join(f"{limit.name} ({limit.concurrency})" for limit in declared),
+                    ", ".join(
+                        [f"{limit.name} ({limit.concurrency})" for limit in declared]
+                        + [f"{r.name} ({r.text()})" for r in rated]
+                    ),
                 )
             else:
                 log.debug("the hub has no route for declared limits (an older hub)")

@@ -55,6 +55,10 @@ class HubRejected(HubError):
     """Any other 4xx: the request is wrong and repeating it will not help."""
 
 
+class OldHubSchema(HubRejected):
+    """400 `unknown field` for a field an older hub does not know: send without it."""
+
+
 class NoBatchRoute(HubError):
     """The hub has no `POST /api/jobs/reports` (404/405: an older hub): use the single routes."""
 
@@ -223,20 +227,31 @@ class HubClient:
         return intervals, _drain(response, data)
 
     def declare_limits(
-        self, worker_id: str, limits: list[dict[str, Any]], unlimited: list[str]
+        self,
+        worker_id: str,
+        limits: list[dict[str, Any]],
+        unlimited: list[str],
+        rates: list[dict[str, Any]] | None = None,
+        unrated: list[str] | None = None,
     ) -> dict[str, Any] | None:
-        """`POST /api/workers/limits`: the limits this agent's job types declare;
-        the hub's answer, or None when the hub has no such route (404/405: an older hub)."""
+        """`POST /api/workers/limits`: the concurrency limits (and, unless None, the rate
+        limits) this agent's job types declare; the hub's answer, or None when the hub has
+        no such route (404/405: an older hub). An older hub that knows the route but not
+        `rates`: `OldHubSchema` (send again without them)."""
         what = "declaring limits"
+        body: dict[str, Any] = {"worker_id": worker_id, "limits": limits, "unlimited": unlimited}
+        if rates is not None or unrated is not None:
+            body |= {"rates": rates or [], "unrated": unrated or []}
         try:
-            response = self._http.post(
-                "/api/workers/limits",
-                json={"worker_id": worker_id, "limits": limits, "unlimited": unlimited},
-            )
+            response = self._http.post("/api/workers/limits", json=body)
         except httpx.TransportError as exc:
             raise unavailable(what, exc) from None
         if response.status_code in (404, 405):
             return None
+        if response.status_code == 400 and "rates" in body:
+            text = _error_text(response)
+            if "rates: unknown field" in text or "unrated: unknown field" in text:
+                raise OldHubSchema(f"{what}: hub answered 400: {text}", 400)
         data = check(response, what).json()
         return data if isinstance(data, dict) else {}
 

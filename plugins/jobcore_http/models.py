@@ -477,6 +477,16 @@ class DeclaredLimitIn(Strict):
     concurrency: int = Field(ge=1, le=1_000_000)
 
 
+class DeclaredRateIn(Strict):
+    """A rate limit a job type declares (`rate="50/1m"`; with `concurrency_key=`: scope key):
+    at most `rate` starts in any `period` seconds."""
+
+    scope: Literal["type", "key"]
+    name: Name
+    rate: int = Field(ge=1, le=1_000_000)
+    period: float = Field(gt=0, le=86_400, allow_inf_nan=False, description="seconds")
+
+
 class DeclaredLimitsIn(Strict):
     """What an agent's job types declare, written as a worker does at start: only types the
     agent registered; a limit set at run time stays."""
@@ -485,6 +495,15 @@ class DeclaredLimitsIn(Strict):
     limits: Annotated[list[DeclaredLimitIn], Field(max_length=1000)] = []
     unlimited: Annotated[list[Name], Field(max_length=1000)] = Field(
         default=[], description="registered types that declare no limit (their declared one goes)"
+    )
+    rates: Annotated[list[DeclaredRateIn], Field(max_length=1000)] | None = Field(
+        default=None,
+        description="the rate limits its types declare; left out (an older agent): the "
+        "declared rate limits stay as they are",
+    )
+    unrated: Annotated[list[Name], Field(max_length=1000)] | None = Field(
+        default=None,
+        description="registered types that declare no rate limit (their declared one goes)",
     )
 
 

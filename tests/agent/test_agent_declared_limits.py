@@ -11,10 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import jobcore_limits_plugin
+import jobcore_rates_plugin
 import pytest
 from faultproxy import FaultProxy
 from hubenv import Agent, Hub, wait_until
 
+from jobcore import operating
+from jobcore.rates import Rate
 from jobcore.testing import make_queue
 
 pytest.importorskip("fastapi")
@@ -97,6 +100,67 @@ def test_an_older_hub_without_the_route_is_said_once(tmp_path: Path, agents: lis
         said = [line for line in agent.log().splitlines() if "no route for declared limits" in line]
         assert len(said) == 1 and "limited (3)" in said[0], agent.log()
         assert _limits(hub) == set()
+    finally:
+        proxy.close()
+        hub.close()
+
+
+RATES = {"JOBCORE_PLUGINS": "jobcore_rates_plugin"}  # the agents' only: not the hub's
+
+
+def _rates(hub: Hub) -> set[tuple[str, str, int, float, str]]:
+    rows = hub.admin.get("/api/limits").json()["limits"]
+    return {
+        (r["scope"], r["name"], r["rate"], r["period"], r["source"])
+        for r in rows
+        if r.get("rate") is not None
+    }
+
+
+def test_an_agent_declares_the_rate_limits_of_its_types(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    hub = Hub(tmp_path, lease="20s")
+    try:
+        assert _rates(hub) == set()  # nothing declares them: the hub lacks these types
+        # an older version of `unrated` declared a rate: this agent's version declares none
+        store = make_queue(hub.db, jobcore_rates_plugin)
+        try:
+            operating.declare_rates(store, [Rate("type", "unrated", 5, 1000, "declared")], [])
+        finally:
+            store.close()
+        assert _rates(hub) == {("type", "unrated", 5, 1.0, "declared")}
+        # a rate set at run time wins over the declared one
+        assert hub.admin.put("/api/types/pushy/limit", json={"rate": 7, "period": 3}).status_code
+        agents.append(Agent(hub, "r0", env_extra=RATES))
+        wait_until(lambda: "working for" in agents[0].log())
+        assert _rates(hub) == {
+            ("type", "rated", 10, 1.0, "declared"),
+            ("key", "rated_key", 2, 1.0, "declared"),
+            ("type", "pushy", 7, 3.0, "set"),
+        }
+    finally:
+        hub.close()
+
+
+def test_an_older_hub_without_declared_rates_is_said_once(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    hub = Hub(tmp_path, lease="20s")
+    proxy = FaultProxy(hub.url)
+    proxy.unknown_fields["limits"] = "rates"  # an older hub's schema: 400 unknown field
+    try:
+        both = {"JOBCORE_PLUGINS": "jobcore_limits_plugin,jobcore_rates_plugin"}
+        agent = Agent(hub, "old", hub_url=proxy.url, env_extra=both)
+        agents.append(agent)
+        [job_id] = _enqueue(hub, "free", {"tally": str(tmp_path / "tally.db")}, 1)
+        hub.wait_status(job_id, "completed", timeout=60)
+        assert proxy.requests["limits"] == 2, proxy.requests  # with rates, then without
+        said = [line for line in agent.log().splitlines() if "declared rate limits" in line]
+        assert len(said) == 1 and "an older hub" in said[0], agent.log()
+        assert "rated (10/1s)" in said[0], said
+        assert ("type", "limited", 3, "declared") in _limits(hub)  # the limits still written
+        assert _rates(hub) == set()
     finally:
         proxy.close()
         hub.close()

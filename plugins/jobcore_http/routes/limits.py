@@ -1,5 +1,6 @@
 """Concurrency and rate limits (DESIGN §16): list them (read), set and clear them (admin),
-and the limits an agent's job types declare (agent, for the types it registered).
+and the concurrency and rate limits an agent's job types declare (agent, for the types it
+registered).
 
 A limit holds for every worker and agent on the store from the next claim on. A PUT
 sets what its body gives (`concurrency`, `rate` with `period`), leaving the other as
@@ -16,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from jobcore import operating
 from jobcore.concurrency import Limit, checked_limit
 from jobcore.errors import InvalidPayload
-from jobcore.rates import checked_rate_limit
+from jobcore.rates import Rate, checked_rate_limit
 from jobcore_http.auth import acting_as, hub_of, require
 from jobcore_http.errors import ApiError
 from jobcore_http.hub import Hub
@@ -134,24 +135,27 @@ async def declare_limits(
     body: DeclaredLimitsIn,
     principal: Annotated[Principal, Depends(require("agent"))],
 ) -> dict[str, Any]:
-    """The limits the job types of this agent declare, as a worker writes its own at start:
-    only of types the agent registered (and its token may use), source `declared`, and a
-    limit set at run time stays until cleared. `unlimited`: registered types that declare
-    none (their declared limit goes). Types its token may not use are left as they are
-    (`ignored`)."""
+    """The concurrency and rate limits the job types of this agent declare, as a worker
+    writes its own at start: only of types the agent registered (and its token may use),
+    source `declared`, and a limit or rate set at run time stays until cleared.
+    `unlimited` / `unrated`: registered types that declare no concurrency limit / no rate
+    (their declared one goes). Without `rates` and `unrated` (an older agent) the declared
+    rates stay as they are. Types its token may not use are left as they are (`ignored`)."""
     worker_id = body.worker_id
     acting_as(principal, worker_id)
     hub = hub_of(request)
     named = [limit.name for limit in body.limits] + list(body.unlimited)
-    twice = sorted({name for name in named if named.count(name) > 1})
-    if twice:
-        raise ApiError(422, f"type {twice[0]!r} is named twice; give each type once")
+    rated = [rate.name for rate in body.rates or ()] + list(body.unrated or ())
+    for names in (named, rated):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ApiError(422, f"type {twice[0]!r} is named twice; give each type once")
     registered = await run_in_threadpool(_registered_types, hub, worker_id)
     if registered is None:
         raise ApiError(
             409, f"agent {worker_id!r} is not registered: POST /api/workers/register first"
         )
-    for name in named:
+    for name in named + rated:
         if name not in registered:
             raise ApiError(
                 403,
@@ -159,17 +163,30 @@ async def declare_limits(
                 f"only of its registered types ({', '.join(sorted(registered)) or 'none'})",
             )
     allowed = principal.limits.types  # a token limited to some types declares only theirs
-    ignored = sorted(name for name in named if allowed is not None and name not in allowed)
-    try:
+    ignored = sorted(
+        {name for name in named + rated if allowed is not None and name not in allowed}
+    )
+    try:  # all checked before any is written: a bad body changes nothing
         declared: list[Limit] = [
             checked_limit(limit.scope, limit.name, limit.concurrency, "declared")
             for limit in body.limits
             if limit.name not in ignored
         ]
+        declared_rates: list[Rate] = [
+            checked_rate_limit(rate.scope, rate.name, rate.rate, rate.period, "declared")
+            for rate in body.rates or ()
+            if rate.name not in ignored
+        ]
     except InvalidPayload as exc:
         raise ApiError(422, str(exc)) from None
     unlimited = [name for name in body.unlimited if name not in ignored]
+    unrated = [name for name in body.unrated or () if name not in ignored]
     changed = await run_in_threadpool(operating.declare_limits, hub.queue, declared, unlimited)
+    if body.rates is not None or body.unrated is not None:
+        changed_rates = await run_in_threadpool(
+            operating.declare_rates, hub.queue, declared_rates, unrated
+        )
+        changed = changed or changed_rates
     return {"changed": changed, "ignored": ignored}
 
 
