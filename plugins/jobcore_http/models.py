@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from jobcore_http.tokens import Scope
 
@@ -31,6 +31,16 @@ def _plain(text: str) -> str:
 Text = Annotated[str, AfterValidator(_plain)]
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_plain)]
 LongText = Annotated[str, Field(max_length=65536), AfterValidator(_no_surrogates)]
+
+
+def _a_number(value: Any) -> Any:
+    """Limits and holds (DESIGN §16) are JSON numbers: `true` is not 1, nor `"5"` five."""
+    if isinstance(value, bool | str):
+        raise ValueError(f"must be a JSON number, not {value!r}")
+    return value
+
+
+Number = BeforeValidator(_a_number)
 
 
 class Strict(BaseModel):
@@ -142,7 +152,7 @@ class FailIn(Strict):
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = Field(
         default=None, description="seconds until the next attempt (instead of the hub's policy)"
     )
-    hold_limit: Annotated[float, Field(gt=0, le=86_400)] | None = Field(
+    hold_limit: Annotated[float, Field(gt=0, le=86_400), Number] | None = Field(
         default=None,
         description="seconds the job's narrowest rate limit (its key's, else its type's, else "
         "its queue's) is held full: a handler's `RetryAfter(s, limit=True)` (DESIGN §16)",
@@ -172,7 +182,7 @@ class ReportIn(Strict):
     reason: LongText = "failed"
     retryable: bool = True
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = None
-    hold_limit: Annotated[float, Field(gt=0, le=86_400)] | None = None
+    hold_limit: Annotated[float, Field(gt=0, le=86_400), Number] | None = None
     progress: Any = None
 
 
@@ -426,9 +436,9 @@ class LimitIn(Strict):
     """At most `concurrency` jobs claimed at once, and/or at most `rate` claimed per sliding
     `period` seconds (DESIGN §16): at least one of the two; what is left out stays as is."""
 
-    concurrency: int | None = Field(None, ge=1, le=1_000_000)
-    rate: int | None = Field(None, ge=1, le=1_000_000)
-    period: float | None = Field(
+    concurrency: Annotated[int, Number] | None = Field(None, ge=1, le=1_000_000)
+    rate: Annotated[int, Number] | None = Field(None, ge=1, le=1_000_000)
+    period: Annotated[float, Number] | None = Field(
         None, gt=0, le=86_400, allow_inf_nan=False, description="seconds, with `rate`"
     )
 

@@ -1,0 +1,47 @@
+"""A hub's limit and hold values are JSON numbers (DESIGN §8, §16): `true`, `"5"` and the
+like are refused (422) and change nothing, where they used to be read as 1 and 5."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hubproc import Hub, Tokens, make_tokens
+
+
+@pytest.fixture
+def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
+    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
+    try:
+        yield hub, make_tokens(hub, store_db)
+    finally:
+        assert hub.terminate() == 0, hub.output()[-3000:]
+
+
+def test_limit_bodies_with_booleans_or_text_for_numbers_are_refused(
+    served: tuple[Hub, Tokens],
+) -> None:
+    hub, tokens = served
+    with hub.client(tokens.admin) as admin, hub.client(tokens.agent) as agent:
+        for bad in [
+            {"rate": True, "period": 1},
+            {"rate": "5", "period": 1},
+            {"rate": 5, "period": True},
+            {"rate": 5, "period": "60"},
+            {"concurrency": True},
+            {"concurrency": "3"},
+        ]:
+            for path in ("/api/queues/api/limit", "/api/types/noop/key-limit"):
+                answer = admin.put(path, json=bad)
+                assert answer.status_code == 422, (path, bad, answer.text)
+                assert "JSON number" in answer.text, answer.text
+        assert admin.get("/api/limits").json() == {"limits": []}  # nothing was set
+        made = admin.put("/api/queues/api/limit", json={"rate": 5.0, "period": 60})
+        assert made.status_code == 200, made.text  # a whole float is still a number
+        for hold in (True, "30"):
+            answer = agent.post(
+                "/api/jobs/no-such-job/fail",
+                json={"worker_id": "agent-1", "reason": "slow down", "hold_limit": hold},
+            )
+            assert answer.status_code == 422, (hold, answer.text)
