@@ -97,14 +97,16 @@ def checked_rate(value: Any, where: str = "rate") -> int:
 
 
 def checked_period(seconds: Any, where: str = "period") -> int:
-    """A period in seconds (> 0, at most a day, finite) as whole milliseconds (at least 1)."""
+    """A period in seconds (> 0, at most a day, finite) as whole milliseconds (at least 1),
+    rounded up: a stored period is never shorter than the one asked for (`1/2.5ms` is at
+    most 1 in 3 ms, not 1 in 2 ms: more starts than asked)."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidPayload(f"{where} must be a number of seconds, not {seconds!r}")
     if not (math.isfinite(seconds) and 0 < seconds <= MAX_PERIOD_MS / 1000):
         raise InvalidPayload(
             f"{where} must be more than 0 and at most 86400 seconds (a day), not {seconds!r}"
         )
-    return max(1, round(seconds * 1000))
+    return max(1, math.ceil(round(seconds * 1000, 6)))  # 0.3 s: 300 ms, not 301
 
 
 def parse_rate(text: Any, where: str = "rate") -> tuple[int, int]:

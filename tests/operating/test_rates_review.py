@@ -15,6 +15,7 @@ import pytest
 from jobcore import operating
 from jobcore.models import Job
 from jobcore.queue import Queue
+from jobcore.rates import checked_period, parse_rate
 from jobcore.testing import make_queue
 
 TYPES = ["rated", "rated_key", "pushy", "unrated"]
@@ -81,3 +82,14 @@ def test_a_push_after_the_rate_was_cleared_holds_nothing(queue: Queue) -> None:
     operating.clear_rate(queue, "type", "pushy")
     assert not queue.storage.push_rate(job.id, 30)
     assert len(_claim(queue)) == 1
+
+
+def test_a_period_between_milliseconds_is_rounded_up_never_down() -> None:
+    """`1/2.5ms` must not become `1/2ms` (25 % more starts than asked)."""
+    assert parse_rate("5/2.5ms") == (5, 3)
+    assert parse_rate("1/1.4ms") == (1, 2)
+    assert parse_rate("1/0.0001s") == (1, 1)  # the shortest period there is
+    assert parse_rate("7/0.3s") == (7, 300)  # 0.3 * 1000 is 300.00000000000006
+    assert parse_rate("1/1d") == (1, 86_400_000)
+    assert checked_period(1.0004) == 1001
+    assert checked_period(0.5) == 500
