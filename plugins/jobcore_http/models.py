@@ -484,7 +484,7 @@ class DeclaredLimitIn(Strict):
 
     scope: Literal["type", "key"]
     name: Name
-    concurrency: int = Field(ge=1, le=1_000_000)
+    concurrency: Annotated[int, Number] = Field(ge=1, le=1_000_000)
 
 
 class DeclaredRateIn(Strict):
@@ -493,8 +493,10 @@ class DeclaredRateIn(Strict):
 
     scope: Literal["type", "key"]
     name: Name
-    rate: int = Field(ge=1, le=1_000_000)
-    period: float = Field(gt=0, le=86_400, allow_inf_nan=False, description="seconds")
+    rate: Annotated[int, Number] = Field(ge=1, le=1_000_000)
+    period: Annotated[float, Number] = Field(
+        gt=0, le=86_400, allow_inf_nan=False, description="seconds"
+    )
 
 
 class DeclaredLimitsIn(Strict):
