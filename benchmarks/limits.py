@@ -1,7 +1,7 @@
 """Concurrency limits (DESIGN §16): what they cost the claim, old code vs new, same run.
 
 `python -m benchmarks.limits [--jobs N] [--reps R] [--old /work/main] [--db sqlite|postgres]
-[--claims] [--rates [--rate 1000000/1s]]`.
+[--claims] [--rates [--rate 1000000/1s]] [--old-limited]`.
 
 Drains (default): each repetition drains N pre-enqueued `noop` jobs with one
 worker process (4 executor threads) on a fresh store, alternating the code
@@ -19,6 +19,10 @@ a key limit of 1 on `noop`: N claimable jobs of N keys (each completed after
 its claim, as a worker would, outside the measure), and the same with 100,000
 higher-priority pending jobs of one key that is at its limit (held back).
 Flat means the two cost the same. Medians; nothing is asserted.
+
+`--old-limited`: the drains also run the code under `--old` with the type limit,
+so that a change to the limited claim is measured against the code before it in
+the same run.
 """
 
 from __future__ import annotations
@@ -97,6 +101,9 @@ def main() -> None:
     parser.add_argument("--claims", action="store_true", help="claim cost with keys held back")
     parser.add_argument("--rates", action="store_true", help="drains with a generous rate limit")
     parser.add_argument("--rate", default="1000000/1s", help="the rate limit of --rates")
+    parser.add_argument(
+        "--old-limited", action="store_true", help="the drains: the old code with the limit too"
+    )
     args = parser.parse_args()
     if args.rates:
         order = [("old", args.old, False), ("new", ROOT, False)]
@@ -107,6 +114,8 @@ def main() -> None:
         script = CLAIMS
     else:
         order = [("old", args.old, False), ("new", ROOT, False)]
+        if args.old_limited:
+            order += [("old, type limit 50", args.old, True)]
         order += [("new, type limit 50", ROOT, True)]
         script = CHILD
     runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in order}

@@ -45,10 +45,16 @@ class LimitedReads(Protocol):
         """Paused names per kind ("queue", "type")."""
 
     def candidates(
-        self, need: int, skip_queues: Sequence[str], skip_types: Sequence[str]
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int] | None = None,
     ) -> list[Candidate]:
         """Up to `need` pending jobs the claimer takes, in claim order, none of
-        `skip_queues` or `skip_types` (paused, at their limit, or key-limited)."""
+        `skip_queues` or `skip_types` (paused, at their limit, or key-limited). `rooms`:
+        what each limited queue and type may still take; a store may read no more of
+        one than that (the rest would be refused)."""
 
     def type_head(self, type_name: str, window: int, skip_queues: Sequence[str]) -> list[Candidate]:
         """The first `window` pending jobs of a type in claim order, not in `skip_queues`."""
@@ -101,7 +107,7 @@ def claim_limited(
             break
         skip_queues = sorted({*room.full("queue"), *paused.get("queue", ())})
         skip_types = sorted({*room.full("type"), *all_keyed, *paused.get("type", ())})
-        candidates = reads.candidates(need, skip_queues, skip_types)
+        candidates = reads.candidates(need, skip_queues, skip_types, dict(room.left))
         for name in keyed:
             if name in paused.get("type", ()) or name in room.full("type"):
                 continue

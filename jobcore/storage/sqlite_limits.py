@@ -156,8 +156,13 @@ class _Reads:
         return paused
 
     def candidates(
-        self, need: int, skip_queues: Sequence[str], skip_types: Sequence[str]
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int] | None = None,
     ) -> list[Candidate]:
+        # `rooms` unused: a refused candidate costs SQLite a statement, not a round trip
         params = {**self.params, "limit": need}
         found: list[Candidate] = []
         statements = self.store._claim_statements(

@@ -2,10 +2,12 @@
 
 The plain claim statement claims nothing while the `limits` table has a row
 (a one-time filter in `statements.claim_statement`). Claims then go through
-`jobcore.limited_claim` in a transaction of their own that first takes an
-advisory lock, so limited claims run one at a time and each sees the claims
-committed before it: the claimed count of every limit is read from the claimed
-rows (an index each), so every way out of `claimed` frees a slot. Whether
+`jobcore.limited_claim` in the transaction of the worker's commit, after its
+outcomes: it takes an advisory lock, so limited claims run one at a time and
+each sees the claims committed before it; the claimed count of every limit is
+read from the claimed rows (an index each), so every way out of `claimed` frees
+a slot. The lock, the limits, those counts and the pauses go out in the trip of
+the outcomes (`_send_limited`). Whether
 limits exist is re-read at most every `LIMITS_CHECK_EVERY` seconds: a limit set
 meanwhile holds at once (the plain claim stops), the limited claims start
 within that time.
@@ -63,15 +65,20 @@ def _claim_limits(d: Dialect, conn: Conn) -> ClaimLimits:
     return limits
 
 
-def _claim_state(
-    d: Dialect, conn: Conn, params: dict[str, Any]
-) -> tuple[ClaimLimits, int, list[tuple[str, str, str, int, int]]]:
-    """Every concurrency and rate limit, the store's clock, and the starts in each rate
-    limit's window at that clock: one statement (the clock read once, in a CTE)."""
-    limits = ClaimLimits()
-    now = 0
-    starts: list[tuple[str, str, str, int, int]] = []
-    sql = (
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))"
+
+
+def _lock_name(d: Dialect) -> str:
+    return f"jobcore limits {d.schema}"
+
+
+def _claim_state_sql(d: Dialect) -> str:
+    """Every concurrency and rate limit, the store's clock, the starts in each rate limit's
+    window at that clock, the claimed jobs per (queue, type) when a queue or type limit
+    exists (a one-time filter: not read otherwise), and the pauses: one statement (the
+    clock read once, in a CTE)."""
+    jobs = d.table("jobs")
+    return (
         f"WITH t AS MATERIALIZED (SELECT {d.now} AS now) "
         f"SELECT 'c', scope, name, '', concurrency::bigint, NULL::bigint FROM {d.table('limits')} "
         f"UNION ALL SELECT 'r', scope, name, '', rate::bigint, period_ms FROM {d.table('rates')} "
@@ -79,18 +86,37 @@ def _claim_state(
         "UNION ALL SELECT 's', s.scope, s.name, s.key, sum(s.n)::bigint, min(s.at) "
         f"FROM t, {d.table('rates')} r JOIN {d.table('rate_starts')} s "
         "ON s.scope = r.scope AND s.name = r.name WHERE s.at > t.now - r.period_ms "
-        "GROUP BY s.scope, s.name, s.key"
+        "GROUP BY s.scope, s.name, s.key "
+        f"UNION ALL SELECT 'h', queue, type, '', count(*), NULL FROM {jobs} "
+        f"WHERE status = 'claimed' AND EXISTS (SELECT 1 FROM {d.table('limits')} "
+        "WHERE scope <> 'key') GROUP BY queue, type "
+        f"UNION ALL SELECT 'p', kind, name, '', NULL, NULL FROM {d.table('pauses')}"
     )
-    for kind, scope, name, key, value, extra in conn.execute(sql, params):
-        if kind == "c":
-            limits.caps[(scope, name)] = int(value)
-        elif kind == "r":
-            limits.rates[(scope, name)] = (int(value), int(extra))
-        elif kind == "n":
-            now = int(value)
-        else:
-            starts.append((scope, name, key, int(value), int(extra)))
-    return limits, now, starts
+
+
+class _State:
+    """What `_claim_state_sql` read."""
+
+    def __init__(self, rows: Sequence[Sequence[Any]]) -> None:
+        self.limits = ClaimLimits()
+        self.now = 0
+        self.starts: list[tuple[str, str, str, int, int]] = []
+        self.held: dict[tuple[str, str], int] = {}
+        self.paused: dict[str, set[str]] = {"queue": set(), "type": set()}
+        for kind, scope, name, key, value, extra in rows:
+            if kind == "c":
+                self.limits.caps[(scope, name)] = int(value)
+            elif kind == "r":
+                self.limits.rates[(scope, name)] = (int(value), int(extra))
+            elif kind == "n":
+                self.now = int(value)
+            elif kind == "s":
+                self.starts.append((scope, name, key, int(value), int(extra)))
+            elif kind == "h":  # scope: the queue, name: the type
+                for pair in (("queue", scope), ("type", name)):
+                    self.held[pair] = self.held.get(pair, 0) + int(value)
+            else:
+                self.paused.setdefault(scope, set()).add(name)
 
 
 def _starts_sql(d: Dialect) -> str:
@@ -131,16 +157,16 @@ class _Reads:
         conn: Conn,
         params: dict[str, Any],
         cursors: dict[str, str],
-        starts: list[tuple[str, str, str, int, int]] | None = None,
+        state: _State | None = None,
     ) -> None:
         self.d, self.conn, self.params, self.cursors = d, conn, params, cursors
         self.jobs = d.table("jobs")
         self.now: int = params.get("now") or 0
         self.opens: int | None = None
-        self.starts = starts or []
+        self.state = state
 
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
-        return self.starts
+        return [] if self.state is None else self.state.starts
 
     def record_starts(self, starts: dict[StartKey, int], opens: int | None) -> None:
         self.opens = opens
@@ -165,6 +191,8 @@ class _Reads:
         )
 
     def held(self) -> dict[tuple[str, str], int]:
+        if self.state is not None:  # read with the limits (`_claim_state_sql`)
+            return dict(self.state.held)
         held: dict[tuple[str, str], int] = {}
         for queue, type_, count in self.conn.execute(
             f"SELECT queue, type, count(*) FROM {self.jobs} WHERE status = 'claimed' "
@@ -183,16 +211,19 @@ class _Reads:
         return {key: int(count) for key, count in rows}
 
     def paused(self) -> dict[str, set[str]]:
-        paused: dict[str, set[str]] = {"queue": set(), "type": set()}
-        for kind, name in self.conn.execute(f"SELECT kind, name FROM {self.d.table('pauses')}"):
-            paused.setdefault(kind, set()).add(name)
-        return paused
+        assert self.state is not None  # only a claim asks, and it read them
+        return {kind: set(names) for kind, names in self.state.paused.items()}
 
     def candidates(
-        self, need: int, skip_queues: Sequence[str], skip_types: Sequence[str]
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int] | None = None,
     ) -> list[Candidate]:
         # walk each open queue (when some are skipped) or each open type, its own index
-        # slice: the skipped ones' backlogs are not read
+        # slice: the skipped ones' backlogs are not read; from a limited one, no more rows
+        # than it has room for (more would be refused, and cost a round to claim others)
         lead = "queue" if skip_queues else "type"
         mine = self.params["queues" if lead == "queue" else "types"]
         skip = list(skip_queues if lead == "queue" else skip_types)
@@ -201,10 +232,14 @@ class _Reads:
             if mine
             else _skip_scan(self.jobs, lead)
         )
+        room = {name: left for (scope, name), left in (rooms or {}).items() if scope == lead}
         sql = (
-            f"SELECT c.* FROM ({names}) AS n(name), LATERAL (SELECT {_CANDIDATE} "
+            f"SELECT c.* FROM ({names}) AS n(name) LEFT JOIN unnest(%(room_names)s::text[], "
+            "%(room_left)s::int[]) AS r(name, left_) ON r.name = n.name, "
+            f"LATERAL (SELECT {_CANDIDATE} "
             f"FROM {self.jobs} p WHERE p.status = 'pending' AND p.{lead} = n.name{_FILTERS} "
-            f"AND p.type <> ALL(%(skip_types)s::text[]) ORDER BY p.{_ORDER} LIMIT %(need)s) c "
+            "AND p.type <> ALL(%(skip_types)s::text[]) ORDER BY "
+            f"p.{_ORDER} LIMIT least(%(need)s, coalesce(r.left_, %(need)s))) c "
             f"WHERE n.name <> ALL(%(skip)s::text[]) "
             f"ORDER BY c.{_ORDER.replace(', ', ', c.')} LIMIT %(need)s"
         )
@@ -215,6 +250,8 @@ class _Reads:
             "need": need,
             "skip_queues": list(skip_queues),
             "skip_types": list(skip_types),
+            "room_names": list(room),
+            "room_left": [max(0, left) for left in room.values()],
         }
         return [tuple(row) for row in self.conn.execute(sql, params)]
 
@@ -272,6 +309,8 @@ class PostgresLimits:
     _d: Dialect
     _connection: Callable[[], AbstractContextManager[Conn]]
     _write: Callable[[], AbstractContextManager[Conn]]
+    _batch: Callable[[], AbstractContextManager[Conn]]
+    _statement: Callable[..., str]
     _params: Callable[..., dict[str, Any]]
     _limits_seen: tuple[float, bool] = (float("-inf"), False)
     _rate_opens: int | None = None  # when a full rate limit next has room (a claim saw)
@@ -296,41 +335,50 @@ class PostgresLimits:
         self._limits_seen = (now, exist)
         return exist
 
-    def _claim_limited(
+    def _send_limited(
         self,
+        conn: Conn,
         worker: str,
         limit: int,
         lease_ms: int,
         queues: Sequence[str],
         types: Sequence[str],
         start: int | None,
-    ) -> list[Job]:
-        """Claim up to `limit` jobs under every limit, in a transaction of its own."""
-        if limit <= 0:
-            return []
+    ) -> tuple[dict[str, Any], psycopg.Cursor[Any]]:
+        """Queue a limited claim's advisory lock and its reads (`_claim_state_sql`, a
+        statement of its own: its snapshot is taken once the lock is held). In a pipeline
+        they go out in one trip with what the transaction queued before them."""
         d = self._d
-        with self._write() as conn:
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
-            )
-            params = self._params(
-                worker=worker,
-                limit=limit,
-                lease_ms=lease_ms,
-                start=limit if start is None else start,
-                queues=list(queues),
-                types=list(types),
-            )
-            limits, now, starts = _claim_state(d, conn, params)
-            if limits.rates:  # the claim's clock, read once: its claimed_at and windows
-                params["now"] = now
-            cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
-            reads = _Reads(d, conn, params, cursors, starts)
-            rows = claim_limited(reads, limits, types, limit)
-        self._rate_opens = reads.opens
+        params = self._params(
+            worker=worker,
+            limit=limit,
+            lease_ms=lease_ms,
+            start=limit if start is None else start,
+            queues=list(queues),
+            types=list(types),
+        )
+        conn.execute(_LOCK, {"lock": _lock_name(d)})
+        return params, conn.execute(self._statement("limits_state", _claim_state_sql, d), params)
+
+    def _finish_limited(
+        self,
+        conn: Conn,
+        sent: tuple[dict[str, Any], psycopg.Cursor[Any]],
+        types: Sequence[str],
+        limit: int,
+    ) -> tuple[list[Job], int | None]:
+        """The limited claim `_send_limited` began: the jobs claimed, and when a full rate
+        limit next has room (for `rate_opens`, once the transaction committed)."""
+        params, cursor = sent
+        state = _State(cursor.fetchall())
+        if state.limits.rates:  # the claim's clock, read once: its claimed_at and windows
+            params["now"] = state.now
+        cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
+        reads = _Reads(self._d, conn, params, cursors, state)
+        rows = claim_limited(reads, state.limits, types, limit)
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        return jobs
+        return jobs, reads.opens
 
     def set_limit(self, scope: str, name: str, concurrency: int) -> Limit:
         with self._write() as conn:
@@ -467,9 +515,7 @@ class PostgresLimits:
         """Hold the narrowest rate limit job `job_id` falls under full for `seconds`."""
         d = self._d
         with self._write() as conn:
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobcore limits {d.schema}",)
-            )
+            conn.execute(_LOCK, {"lock": _lock_name(d)})
             found = conn.execute(
                 f"SELECT queue, type, limit_key, {d.now} FROM {d.table('jobs')} WHERE id = %(id)s",
                 self._params(id=job_id),

@@ -723,8 +723,15 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         if limit <= 0:
             return []
         if self._limits_exist():  # DESIGN §16: the plain claim would claim nothing
-            self.commit_batch([], worker=worker, claim_limit=0, lease_ms=lease_ms)  # promotes
-            return self._claim_limited(worker, limit, lease_ms, queues, types, start)
+            return self.commit_batch(
+                [],
+                worker=worker,
+                claim_limit=limit,
+                lease_ms=lease_ms,
+                queues=queues,
+                types=types,
+                start=start,
+            )[1]
         return self._one_trip(
             lambda conn: self._send_claim(
                 conn, worker, limit, lease_ms, queues, types, start, True
@@ -799,6 +806,8 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
 
         self._local.marked = set()
 
+        limited = claim_limit > 0 and self._limits_exist()  # DESIGN §16: see `claim`
+
         def send(conn: Conn) -> _Batch:
             self._lock_in_order(conn, checked, started)
             marked = None
@@ -806,6 +815,13 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                 sql = self._lease_statement(MARK_STARTED, "j.id")
                 marked = conn.execute(sql, self._lease_params(started))
             sent = self._send_owner(conn, checked)
+            if limited:  # the outcomes, then the limited claim, in one transaction
+                self._send_claim(conn, worker, 0, lease_ms, queues, types, start, promote)
+                ahead = None
+                if look_ahead:  # as `_ahead_sql`, but the claim's plans are left alone
+                    sql = self._statement("ahead_only", self._ahead_only_sql)
+                    ahead = conn.execute(sql, self._params())
+                return _Batch(sent, None, ahead, marked)
             claim, ahead = self._send_claim(
                 conn, worker, claim_limit, lease_ms, queues, types, start, promote, look_ahead
             )
@@ -820,19 +836,19 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                 self._local.seen_ahead = (None if row[0] is None else int(row[0]), int(row[1]))
             return self._collect(conn, checked, batch.sent), self._claimed(batch.claim)
 
-        if claim_limit > 0 and self._limits_exist():  # DESIGN §16: see `claim`
-            recorded, _ = self.commit_batch(
-                outcomes,
-                worker=worker,
-                claim_limit=0,
-                lease_ms=lease_ms,
-                promote=promote,
-                started=started,
-                look_ahead=look_ahead,
-            )
-            return recorded, self._claim_limited(
-                worker, claim_limit, lease_ms, queues, types, start
-            )
+        if limited:
+            # one transaction, its first trip carrying the outcomes, the limits' advisory
+            # lock and the claim's reads; the lock is taken once the outcomes are written
+            # (a limited claim holding it never waits for a row lock: SKIP LOCKED)
+            with self._batch() as conn:
+                batch = send(conn)
+                state = self._send_limited(
+                    conn, worker, claim_limit, lease_ms, queues, types, start
+                )
+                recorded, _ = collect(conn, batch)
+                claimed, opens = self._finish_limited(conn, state, types, claim_limit)
+            self._rate_opens = opens
+            return recorded, claimed
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
                 return collect(conn, send(conn))
@@ -844,6 +860,14 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         return (
             f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
             f"{d.now}, set_config('plan_cache_mode', 'force_generic_plan', true)"
+        )
+
+    def _ahead_only_sql(self) -> str:
+        """The earliest scheduled `run_at` and the store's clock."""
+        d = self._d
+        return (
+            f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
+            f"{d.now}"
         )
 
     def marked_seen(self) -> set[str]:

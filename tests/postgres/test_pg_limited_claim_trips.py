@@ -1,0 +1,108 @@
+"""A limited claim on PostgreSQL (DESIGN §16) costs one transaction with the outcomes it
+follows, keeps the worker's look-ahead, and reads no more candidates of a limited type than
+the type has room for (no second round to claim past it); what it claims is unchanged.
+Speed is measured in benchmarks/limits.py (`--old-limited`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from jobcore_postgres.storage import PostgresStorage
+from pg_testing import new_job
+from test_pg_query_plans import Plans, nodes
+
+from jobcore.models import Completed, Lease
+
+Factory = Callable[..., PostgresStorage]
+
+
+def _events(storage: PostgresStorage, ids: list[str]) -> list[tuple[str, str, str]]:
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT kind, job_id, xid::text FROM {storage.schema}.events "
+            "WHERE job_id = ANY(%s) ORDER BY seq",
+            (ids,),
+        ).fetchall()
+    return [(str(k), str(j), str(x)) for k, j, x in rows]
+
+
+def test_outcomes_and_the_limited_claim_commit_together(pg_storage_factory: Factory) -> None:
+    storage = pg_storage_factory()
+    storage.set_limit("type", "noop", 1)
+    storage.insert([new_job(priority=1), new_job()])
+    [first] = storage.claim(worker="w", limit=5, lease_ms=60_000)
+    assert storage.claim(worker="w", limit=5, lease_ms=60_000) == []  # at its limit
+    # the outcome frees the slot the claim in the same commit takes
+    recorded, [second] = storage.commit_batch(
+        [Completed(Lease.of(first), None)], worker="w", claim_limit=5, lease_ms=60_000
+    )
+    assert len(recorded) == 1 and second.id != first.id
+    events = _events(storage, [first.id, second.id])
+    done = [x for kind, job, x in events if job == first.id and kind == "job:completed"]
+    taken = [x for kind, job, x in events if job == second.id and kind == "job:claimed"]
+    assert done and done == taken, events  # one transaction: the same transaction id
+
+
+def test_a_limited_claim_reads_ahead_when_asked(pg_storage_factory: Factory) -> None:
+    storage = pg_storage_factory()
+    storage.set_limit("type", "noop", 5)
+    later = storage.now() + 3_600_000
+    storage.insert([new_job(), new_job(run_at=later)])
+    _, claimed = storage.commit_batch(
+        [], worker="w", claim_limit=5, lease_ms=60_000, look_ahead=True
+    )
+    assert len(claimed) == 1
+    seen = storage.scheduled_seen()
+    assert seen is not None and seen[0] == later  # no `next_due()` trip needed after it
+
+
+def test_a_limited_type_gives_candidates_up_to_its_room(pg_storage_factory: Factory) -> None:
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    storage.set_limit("type", "noop", 3)
+    storage.insert([new_job(priority=5) for _ in range(20)])
+    storage.insert([new_job("free", priority=0) for _ in range(4)])
+    held = storage.claim(worker="w", limit=1, lease_ms=60_000)
+    assert [job.type for job in held] == ["noop"]
+    plans = Plans(storage, "force_custom_plan")
+    got = storage.claim(worker="w", limit=10, lease_ms=60_000)
+    # the noop jobs first (higher priority) up to the room left, then the other type's
+    assert [job.type for job in got] == ["noop"] * 2 + ["free"] * 4
+    candidates = plans.of("SELECT c.* FROM", "LATERAL")
+    assert len(candidates) == 1  # one round: nothing refused
+    rows: list[Any] = [
+        n["Actual Rows"]
+        for p in candidates
+        for n in nodes(p["Plan"])
+        if n["Node Type"] == "Limit" and n.get("Parent Relationship") == "Inner"
+    ]
+    assert rows and max(rows) <= 4, rows  # noop: 2 rows (its room), free: its 4
+
+
+def test_the_claimed_rows_are_counted_only_for_queue_and_type_limits(
+    pg_storage_factory: Factory,
+) -> None:
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    storage.set_limit("key", "noop", 1)  # key limits count their keys' rows on their own
+    storage.insert([new_job(limit_key=f"k{i}") for i in range(6)])
+    plans = Plans(storage, "force_custom_plan")
+    assert len(storage.claim(worker="w", limit=3, lease_ms=60_000)) == 3
+    state = plans.of("SELECT 'h', queue, type")
+    loops = [
+        n.get("Actual Loops", 0)
+        for p in state
+        for n in nodes(p["Plan"])
+        if n.get("Relation Name") == "jobs"
+    ]
+    assert loops and not any(loops), loops  # a one-time filter: the jobs never read
+    storage.set_limit("type", "noop", 10)
+    plans.clear()
+    assert len(storage.claim(worker="w", limit=3, lease_ms=60_000)) == 3
+    counted = [
+        n["Actual Rows"]
+        for p in plans.of("SELECT 'h', queue, type")
+        for n in nodes(p["Plan"])
+        if n.get("Relation Name") == "jobs"
+    ]
+    assert counted == [3], counted  # the claimed rows, read once
