@@ -817,10 +817,11 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             sent = self._send_owner(conn, checked)
             if limited:  # the outcomes, then the limited claim, in one transaction
                 self._send_claim(conn, worker, 0, lease_ms, queues, types, start, promote)
-                ahead = None
-                if look_ahead:  # as `_ahead_sql`, but the claim's plans are left alone
-                    sql = self._statement("ahead_only", self._ahead_only_sql)
-                    ahead = conn.execute(sql, self._params())
+                # the limited claim's statements keep their prepared plans (see `_send_claim`)
+                if look_ahead:
+                    ahead = conn.execute(self._statement("ahead", self._ahead_sql), self._params())
+                else:
+                    ahead, _ = None, conn.execute(_GENERIC_PLANS)
                 return _Batch(sent, None, ahead, marked)
             claim, ahead = self._send_claim(
                 conn, worker, claim_limit, lease_ms, queues, types, start, promote, look_ahead
@@ -860,14 +861,6 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         return (
             f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
             f"{d.now}, set_config('plan_cache_mode', 'force_generic_plan', true)"
-        )
-
-    def _ahead_only_sql(self) -> str:
-        """The earliest scheduled `run_at` and the store's clock."""
-        d = self._d
-        return (
-            f"SELECT (SELECT min(run_at) FROM {d.table('jobs')} WHERE status = 'scheduled'), "
-            f"{d.now}"
         )
 
     def marked_seen(self) -> set[str]:

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from jobcore_postgres.storage import PostgresStorage
 from pg_testing import new_job
-from test_pg_query_plans import Plans, nodes
+from test_pg_query_plans import Plans, nodes, scans
 
 from jobcore.models import Completed, Lease
 
@@ -78,6 +78,10 @@ def test_a_limited_type_gives_candidates_up_to_its_room(pg_storage_factory: Fact
         if n["Node Type"] == "Limit" and n.get("Parent Relationship") == "Inner"
     ]
     assert rows and max(rows) <= 4, rows  # noop: 2 rows (its room), free: its 4
+    # its statements run with generic plans (`_GENERIC_PLANS`), along the claim indexes
+    limited = plans.of("SELECT c.* FROM") + plans.of("ANY(") + plans.of("SELECT 'h'")
+    kinds = {kind for kind, _, _ in scans(limited, "jobs")}
+    assert kinds and kinds <= {"Index Scan", "Index Only Scan"}, scans(limited, "jobs")
 
 
 def test_the_claimed_rows_are_counted_only_for_queue_and_type_limits(
