@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import worker_fleet
 from testenv import subprocess_env, wait_for
 
 from jobcore.models import JobStatus
@@ -61,31 +62,9 @@ def _tally(path: Path) -> dict[str, dict[str, int]]:
     return {grp: {"now": now, "peak": peak, "runs": runs} for grp, now, peak, runs in rows}
 
 
-class Workers:
+class Workers(worker_fleet.Workers):
     def __init__(self, db: Path | str, tmp: Path, count: int, *args: str) -> None:
-        self.logs = [(tmp / f"worker{n}.log").open("w") for n in range(count)]
-        self.procs = [
-            subprocess.Popen(
-                [*JOBCORE, "--db", str(db), "run", "--concurrency", "4", *args],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=subprocess_env(**ENV),
-            )
-            for log in self.logs
-        ]
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for log in self.logs:
-            log.close()
+        super().__init__(db, tmp, count, *args, env=ENV)
 
 
 def _done(queue: Queue, total: int) -> bool:

@@ -5,7 +5,6 @@ reaches it; an idle worker wakes when the window opens, not at its poll; a handl
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import worker_fleet
 from testenv import subprocess_env, wait_for
 
 from jobcore.queue import Queue
@@ -45,31 +45,9 @@ def queue(store_db: Path | str) -> Iterator[Queue]:
     made.close()
 
 
-class Workers:
+class Workers(worker_fleet.Workers):
     def __init__(self, db: Path | str, tmp: Path, count: int, *args: str) -> None:
-        self.logs = [(tmp / f"worker{n}.log").open("w") for n in range(count)]
-        self.procs = [
-            subprocess.Popen(
-                [*JOBCORE, "--db", str(db), "run", "--concurrency", "4", *args],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=subprocess_env(**ENV),
-            )
-            for log in self.logs
-        ]
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for log in self.logs:
-            log.close()
+        super().__init__(db, tmp, count, *args, env=ENV)
 
 
 def _done(queue: Queue, total: int) -> bool:
