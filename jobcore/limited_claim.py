@@ -13,6 +13,8 @@ that no other limited claim runs beside; this picks, in rounds:
 3. the candidates are taken best first while every limit they fall under has
    room, and claimed by id; a round that refused a candidate (a limit filled
    during the round) is followed by another that skips what is now full.
+   Where nothing could be refused (no rate or key limit) a store may read and
+   claim in one statement instead (`claim_fitting`).
 
 Rate limits (`jobcore.rates`) are room as concurrency limits are: the starts in
 each window are read once (`rate_starts`), the claim's starts written back
@@ -74,6 +76,18 @@ class LimitedReads(Protocol):
     def claim_ids(self, ids: list[str], done: int) -> list[Any]:
         """Claim these pending jobs (`done` claimed before in this claim); their rows."""
 
+    def claim_fitting(
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int],
+    ) -> list[Any] | None:
+        """Claim, in one statement, up to `need` of the jobs `candidates` would read, none
+        of a limited queue or type past its room in `rooms`; None if this store cannot
+        (then they are read and claimed in rounds). The claimed rows, or [] when the store
+        reads them once its transaction has committed (PostgreSQL: in the COMMIT's trip)."""
+
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
         """(scope, name, key, starts, oldest start's time) within each rate limit's
         window at `now` (below)."""
@@ -99,6 +113,12 @@ def claim_limited(
         held_keys = reads.held_keys(name) if ("key", name) in caps else {}
         room.open_keys(name, held_keys, window.keys_used(name))
     paused = reads.paused()
+    if not rates and not keyed:  # nothing a candidate could be refused by but its room
+        skip_queues = sorted({*room.full("queue"), *paused.get("queue", ())})
+        skip_types = sorted({*room.full("type"), *all_keyed, *paused.get("type", ())})
+        fitting = reads.claim_fitting(limit, skip_queues, skip_types, dict(room.left))
+        if fitting is not None:
+            return fitting
     rows: list[Any] = []
     taken: list[Candidate] = []
     for _ in range(MAX_ROUNDS):

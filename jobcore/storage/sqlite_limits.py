@@ -214,6 +214,15 @@ class _Reads:
     def claim_ids(self, ids: list[str], done: int) -> list[Any]:
         return rows_of(self.conn, S.CLAIM_IDS_SQL, {**self.params, "ids": json.dumps(ids)})
 
+    def claim_fitting(
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int],
+    ) -> list[Any] | None:
+        return None  # a round costs SQLite a statement, not a trip
+
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
         return rows_of(self.conn, _STARTS, {"now": self.now})
 

@@ -28,7 +28,7 @@ from jobcore.models import Job
 from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target, rate_use
 from jobcore_postgres.rows import row_to_job
 from jobcore_postgres.schema import channel
-from jobcore_postgres.statements import Dialect, claim_ids_statement
+from jobcore_postgres.statements import Dialect, claim_ids_statement, claim_picked_statement
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -164,6 +164,7 @@ class _Reads:
         self.now: int = params.get("now") or 0
         self.opens: int | None = None
         self.state = state
+        self.later: psycopg.Cursor[Any] | None = None  # `claim_fitting`'s, read after COMMIT
 
     def rate_starts(self) -> list[tuple[str, str, str, int, int]]:
         return [] if self.state is None else self.state.starts
@@ -221,6 +222,36 @@ class _Reads:
         skip_types: Sequence[str],
         rooms: dict[tuple[str, str], int] | None = None,
     ) -> list[Candidate]:
+        _, sql, params = self._candidates(need, skip_queues, skip_types, rooms or {})
+        return [tuple(row) for row in self.conn.execute(sql, params)]
+
+    def claim_fitting(
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int],
+    ) -> list[Any] | None:
+        lead, sql, params = self._candidates(need, skip_queues, skip_types, rooms)
+        if any(scope != lead for scope, _ in rooms):
+            return None  # the read bounds only the lead scope's rooms: claim in rounds
+        pick = (
+            f"SELECT p.id, p.priority, p.run_at FROM {self.jobs} p "
+            f"WHERE p.id = ANY(ARRAY(SELECT c.id FROM ({sql}) AS c)) AND p.status = 'pending' "
+            f"ORDER BY p.{_ORDER} FOR UPDATE SKIP LOCKED"
+        )
+        # its rows are read once the transaction commits: the claim and COMMIT, one trip
+        self.later = self.conn.execute(claim_picked_statement(self.d, pick), params)
+        return []
+
+    def _candidates(
+        self,
+        need: int,
+        skip_queues: Sequence[str],
+        skip_types: Sequence[str],
+        rooms: dict[tuple[str, str], int],
+    ) -> tuple[str, str, dict[str, Any]]:
+        """(the lead scope, the candidates' read, its parameters) for `candidates`."""
         # walk each open queue (when some are skipped) or each open type, its own index
         # slice: the skipped ones' backlogs are not read; from a limited one, no more rows
         # than it has room for (more would be refused, and cost a round to claim others)
@@ -232,7 +263,7 @@ class _Reads:
             if mine
             else _skip_scan(self.jobs, lead)
         )
-        room = {name: left for (scope, name), left in (rooms or {}).items() if scope == lead}
+        room = {name: left for (scope, name), left in rooms.items() if scope == lead}
         sql = (
             f"SELECT c.* FROM ({names}) AS n(name) LEFT JOIN unnest(%(room_names)s::text[], "
             "%(room_left)s::int[]) AS r(name, left_) ON r.name = n.name, "
@@ -253,7 +284,7 @@ class _Reads:
             "room_names": list(room),
             "room_left": [max(0, left) for left in room.values()],
         }
-        return [tuple(row) for row in self.conn.execute(sql, params)]
+        return lead, sql, params
 
     def type_head(self, type_name: str, window: int, skip_queues: Sequence[str]) -> list[Candidate]:
         sql = (
@@ -366,9 +397,10 @@ class PostgresLimits:
         sent: tuple[dict[str, Any], psycopg.Cursor[Any]],
         types: Sequence[str],
         limit: int,
-    ) -> tuple[list[Job], int | None]:
-        """The limited claim `_send_limited` began: the jobs claimed, and when a full rate
-        limit next has room (for `rate_opens`, once the transaction committed)."""
+    ) -> tuple[list[Any], psycopg.Cursor[Any] | None, int | None]:
+        """The limited claim `_send_limited` began: the rows claimed, the cursor of the
+        rows claimed in the COMMIT's trip (read them with `_limited_jobs` once it has
+        committed), and when a full rate limit next has room (for `rate_opens`)."""
         params, cursor = sent
         state = _State(cursor.fetchall())
         if state.limits.rates:  # the claim's clock, read once: its claimed_at and windows
@@ -376,9 +408,16 @@ class PostgresLimits:
         cursors: dict[str, str] = self.__dict__.setdefault("_key_cursors", {})
         reads = _Reads(self._d, conn, params, cursors, state)
         rows = claim_limited(reads, state.limits, types, limit)
+        return rows, reads.later, reads.opens
+
+    @staticmethod
+    def _limited_jobs(rows: list[Any], later: psycopg.Cursor[Any] | None) -> list[Job]:
+        """The jobs of a committed limited claim (`_finish_limited`), in claim order."""
+        if later is not None:
+            rows = [*rows, *later.fetchall()]
         jobs = [row_to_job(row) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        return jobs, reads.opens
+        return jobs
 
     def set_limit(self, scope: str, name: str, concurrency: int) -> Limit:
         with self._write() as conn:

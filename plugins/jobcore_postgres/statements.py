@@ -381,7 +381,7 @@ def claim_statement(d: Dialect, by_queue: bool, by_type: bool) -> str:
         f"SELECT * FROM ({pick}) AS g WHERE NOT EXISTS (SELECT 1 FROM {d.table('limits')}) "
         f"AND NOT EXISTS (SELECT 1 FROM {d.table('rates')})"
     )
-    return _claim_picked(d, pick)
+    return claim_picked_statement(d, pick)
 
 
 def claim_ids_statement(d: Dialect) -> str:
@@ -391,10 +391,10 @@ def claim_ids_statement(d: Dialect) -> str:
         "WHERE p.id = ANY(%(ids)s::text[]) AND p.status = 'pending' "
         f"ORDER BY p.{_PICK_ORDER} FOR UPDATE SKIP LOCKED"
     )
-    return _claim_picked(d, pick)
+    return claim_picked_statement(d, pick)
 
 
-def _claim_picked(d: Dialect, pick: str) -> str:
+def claim_picked_statement(d: Dialect, pick: str) -> str:
     """The claim of the rows `pick` selects (id, priority, run_at), with its events."""
     jobs = d.table("jobs")
     update = (

@@ -211,6 +211,10 @@ class _Batch:
     marked: psycopg.Cursor[Any] | None = None
 
 
+_Limited = tuple[list[Recorded], list[Any], "psycopg.Cursor[Any] | None", "int | None"]
+"""A limited group commit before its Sync: recorded, rows, rows read after it, rate opens."""
+
+
 @dataclass
 class _Tx:
     conn: Conn
@@ -838,18 +842,25 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             return self._collect(conn, checked, batch.sent), self._claimed(batch.claim)
 
         if limited:
-            # one transaction, its first trip carrying the outcomes, the limits' advisory
-            # lock and the claim's reads; the lock is taken once the outcomes are written
-            # (a limited claim holding it never waits for a row lock: SKIP LOCKED)
-            with self._batch() as conn:
+            # one implicit transaction (up to the pipeline's Sync), its first trip carrying
+            # the outcomes, the limits' advisory lock and the claim's reads; the lock is
+            # taken once the outcomes are written (a limited claim holding it never waits
+            # for a row lock: SKIP LOCKED). What the claim reads comes back by Flush, inside
+            # the transaction; a claim that cannot refuse (`claim_fitting`) goes with the Sync
+            def send_limited(conn: Conn) -> _Limited:
                 batch = send(conn)
                 state = self._send_limited(
                     conn, worker, claim_limit, lease_ms, queues, types, start
                 )
                 recorded, _ = collect(conn, batch)
-                claimed, opens = self._finish_limited(conn, state, types, claim_limit)
-            self._rate_opens = opens
-            return recorded, claimed
+                return (recorded, *self._finish_limited(conn, state, types, claim_limit))
+
+            def committed(conn: Conn, sent: _Limited) -> tuple[list[Recorded], list[Job]]:
+                recorded, rows, later, opens = sent
+                self._rate_opens = opens
+                return recorded, self._limited_jobs(rows, later)
+
+            return self._one_trip(send_limited, committed)
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
                 return collect(conn, send(conn))

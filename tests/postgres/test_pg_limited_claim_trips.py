@@ -5,6 +5,7 @@ Speed is measured in benchmarks/limits.py (`--old-limited`)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -110,3 +111,53 @@ def test_the_claimed_rows_are_counted_only_for_queue_and_type_limits(
         if n.get("Relation Name") == "jobs"
     ]
     assert counted == [3], counted  # the claimed rows, read once
+
+
+def _trips(storage: PostgresStorage, act: Callable[[], Any]) -> tuple[Any, int]:
+    """What `act` returned, and how many times it waited for the server on the store's only
+    pooled connection (a Flush, or a Sync not followed by one: what makes it answer)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        with storage._pool.connection() as conn:
+            conn.pgconn.trace(trace.fileno())
+        try:
+            got = act()
+        finally:
+            with storage._pool.connection() as conn:
+                conn.pgconn.untrace()
+        trace.seek(0)
+        sent = [f[-1] for f in (line.rstrip().split("\t") for line in trace) if f[-3:-2] == ["F"]]
+    waits = [m for i, m in enumerate(sent) if m == "Flush" or sent[i + 1 : i + 2] != ["Flush"]]
+    return got, len([m for m in waits if m in ("Sync", "Flush")])
+
+
+def test_a_limited_claim_that_cannot_refuse_is_two_trips(pg_storage_factory: Factory) -> None:
+    # the outcomes, the lock and the limits' state; then the candidates claimed in one
+    # statement with the COMMIT (no candidates read, no claim by id in trips of their own)
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    storage.set_limit("type", "noop", 3)
+    storage.insert([new_job(priority=5) for _ in range(6)])
+    storage.insert([new_job("free") for _ in range(2)])
+    [held] = storage.claim(worker="w", limit=1, lease_ms=60_000)
+    (recorded, claimed), trips = _trips(
+        storage,
+        lambda: storage.commit_batch(
+            [Completed(Lease.of(held), None)], worker="w", claim_limit=10, lease_ms=60_000
+        ),
+    )
+    assert len(recorded) == 1
+    # the freed slot and the two left: three noop jobs (first: higher priority), the rest free
+    assert [job.type for job in claimed] == ["noop"] * 3 + ["free"] * 2
+    assert all(job.status == "claimed" and job.locked_by == "w" for job in claimed)
+    assert trips == 2
+
+
+def test_a_limited_claim_that_could_refuse_claims_in_rounds(pg_storage_factory: Factory) -> None:
+    # a queue limit beside a type limit: the read bounds the type's room only, so the
+    # candidates are checked against both before they are claimed by id
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    storage.set_limit("type", "noop", 5)
+    storage.set_limit("queue", "default", 2)
+    storage.insert([new_job() for _ in range(6)])
+    claimed, trips = _trips(storage, lambda: storage.claim(worker="w", limit=10, lease_ms=60_000))
+    assert len(claimed) == 2
+    assert trips > 2
