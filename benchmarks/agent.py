@@ -85,6 +85,7 @@ class Hub:
     def __init__(self, tmp: Path, db: str | None = None, code: str | None = None) -> None:
         self.db = db or str(tmp / "hub.db")
         self.code = code
+        self._reader: Any = None  # a Queue on the hub's store, for `completed`
         self.url = f"http://127.0.0.1:{_port()}"
         self.tmp = tmp
         port = self.url.rsplit(":", 1)[1]
@@ -148,11 +149,19 @@ class Hub:
         raise RuntimeError(f"agent {worker_id} did not register")
 
     def completed(self) -> int:
-        counts: dict[str, int] = self.http.get("/api/stats").json()["counts"]
-        return counts.get("completed", 0)
+        """Completed jobs, read from the hub's store by this process (as `drain_worker`
+        reads its worker's): asking the hub (`/api/stats` ten times a second) charged the
+        fleet the stats' queries, 13% of the hub's samples in a 16-agent-slot drain."""
+        from jobcore import Queue
+
+        if self._reader is None:
+            self._reader = Queue(self.db)
+        return self._reader.storage.count_by_status().get("completed", 0)
 
     def close(self) -> None:
         self.http.close()
+        if self._reader is not None:
+            self._reader.close()
         _stop(self.proc)
 
 
