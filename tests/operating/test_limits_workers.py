@@ -8,45 +8,24 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import worker_fleet
+from hubproc import jobcore
 from testenv import subprocess_env, wait_for
 
 from jobcore.models import JobStatus
 from jobcore.queue import Queue
-from jobcore.testing import make_queue
 
-JOBCORE = [sys.executable, "-m", "jobcore"]
 ENV = {"JOBCORE_PLUGINS": "jobcore_limits_plugin", "JOBCORE_PREFETCH": "4"}
 
 
 def _cli(db: Path | str, *args: str) -> str:
-    done = subprocess.run(
-        [*JOBCORE, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(**ENV),
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return jobcore(db, *args, env=subprocess_env(**ENV)).stdout
 
 
-@pytest.fixture
-def queue(store_db: Path | str) -> Iterator[Queue]:
-    modules = ["jobcore_limits_plugin"]
-    if isinstance(store_db, str):
-        modules.append("jobcore_postgres")
-    made = make_queue(store_db, modules=modules)
-    made.storage.migrate()
-    yield made
-    made.close()
+PLUGIN = "jobcore_limits_plugin"  # the `queue` fixture's job types (tests/operating/conftest.py)
 
 
 def _tally(path: Path) -> dict[str, dict[str, int]]:
