@@ -92,6 +92,25 @@ def test_a_queue_limit_set_at_run_time_holds_and_can_be_cleared(
     assert _tally(tmp_path / "after.db")["queue:narrow"]["peak"] > 2
 
 
+def test_a_limit_set_by_another_process_holds_for_running_workers(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    """Workers that already looked and saw no limit (PostgreSQL: the NOTIFY of the change
+    makes them look again, at once) respect one set at run time from their next claim."""
+    tally = tmp_path / "tally.db"
+    workers = Workers(store_db, tmp_path, 2)
+    try:
+        queue.enqueue("free", {"tally": str(tmp_path / "warm.db")}, queue="runtime")
+        wait_for(lambda: _done(queue, 1), timeout=60)  # both running, idle, no limit seen
+        _cli(store_db, "limit", "runtime", "--concurrency", "2")
+        queue.enqueue_many("free", _payloads(tally, 16, sleep=0.2), queue="runtime")
+        wait_for(lambda: _done(queue, 17), timeout=120)
+    finally:
+        workers.stop()
+    seen = _tally(tally)["queue:runtime"]
+    assert seen["runs"] == 16 and seen["peak"] <= 2
+
+
 def test_a_key_limit_holds_per_key_and_blocks_no_other_key(
     store_db: Path | str, tmp_path: Path, queue: Queue
 ) -> None:
