@@ -24,18 +24,11 @@ from typing import Any
 
 import psycopg
 
+from jobcore import rates as rate_limits
 from jobcore.concurrency import Candidate, Limit, checked_scope
 from jobcore.limited_claim import claim_limited
 from jobcore.models import Job
-from jobcore.rates import (
-    OPENS_GRACE_MS,
-    ClaimLimits,
-    Rate,
-    RateUse,
-    StartKey,
-    push_target,
-    rate_use,
-)
+from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target
 from jobcore_postgres.listener import Listener
 from jobcore_postgres.rows import row_to_job
 from jobcore_postgres.schema import LIMITS_CHANGED, channel
@@ -532,7 +525,7 @@ class PostgresLimits:
             self._notify(conn)
         self._limits_seen = _UNSEEN
 
-    def rate_use(self) -> dict[tuple[str, str], RateUse]:
+    def rate_use(self) -> dict[tuple[str, str], rate_limits.RateUse]:
         """Each rate limit's real starts in its current window (for a key limit, its keys
         at it) and how long a push holds it full."""
         with self._connection() as conn:
@@ -542,7 +535,7 @@ class PostgresLimits:
             now = int(row[0])
             found = conn.execute(_use_sql(self._d), {"now": now}).fetchall()
         rows = [(s, n, k, int(used or 0), until) for s, n, k, used, until in found]
-        return rate_use(limits.rates, rows, now)
+        return rate_limits.rate_use(limits.rates, rows, now)
 
     def push_rate(self, job_id: str, seconds: float) -> bool:
         """Hold the narrowest rate limit job `job_id` falls under full for `seconds`."""
