@@ -21,6 +21,7 @@ from jobcore.models import (
     Completed,
     Failed,
     Job,
+    Lease,
     Outcome,
     Released,
     Retrying,
@@ -94,7 +95,7 @@ class AttemptRunner:
         self.pm = queue.pm
         self.max_result_bytes = max_result_bytes
         self.max_retry_delay_ms = int(max_retry_delay * 1000)
-        self.rate_holds: dict[str, float] = {}  # job id -> seconds (agents: see push_rate)
+        self.rate_holds: dict[Lease, float] = {}  # claim -> seconds (agents: see push_rate)
         # With only the built-in implementation registered, call handlers directly:
         # the hook machinery costs a few microseconds per job and would change nothing.
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
@@ -228,7 +229,7 @@ class AttemptRunner:
         if seconds <= 0:
             return
         if not self.pushes_rates:
-            self.rate_holds[job.id] = seconds
+            self.rate_holds[attempt.lease] = seconds
             return
         try:
             if not self.queue.storage.push_rate(job.id, seconds):

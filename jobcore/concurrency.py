@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from jobcore.errors import InvalidPayload
 from jobcore.pauses import checked_name
+from jobcore.timeutil import iso
 
 LimitScope = Literal["queue", "type", "key"]
 SCOPES: tuple[LimitScope, ...] = ("queue", "type", "key")
@@ -230,19 +231,22 @@ class Room:
 def limit_rows(storage: Any) -> list[dict[str, Any]]:
     """Each limit of `storage` as JSON, with `held`: the jobs it holds claimed now (for a
     key limit: how many of its keys are at the limit); then each rate limit, with `used`:
-    its starts in the current window (for a key limit: its keys at the limit). Every row
-    has every field (None where it does not apply)."""
+    its starts in the current window (for a key limit: its keys at the limit), and
+    `held_until`: until when a `RetryAfter(..., limit=True)` holds it full (ISO-8601 UTC,
+    None when nothing does; a push is not a start). Every row has every field (None where
+    it does not apply)."""
     held = storage.held()
     rows = [
         {**limit.to_json(), "held": held.get((limit.scope, limit.name), 0)}
-        | {"rate": None, "period": None, "used": None}
+        | {"rate": None, "period": None, "used": None, "held_until": None}
         for limit in storage.limits()
     ]
     rates = storage.rates()
     use = storage.rate_use() if rates else {}
-    rows += [
-        {"concurrency": None, "held": None, **rate.to_json()}
-        | {"used": use.get((rate.scope, rate.name), 0)}
-        for rate in rates
-    ]
+    for rate in rates:
+        now = use.get((rate.scope, rate.name))
+        rows.append(
+            {"concurrency": None, "held": None, **rate.to_json()}
+            | {"used": now.used if now else 0, "held_until": iso(now.held_until if now else None)}
+        )
     return rows

@@ -11,7 +11,9 @@ under `rate` (each claim counts all later starts too, so claims decided out of c
 order are still counted against each other).
 
 A window pushed out (`RetryAfter(seconds, limit=True)`) is one start row of weight
-`rate` at `until - period_ms`: the limit counts as full until `until`.
+`rate` at `until - period_ms`: the limit counts as full until `until`. The row also
+carries `held_until` (NULL on a real start), so what is shown counts real starts
+only and says the limit is held until then (`RateUse`).
 
 Rate limits come from two places, as concurrency limits do: set at run time
 (`jobcore limit --rate`, the hub), or declared on a job type (`rate="50/1m"`,
@@ -271,17 +273,38 @@ def push_seconds(seconds: Any) -> float:
     return min(value, MAX_PUSH_SECONDS)
 
 
+@dataclass(frozen=True, slots=True)
+class RateUse:
+    """What a rate limit holds now: `used`, the real starts in its current window (for a
+    key limit, its keys at the rate), pushes not counted; `held_until`, when the latest
+    push (`RetryAfter(..., limit=True)`, of any key for a key limit) stops holding it
+    full (store clock, ms), None when none does."""
+
+    used: int = 0
+    held_until: int | None = None
+
+
 def rate_use(
     rates: Mapping[RatePair, tuple[int, int]],
-    rows: Iterable[tuple[str, str, str, int, int]],
+    rows: Iterable[tuple[str, str, str, int, int | None]],
     now: int,
-) -> dict[RatePair, int]:
-    """Starts in the current window per rate limit; for a key limit, its keys at the limit."""
-    window = Window(rates, rows, now)
-    use: dict[RatePair, int] = {}
+) -> dict[RatePair, RateUse]:
+    """Each rate limit's `RateUse` from its window's rows (scope, name, key, real starts,
+    latest `held_until` or None)."""
+    started: dict[StartKey, int] = {}
+    held: dict[RatePair, int] = {}
+    for scope, name, key, used, until in rows:
+        if (scope, name) not in rates:
+            continue
+        started[(scope, name, key)] = int(used)
+        if until is not None and int(until) > now:
+            held[(scope, name)] = max(held.get((scope, name), 0), int(until))
+    use: dict[RatePair, RateUse] = {}
     for (scope, name), (rate, _) in rates.items():
         if scope == "key":
-            use[(scope, name)] = sum(1 for n in window.keys_used(name).values() if n >= rate)
+            keys = [n for (s, m, _), n in started.items() if (s, m) == (scope, name)]
+            used = sum(1 for n in keys if n >= rate)
         else:
-            use[(scope, name)] = window.used((scope, name, ""))
+            used = started.get((scope, name, ""), 0)
+        use[(scope, name)] = RateUse(used, held.get((scope, name)))
     return use

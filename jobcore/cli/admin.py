@@ -71,8 +71,18 @@ def stats_text(stats: Stats) -> str:
         parts.append("\nRate limits (started in the window / at most; key limits: keys full):")
         parts.append(
             table(
-                [(r["scope"], r["name"], r["used"], r["rate"], f"{r['period']:g}s") for r in rated],
-                ["SCOPE", "NAME", "STARTED", "RATE", "PERIOD"],
+                [
+                    (
+                        r["scope"],
+                        r["name"],
+                        r["used"],
+                        r["rate"],
+                        f"{r['period']:g}s",
+                        r["held_until"],
+                    )
+                    for r in rated
+                ],
+                ["SCOPE", "NAME", "STARTED", "RATE", "PERIOD", "HELD UNTIL"],
             )
         )
     parts.extend(f"\n{section.text}" for section in stats.sections)

@@ -96,7 +96,8 @@ def limit(
 @pass_state
 def limits(state: CliState, as_json: bool) -> None:
     """Each concurrency and rate limit: scope, name, N, where it comes from, and what it holds
-    now (for a rate limit: the starts in its current window)."""
+    now (for a rate limit: the starts in its current window, and until when a handler's
+    `RetryAfter(..., limit=True)` holds it full)."""
     rows = operating.limit_rows(state.queue(create=False))
     if as_json:
         emit_json({"limits": rows})
@@ -132,5 +133,8 @@ def _limit_text(row: dict[str, object]) -> str:
 def _use_text(row: dict[str, object]) -> str:
     full = f"{row['held' if row['concurrency'] is not None else 'used']}"
     if row["scope"] == "key":
-        return f"{full} keys full"
-    return f"{full} claimed" if row["concurrency"] is not None else f"{full} started"
+        text = f"{full} keys full"
+    else:
+        text = f"{full} claimed" if row["concurrency"] is not None else f"{full} started"
+    held_until = row.get("held_until")
+    return text if held_until is None else f"{text}, held until {held_until}"

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 from jobcore.concurrency import Limit
 from jobcore.models import Event, Job, Lease, NewJob, Outcome
 from jobcore.pauses import Pause
-from jobcore.rates import Rate
+from jobcore.rates import Rate, RateUse
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +334,9 @@ class Storage(Protocol):
         """Store the rate limits job types declare (a set one stays), and drop the declared
         ones of the types in `unrated`."""
 
-    def rate_use(self) -> dict[tuple[str, str], int]:
-        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+    def rate_use(self) -> dict[tuple[str, str], RateUse]:
+        """Per rate limit, its real starts in the current window (for a key limit, its keys
+        at it) and until when a push holds it full (`jobcore.rates.RateUse`)."""
 
     def push_rate(self, job_id: str, seconds: float) -> bool:
         """Hold the narrowest rate limit job `job_id` falls under (its key's, else its

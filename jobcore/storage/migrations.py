@@ -242,4 +242,15 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    (
+        "v8: rate_starts tell a pushed window from real starts",
+        """
+        -- set on the row a `RetryAfter(..., limit=True)` writes: the limit is held full
+        -- until then; claims count the row as before, `jobcore limits` shows it apart
+        ALTER TABLE rate_starts ADD COLUMN held_until INTEGER;
+        """,
+    ),
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,7 +17,15 @@ import apsw
 
 from jobcore.concurrency import Candidate, Limit, checked_scope
 from jobcore.limited_claim import claim_limited
-from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target, rate_use
+from jobcore.rates import (
+    OPENS_GRACE_MS,
+    ClaimLimits,
+    Rate,
+    RateUse,
+    StartKey,
+    push_target,
+    rate_use,
+)
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.rows import rows_of
 from jobcore.storage.sqlite_errors import boundary
@@ -50,8 +58,17 @@ _STARTS = (
     "ON s.scope = r.scope AND s.name = r.name AND s.at > :now - r.period_ms "
     "GROUP BY s.scope, s.name, s.key"
 )
+_USE = (  # what `jobcore limits` shows: real starts apart from pushes (`held_until` set)
+    "SELECT s.scope, s.name, s.key, sum(CASE WHEN s.held_until IS NULL THEN s.n ELSE 0 END), "
+    "max(s.held_until) FROM rates r JOIN rate_starts s ON s.scope = r.scope "
+    "AND s.name = r.name AND s.at > :now - r.period_ms GROUP BY s.scope, s.name, s.key"
+)
 _JOB_LIMITS = "SELECT queue, type, limit_key FROM jobs WHERE id = :id"
 _START = "INSERT INTO rate_starts (scope, name, key, at, n) VALUES (:scope, :name, :key, :at, :n)"
+_PUSH = (
+    "INSERT INTO rate_starts (scope, name, key, at, n, held_until) "
+    "VALUES (:scope, :name, :key, :at, :n, :until)"
+)
 _PRUNE = (
     "DELETE FROM rate_starts WHERE scope = :scope AND name = :name AND at <= :now - "
     "coalesce((SELECT period_ms FROM rates WHERE scope = :scope AND name = :name), 0)"
@@ -339,11 +356,13 @@ class SQLiteLimits:
             conn.execute(_PRUNE_GONE)
 
     @boundary
-    def rate_use(self) -> dict[tuple[str, str], int]:
-        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+    def rate_use(self) -> dict[tuple[str, str], RateUse]:
+        """Each rate limit's real starts in its current window (for a key limit, its keys
+        at it) and how long a push holds it full."""
         conn = self._conn()
         limits, _ = self._claim_state(conn)
-        return rate_use(limits.rates, rows_of(conn, _STARTS, {"now": self.now()}), self.now())
+        now = self.now()
+        return rate_use(limits.rates, rows_of(conn, _USE, {"now": now}), now)
 
     @boundary
     def push_rate(self, job_id: str, seconds: float) -> bool:
@@ -358,7 +377,7 @@ class SQLiteLimits:
             rate, period_ms = limits.rates[target[:2]]
             until = self.now() + round(seconds * 1000)
             params = {"scope": target[0], "name": target[1], "key": target[2], "n": rate}
-            conn.execute(_START, {**params, "at": until - period_ms})
+            conn.execute(_PUSH, {**params, "at": until - period_ms, "until": until})
         self._rate_opens = until if self._rate_opens is None else min(self._rate_opens, until)
         return True
 

@@ -660,7 +660,11 @@ class Agent:
     # -- outcomes ---------------------------------------------------------------------
 
     def _settle(self, claim: Claim, outcome: Outcome | None) -> bool:
-        """Record the claim's one outcome in the outbox (None: forget it); False if already settled."""
+        """Record the claim's one outcome in the outbox (None: forget it); False if already settled.
+        A `RetryAfter(limit=True)` hold of this claim goes with its fail report, or nowhere."""
+        # every call drops the claim's hold: one recorded after the claim was settled (a
+        # handler given up on that raised later) must not stay behind in memory
+        hold = self.attempts.rate_holds.pop(claim.run.lease, None)
         with self._cond:
             if claim.settled:
                 return False
@@ -671,7 +675,6 @@ class Agent:
         if outcome is None:
             return True
         kind, body = report_of(outcome, worker_id=self.worker_id, lease_id=claim.lease_id)
-        hold = self.attempts.rate_holds.pop(claim.run.job.id, None)
         if hold is not None and kind == "fail":  # RetryAfter(limit=True): the hub holds it
             body["hold_limit"] = hold
         body = sendable(kind, body)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from jobcore import JobNotFound, Queue
+from jobcore import Queue
 from jobcore.cli import CliState, pass_state
 from jobcore.cli.output import emit_json, table
 from jobcore.timeutil import iso
@@ -72,12 +72,9 @@ def describe(
     for item in found:
         seen, last = recorded.get(item.name, (None, None))
         start = max(now, seen.last_at) if seen is not None else now
-        job = None
+        job = None  # its status read with the run (`latest_of`): no query per schedule
         if last is not None:
-            try:
-                job = {"id": last.job_id, "status": str(queue.get(last.job_id).status)}
-            except JobNotFound:
-                job = {"id": last.job_id, "status": "pruned"}
+            job = {"id": last.job_id, "status": last.job_status or "pruned"}
         rows.append(
             {
                 "name": item.name,

@@ -38,6 +38,7 @@ class Run:
     scheduled_at: int
     job_id: str
     enqueued_at: int
+    job_status: str | None = None  # as `latest_of` read it with the run; None: no such job
 
 
 class Lost(Exception):
@@ -53,6 +54,7 @@ class CronStore:
         prefix = f'"{schema}".' if schema else ""
         self.schedules = f"{prefix}cron_schedules"
         self.runs = f"{prefix}cron_runs"
+        self.jobs = f"{prefix}jobs"
 
     def _sql(self, text: str) -> str:
         """Write statements with `:name` parameters; psycopg wants `%(name)s`."""
@@ -169,7 +171,9 @@ class CronStore:
         """Each recorded schedule's state and its newest run (none if the tables are missing)."""
         if not self.exists(conn):
             return {}
-        return latest_of(lambda sql: self._exec(conn, sql).fetchall(), self.schedules, self.runs)
+        return latest_of(
+            lambda sql: self._exec(conn, sql).fetchall(), self.schedules, self.runs, self.jobs
+        )
 
     def recent_runs(self, conn: Any, name: str, limit: int = 10) -> list[Run]:
         rows = self._exec(
@@ -204,18 +208,20 @@ def read_latest(storage: Any, transaction: Any) -> dict[str, tuple[State, Run | 
 
 
 def latest_of(
-    rows: Any, schedules: str = "cron_schedules", runs: str = "cron_runs"
+    rows: Any, schedules: str = "cron_schedules", runs: str = "cron_runs", jobs: str = "jobs"
 ) -> dict[str, tuple[State, Run | None]]:
     """`latest` through `rows(sql) -> list of tuples` (e.g. the dashboard's read-only reader,
-    whose connection's search path is the store's schema)."""
+    whose connection's search path is the store's schema): one statement for every
+    schedule, with the status of each newest run's job."""
     found: dict[str, tuple[State, Run | None]] = {}
     for row in rows(
         "SELECT s.name, s.last_at, s.last_job_id, s.last_enqueued_at, s.runs, "
-        "r.scheduled_at, r.job_id, r.enqueued_at "
+        "r.scheduled_at, r.job_id, r.enqueued_at, j.status "
         f"FROM {schedules} AS s LEFT JOIN {runs} AS r ON r.schedule = s.name AND "
-        f"r.scheduled_at = (SELECT MAX(scheduled_at) FROM {runs} WHERE schedule = s.name)"
+        f"r.scheduled_at = (SELECT MAX(scheduled_at) FROM {runs} WHERE schedule = s.name) "
+        f"LEFT JOIN {jobs} AS j ON j.id = r.job_id"
     ):
         state = State(*row[:5])
-        run = Run(row[0], row[5], row[6], row[7]) if row[5] is not None else None
+        run = Run(row[0], row[5], row[6], row[7], row[8]) if row[5] is not None else None
         found[state.name] = (state, run)
     return found

@@ -462,7 +462,14 @@ class LimitOut(BaseModel):
     rate: int | None = Field(None, description="a rate limit's N starts per period (else null)")
     period: float | None = Field(None, description="a rate limit's period, seconds")
     used: int | None = Field(
-        None, description="starts in the current window; for a key limit, its keys at the rate"
+        None,
+        description="real starts in the current window (a hold is none); for a key limit, "
+        "its keys at the rate",
+    )
+    held_until: str | None = Field(
+        None,
+        description="until when a RetryAfter(..., limit=True) holds this rate limit full "
+        "(ISO-8601 UTC; for a key limit, the latest of its keys'); null when nothing does",
     )
 
 

@@ -8,9 +8,11 @@ each sees the claims committed before it; the claimed count of every limit is
 read from the claimed rows (an index each), so every way out of `claimed` frees
 a slot. The lock, the limits, those counts and the pauses go out in the trip of
 the outcomes (`_send_limited`). Whether
-limits exist is re-read at most every `LIMITS_CHECK_EVERY` seconds: a limit set
-meanwhile holds at once (the plain claim stops), the limited claims start
-within that time.
+limits exist is re-read at most every `LIMITS_CHECK_EVERY` seconds, and at once
+when the process's listener hears a change of limits or rates (`LIMITS_CHANGED`,
+sent by every transaction that makes one): a limit set elsewhere holds at once
+(the plain claim stops), and the limited claims start as soon as that
+notification arrives (within `LIMITS_CHECK_EVERY` while no listener runs).
 """
 
 from __future__ import annotations
@@ -22,18 +24,22 @@ from typing import Any
 
 import psycopg
 
+from jobcore import rates as rate_limits
 from jobcore.concurrency import Candidate, Limit, checked_scope
 from jobcore.limited_claim import claim_limited
 from jobcore.models import Job
-from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target, rate_use
+from jobcore.rates import OPENS_GRACE_MS, ClaimLimits, Rate, StartKey, push_target
+from jobcore_postgres.listener import Listener
 from jobcore_postgres.rows import row_to_job
-from jobcore_postgres.schema import channel
+from jobcore_postgres.schema import LIMITS_CHANGED, channel
 from jobcore_postgres.statements import Dialect, claim_ids_statement, claim_picked_statement
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 LIMITS_CHECK_EVERY = 1.0
 """Seconds a store trusts its last look at whether any limit exists."""
+
+_UNSEEN: tuple[float, bool, int | None] = (float("-inf"), False, None)
 
 _ORDER = "priority DESC, run_at, id"
 _CANDIDATE = "p.id, p.priority, p.run_at, p.queue, p.type, p.limit_key"
@@ -119,11 +125,22 @@ class _State:
                 self.paused.setdefault(scope, set()).add(name)
 
 
-def _starts_sql(d: Dialect) -> str:
+def _use_sql(d: Dialect) -> str:
+    """What `jobcore limits` shows: the real starts in each window apart from pushes
+    (`held_until` set), and the latest push's end."""
     return (
-        f"SELECT s.scope, s.name, s.key, sum(s.n), min(s.at) FROM {d.table('rates')} r "
+        f"SELECT s.scope, s.name, s.key, sum(s.n) FILTER (WHERE s.held_until IS NULL), "
+        f"max(s.held_until) FROM {d.table('rates')} r "
         f"JOIN {d.table('rate_starts')} s ON s.scope = r.scope AND s.name = r.name "
         "AND s.at > %(now)s - r.period_ms GROUP BY s.scope, s.name, s.key"
+    )
+
+
+def _prune_gone_sql(d: Dialect) -> str:
+    """Delete the starts of rate limits that no longer exist (as SQLite's `_PRUNE_GONE`)."""
+    return (
+        f"DELETE FROM {d.table('rate_starts')} s WHERE NOT EXISTS (SELECT 1 FROM "
+        f"{d.table('rates')} r WHERE r.scope = s.scope AND r.name = s.name)"
     )
 
 
@@ -343,7 +360,8 @@ class PostgresLimits:
     _batch: Callable[[], AbstractContextManager[Conn]]
     _statement: Callable[..., str]
     _params: Callable[..., dict[str, Any]]
-    _limits_seen: tuple[float, bool] = (float("-inf"), False)
+    _listener: Listener | None
+    _limits_seen: tuple[float, bool, int | None] = _UNSEEN  # (when, whether, heard count)
     _rate_opens: int | None = None  # when a full rate limit next has room (a claim saw)
 
     def rate_opens(self, now: int) -> int | None:
@@ -352,10 +370,13 @@ class PostgresLimits:
         return opens if opens is not None and opens > now - OPENS_GRACE_MS else None
 
     def _limits_exist(self) -> bool:
-        """Whether any limit exists, as read at most `LIMITS_CHECK_EVERY` seconds ago."""
-        seen_at, exist = self._limits_seen
+        """Whether any limit exists, as read at most `LIMITS_CHECK_EVERY` seconds ago and
+        since the last change this process's listener heard (`LIMITS_CHANGED`)."""
+        seen_at, exist, heard = self._limits_seen
+        listener = self._listener
+        hearing = listener.limits_count if listener is not None and listener.connected else None
         now = time.monotonic()
-        if now - seen_at < LIMITS_CHECK_EVERY:
+        if now - seen_at < LIMITS_CHECK_EVERY and hearing == heard:
             return exist
         with self._connection() as conn:
             row = conn.execute(
@@ -363,8 +384,13 @@ class PostgresLimits:
                 f"OR EXISTS (SELECT 1 FROM {self._d.table('rates')})"
             ).fetchone()
         exist = bool(row and row[0])
-        self._limits_seen = (now, exist)
+        self._limits_seen = (now, exist, hearing)  # `hearing` read before: none missed
         return exist
+
+    def _notify(self, conn: Conn) -> None:
+        """In a transaction that changes the limits or rates: at its commit, tell every
+        listening process (its workers wake, its next claim reads whether limits exist)."""
+        conn.execute("SELECT pg_notify(%s, %s)", (channel(self._d.schema), LIMITS_CHANGED))
 
     def _send_limited(
         self,
@@ -428,8 +454,8 @@ class PostgresLimits:
                 f"source = 'set', updated_at = excluded.updated_at RETURNING {_COLUMNS}",
                 self._params(scope=scope, name=name, concurrency=concurrency),
             ).fetchone()
-            conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
-        self._limits_seen = (float("-inf"), False)
+            self._notify(conn)
+        self._limits_seen = _UNSEEN
         assert row is not None
         return _limit(row)
 
@@ -441,8 +467,8 @@ class PostgresLimits:
                 (scope, name),
             ).fetchone()
             if row is not None:
-                conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
-        self._limits_seen = (float("-inf"), False)
+                self._notify(conn)
+        self._limits_seen = _UNSEEN
         return None if row is None else _limit(row)
 
     def limits(self) -> list[Limit]:
@@ -471,11 +497,8 @@ class PostgresLimits:
                 )
             for name in unlimited:
                 conn.execute(undeclare, {"name": name, "keep": ""})
-        self._limits_seen = (float("-inf"), False)
-
-    def _notify(self, conn: Conn) -> None:
-        conn.execute("SELECT pg_notify(%s, '')", (channel(self._d.schema),))
-        self._limits_seen = (float("-inf"), False)
+            self._notify(conn)
+        self._limits_seen = _UNSEEN
 
     def set_rate(self, scope: str, name: str, rate: int, period_ms: int) -> Rate:
         with self._write() as conn:
@@ -488,7 +511,7 @@ class PostgresLimits:
                 self._params(scope=scope, name=name, rate=rate, period_ms=period_ms),
             ).fetchone()
             self._notify(conn)
-        self._limits_seen = (float("-inf"), False)
+        self._limits_seen = _UNSEEN
         assert row is not None
         return _rate(row)
 
@@ -505,7 +528,7 @@ class PostgresLimits:
             )
             if row is not None:
                 self._notify(conn)
-        self._limits_seen = (float("-inf"), False)
+        self._limits_seen = _UNSEEN
         return None if row is None else _rate(row)
 
     def rates(self) -> list[Rate]:
@@ -537,18 +560,21 @@ class PostgresLimits:
                 )
             for name in unrated:
                 conn.execute(undeclare, {"name": name, "keep": ""})
-        self._limits_seen = (float("-inf"), False)
+            conn.execute(_prune_gone_sql(self._d))  # the starts of the rates that went
+            self._notify(conn)
+        self._limits_seen = _UNSEEN
 
-    def rate_use(self) -> dict[tuple[str, str], int]:
-        """Starts in the current window per rate limit; for a key limit, its keys at it."""
+    def rate_use(self) -> dict[tuple[str, str], rate_limits.RateUse]:
+        """Each rate limit's real starts in its current window (for a key limit, its keys
+        at it) and how long a push holds it full."""
         with self._connection() as conn:
             limits = _claim_limits(self._d, conn)
             row = conn.execute(f"SELECT {self._d.now}", self._params()).fetchone()
             assert row is not None
             now = int(row[0])
-            starts = conn.execute(_starts_sql(self._d), {"now": now}).fetchall()
-        rows = [(s, n, k, int(used), int(oldest)) for s, n, k, used, oldest in starts]
-        return rate_use(limits.rates, rows, now)
+            found = conn.execute(_use_sql(self._d), {"now": now}).fetchall()
+        rows = [(s, n, k, int(used or 0), until) for s, n, k, used, until in found]
+        return rate_limits.rate_use(limits.rates, rows, now)
 
     def push_rate(self, job_id: str, seconds: float) -> bool:
         """Hold the narrowest rate limit job `job_id` falls under full for `seconds`."""
@@ -568,9 +594,9 @@ class PostgresLimits:
             rate, period_ms = limits.rates[target[:2]]
             until = int(found[3]) + round(seconds * 1000)
             conn.execute(
-                f"INSERT INTO {d.table('rate_starts')} (scope, name, key, at, n) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (*target, until - period_ms, rate),
+                f"INSERT INTO {d.table('rate_starts')} (scope, name, key, at, n, held_until) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (*target, until - period_ms, rate, until),
             )
         opens = self._rate_opens
         self._rate_opens = until if opens is None else min(opens, until)

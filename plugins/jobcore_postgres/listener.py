@@ -10,7 +10,9 @@ poll, and no worker claims again because another one claimed or finished a job;
 such notifications are also counted apart (`work_count`), so a worker does not
 take its own commits' notifications for a change worth a full poll. Every
 notification, work or not, wakes the subscribers of `wakeup.every_change` (the
-hub's waiter, which streams claims and outcomes too). While the listening connection is down (server restart) waiters
+hub's waiter, which streams claims and outcomes too). Notifications of changed limits
+or rates (`LIMITS_CHANGED`) are also counted apart (`limits_count`): a store then reads
+again whether any exist, at its next claim. While the listening connection is down (server restart) waiters
 are told "maybe changed" at a short interval, so a worker falls back to polling
 until the listener reconnects.
 """
@@ -25,7 +27,7 @@ import psycopg
 
 from jobcore import wakeup
 from jobcore_postgres.errors import first_line
-from jobcore_postgres.schema import NO_WORK
+from jobcore_postgres.schema import LIMITS_CHANGED, NO_WORK
 
 log = logging.getLogger("jobcore.postgres")
 
@@ -42,6 +44,7 @@ class Listener:
         self.wake_key = wake_key
         self.count = 0  # every notification
         self.work_count = 0  # the ones that may bring work or a cancel request: not NO_WORK
+        self.limits_count = 0  # the ones of changed limits or rates (LIMITS_CHANGED)
         self.connected = False
         self.users = 0
         self._cond = threading.Condition()
@@ -59,9 +62,11 @@ class Listener:
     def stop(self) -> None:
         self._stop.set()
 
-    def _bump(self, *, wake: bool = True) -> None:
+    def _bump(self, *, wake: bool = True, limits: bool = False) -> None:
         with self._cond:
             self.count += 1
+            if limits:  # before the waiters wake: the claim they make reads the limits anew
+                self.limits_count += 1
             if wake:
                 self.work_count += 1
             self._cond.notify_all()
@@ -77,11 +82,12 @@ class Listener:
                     conn.execute(f"LISTEN {self.channel}")
                     self.connected = True
                     delay = 0.05
-                    self._bump()  # anything may have happened while we were not listening
+                    self._bump(limits=True)  # anything may have happened while not listening
                     self._ready.set()
                     while not self._stop.is_set():
                         for notify in conn.notifies(timeout=0.5):
-                            self._bump(wake=notify.payload != NO_WORK)
+                            payload = notify.payload
+                            self._bump(wake=payload != NO_WORK, limits=payload == LIMITS_CHANGED)
             except psycopg.Error as exc:
                 if self.connected:
                     log.warning("listening on %s: %s; reconnecting", self.where, first_line(exc))

@@ -298,6 +298,17 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    (
+        "rate_starts tell a pushed window from real starts (DESIGN §16)",
+        """
+        -- set on the row a `RetryAfter(..., limit=True)` writes: the limit is held full
+        -- until then; claims count the row as before, `jobcore limits` shows it apart
+        ALTER TABLE {s}.rate_starts ADD COLUMN IF NOT EXISTS held_until bigint;
+        """,
+    ),
+)
+
 EVENT_IDS_PER_ROW = 1024
 """How many jobs one batch `job:enqueued` row lists at most: the ids between two rows' seqs."""
 
@@ -305,6 +316,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 NO_WORK = "no-work"  # the payload of a notification whose events only took or ended work
+LIMITS_CHANGED = "limits"  # the payload of a notification of changed limits or rates
 
 
 def channel(schema: str) -> str:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from hubenv import RATES, Hub
 from testenv import LocalHTTPServer
 
 
@@ -98,3 +99,12 @@ def make_solver() -> MakeSolver:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def rates_hub(tmp_path: Path) -> Iterator[Hub]:
+    """A hub (lease 20 s) whose processes have the rate-limit tests' job types
+    (tests/helpers/jobcore_rates_plugin.py); give its agents `env_extra=RATES`."""
+    hub = Hub(tmp_path, lease="20s", env_extra=RATES)
+    yield hub
+    hub.close()

@@ -18,6 +18,7 @@ from testenv import HELPERS, subprocess_env, wait_for
 
 HERE = Path(__file__).parent
 JOBCORE = [sys.executable, "-m", "jobcore"]
+RATES = {"JOBCORE_PLUGINS": "jobcore_rates_plugin"}  # the rate-limit tests' job types
 
 
 def free_port() -> int:

@@ -5,11 +5,8 @@ no window of the period then holds more starts."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from hubenv import Agent, Hub, wait_until
+from hubenv import RATES, Agent, Hub, wait_until
 
 from jobcore.testing import make_queue
 
@@ -17,23 +14,15 @@ pytest.importorskip("fastapi")
 
 pytestmark = pytest.mark.timeout(300)
 
-PLUGIN = {"JOBCORE_PLUGINS": "jobcore_rates_plugin"}
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[Hub]:
-    hub = Hub(tmp_path, lease="20s", env_extra=PLUGIN)
-    yield hub
-    hub.close()
-
 
 def _rates(hub: Hub) -> dict[tuple[str, str], tuple[int, float, str]]:
     rows = hub.admin.get("/api/limits").json()["limits"]
     return {(r["scope"], r["name"]): (r["rate"], r["period"], r["source"]) for r in rows}
 
 
-def test_an_agent_only_type_keeps_its_declared_rate(hub: Hub) -> None:
-    agent = Agent(hub, "a0", env_extra=PLUGIN)
+def test_an_agent_only_type_keeps_its_declared_rate(rates_hub: Hub) -> None:
+    hub = rates_hub
+    agent = Agent(hub, "a0", env_extra=RATES)
     try:
         wait_until(lambda: ("type", "rated") in _rates(hub), timeout=60)
         assert _rates(hub) == {

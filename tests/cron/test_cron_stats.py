@@ -3,11 +3,16 @@ run and its health, read from the store (SQLite file and PostgreSQL) on a test c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import apsw
+import psycopg
+import pytest
 from jobcore_cron import schedule_gauges, schedules_of
+from jobcore_cron.health import section
 from jobcore_cron.scheduler import Scheduler
 
 from jobcore import JobType, Payload, PermanentError, Queue
@@ -86,3 +91,78 @@ def test_stats_without_schedules_say_none(clocked_queue: Callable[..., Queue], c
     stats = queue.stats()
     assert stats_json(stats)["schedules"] == []
     assert "Recurring jobs" in stats_text(stats) and schedule_gauges(queue) == []
+
+
+class Statements:
+    """Counts the SQL statements this process runs in `count(call)`: every psycopg cursor's
+    (PostgreSQL), or every SQLite connection's opened after this was made."""
+
+    def __init__(self, postgres: bool) -> None:
+        self.postgres = postgres
+        self.seen: list[str] | None = None
+        if postgres:
+            self._execute = psycopg.Cursor.execute
+            outer = self
+
+            def traced(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                if outer.seen is not None:
+                    outer.seen.append(str(query))
+                return outer._execute(cursor, query, *args, **kwargs)
+
+            psycopg.Cursor.execute = traced  # type: ignore[method-assign]
+        else:
+            apsw.connection_hooks.append(self._hook)
+
+    def _hook(self, conn: apsw.Connection) -> None:
+        conn.exec_trace = self._trace
+
+    def _trace(self, cursor: Any, sql: str, bindings: Any) -> bool:
+        if self.seen is not None:
+            self.seen.append(sql)
+        return True
+
+    def count(self, call: Callable[[], Any]) -> int:
+        self.seen = []
+        try:
+            call()
+            return len(self.seen)
+        finally:
+            self.seen = None
+
+    def close(self) -> None:
+        if self.postgres:
+            psycopg.Cursor.execute = self._execute  # type: ignore[method-assign]
+        else:
+            apsw.connection_hooks.remove(self._hook)
+
+
+@pytest.fixture
+def statements(store_db: Path | str) -> Iterator[Statements]:
+    counter = Statements(isinstance(store_db, str))
+    yield counter
+    counter.close()
+
+
+def test_stats_read_every_schedule_in_the_statements_one_needs(
+    statements: Statements, clocked_queue: Callable[..., Queue], clock: Any
+) -> None:
+    """The `schedules` section costs as many statements for twelve schedules as for one:
+    the last runs' jobs are read with the runs, not one query per schedule."""
+    many = {f"s{n:02d}": {"type": "noop", "every": "1m"} for n in range(12)}
+    queue = clocked_queue(clock, plugin_settings={"cron": {"schedules": many}})
+    found = schedules_of(queue.config)
+    scheduler = Scheduler(queue, found)
+    scheduler.tick()
+    clock.now = _ms("00:01:01")
+    scheduler.tick()  # each schedule has run once: a pending job each
+    one = statements.count(lambda: section(queue, found[:1]))
+    assert one > 0  # counted at all
+    assert statements.count(lambda: section(queue, found)) == one
+    listed = section(queue, found).data
+    assert [row["last_job"]["status"] for row in listed] == ["pending"] * 12
+    gone = listed[0]["last_job"]["id"]
+    queue.cancel([gone])
+    clock.now = _ms("00:01:30")
+    assert queue.prune(older_than=10) == 1  # a run's job deleted: its status says so
+    last = [row["last_job"] for row in section(queue, found).data]
+    assert last[0] == {"id": gone, "status": "pruned"} and last[1]["status"] == "pending"

@@ -28,6 +28,16 @@ def pushy(payload: Call, ctx: JobContext) -> None:
         raise RetryAfter(payload.push, limit=True)
 
 
+@job_type("pushy_late")
+def pushy_late(payload: Call, ctx: JobContext) -> None:
+    """Its first attempt runs until asked to stop (its lease lost, say), then asks to hold
+    its rate limit for `push` seconds: for a claim already given up. Later attempts fail."""
+    if ctx.job.attempts <= 1:
+        ctx.wait(300)
+        raise RetryAfter(payload.push, limit=True)
+    raise RuntimeError("a plain failure")
+
+
 @job_type("unrated")
 def unrated(payload: Call, ctx: JobContext) -> None:
     """No rate limit of its own (a queue's may apply)."""

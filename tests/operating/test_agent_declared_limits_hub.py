@@ -5,24 +5,13 @@ a limit set at run time; bad input is refused and writes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from hubproc import Hub, Tokens, make_tokens
+from hubproc import Hub, Tokens
+from jobcore_http.routes.limits import named_twice
 
 AGENT = {"worker_id": "agent-1"}
-
-
-@pytest.fixture
-def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    try:
-        yield hub, make_tokens(hub, store_db)
-    finally:
-        assert hub.terminate() == 0, hub.output()[-3000:]
 
 
 def _limits(admin: httpx.Client) -> list[tuple[str, str, int, str]]:
@@ -218,3 +207,41 @@ def test_a_token_limited_to_some_types_declares_only_their_rates(
                 "ignored": ["record"],
             }
         assert _rates(admin) == [("type", "noop", 10, 1.0, "declared")]
+
+
+def test_a_type_named_twice_is_refused_and_nothing_is_written(served: tuple[Hub, Tokens]) -> None:
+    hub, tokens = served
+    with hub.client(tokens.admin) as admin, hub.client(tokens.agent) as agent:
+        names = [f"t{n:04d}" for n in range(1000)]
+        limits = [{"scope": "type", "name": name, "concurrency": 2} for name in names]
+        rates = [{"scope": "type", "name": name, "rate": 5, "period": 1} for name in names]
+        for body in (
+            {"limits": limits, "unlimited": ["t0999", "t0500"]},
+            {"rates": rates, "unrated": ["t0999", "t0500"]},
+        ):
+            answer = agent.post("/api/workers/limits", json={**AGENT, **body})
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["error"] == (
+                "type 't0500' is named twice; give each type once"  # the first, sorted
+            )
+        assert admin.get("/api/limits").json() == {"limits": []}
+
+
+class _Name(str):
+    """A type name that counts how often it is compared for equality."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        _Name.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_the_duplicate_check_is_one_pass_over_the_names() -> None:
+    names = [_Name(f"t{n:04d}") for n in range(2000)] + [_Name("t1999"), _Name("t0007")]
+    _Name.compared = 0
+    assert named_twice(names) == "t0007"
+    assert named_twice(names[:2000]) is None
+    assert _Name.compared <= 2 * len(names)  # each name looked up once, not against all

@@ -5,22 +5,9 @@ agents' claims respect them and an agent's report frees the slot; /api/limits,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from hubproc import Hub, Tokens, make_tokens
+from hubproc import Hub, Tokens
 
 AGENT = {"worker_id": "agent-1"}
-
-
-@pytest.fixture
-def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    try:
-        yield hub, make_tokens(hub, store_db)
-    finally:
-        assert hub.terminate() == 0, hub.output()[-3000:]
 
 
 def test_limits_set_through_the_hub_hold_for_agents(served: tuple[Hub, Tokens]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,8 @@ from jobcore.queue import Queue
 from jobcore.registry import JobType, JobTypeRegistry, Payload
 from jobcore.testing import make_queue
 
-
-@pytest.fixture
-def queue(store_db: Path | str) -> Iterator[Queue]:
-    modules = ["jobcore_limits_plugin"]
-    if isinstance(store_db, str):
-        modules.append("jobcore_postgres")
-    made = make_queue(store_db, modules=modules)
-    made.storage.migrate()
-    operating.declare_types(made, ["limited", "per_customer", "free"])
-    yield made
-    made.close()
+PLUGIN = "jobcore_limits_plugin"  # the `queue` fixture's job types (tests/operating/conftest.py)
+DECLARED = ["limited", "per_customer", "free"]
 
 
 def _claim(queue: Queue, limit: int = 100, **filters: Any) -> list[Job]:

@@ -8,45 +8,24 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import worker_fleet
+from hubproc import jobcore
 from testenv import subprocess_env, wait_for
 
 from jobcore.models import JobStatus
 from jobcore.queue import Queue
-from jobcore.testing import make_queue
 
-JOBCORE = [sys.executable, "-m", "jobcore"]
 ENV = {"JOBCORE_PLUGINS": "jobcore_limits_plugin", "JOBCORE_PREFETCH": "4"}
 
 
 def _cli(db: Path | str, *args: str) -> str:
-    done = subprocess.run(
-        [*JOBCORE, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(**ENV),
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return jobcore(db, *args, env=subprocess_env(**ENV)).stdout
 
 
-@pytest.fixture
-def queue(store_db: Path | str) -> Iterator[Queue]:
-    modules = ["jobcore_limits_plugin"]
-    if isinstance(store_db, str):
-        modules.append("jobcore_postgres")
-    made = make_queue(store_db, modules=modules)
-    made.storage.migrate()
-    yield made
-    made.close()
+PLUGIN = "jobcore_limits_plugin"  # the `queue` fixture's job types (tests/operating/conftest.py)
 
 
 def _tally(path: Path) -> dict[str, dict[str, int]]:
@@ -111,6 +90,25 @@ def test_a_queue_limit_set_at_run_time_holds_and_can_be_cleared(
     finally:
         workers.stop()
     assert _tally(tmp_path / "after.db")["queue:narrow"]["peak"] > 2
+
+
+def test_a_limit_set_by_another_process_holds_for_running_workers(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    """Workers that already looked and saw no limit (PostgreSQL: the NOTIFY of the change
+    makes them look again, at once) respect one set at run time from their next claim."""
+    tally = tmp_path / "tally.db"
+    workers = Workers(store_db, tmp_path, 2)
+    try:
+        queue.enqueue("free", {"tally": str(tmp_path / "warm.db")}, queue="runtime")
+        wait_for(lambda: _done(queue, 1), timeout=60)  # both running, idle, no limit seen
+        _cli(store_db, "limit", "runtime", "--concurrency", "2")
+        queue.enqueue_many("free", _payloads(tally, 16, sleep=0.2), queue="runtime")
+        wait_for(lambda: _done(queue, 17), timeout=120)
+    finally:
+        workers.stop()
+    seen = _tally(tally)["queue:runtime"]
+    assert seen["runs"] == 16 and seen["peak"] <= 2
 
 
 def test_a_key_limit_holds_per_key_and_blocks_no_other_key(

@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
-from testenv import subprocess_env
+from hubproc import jobcore
 
-JOBCORE = [sys.executable, "-m", "jobcore"]
-
-
-def run(db: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*JOBCORE, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-    )
+run = partial(jobcore, check=False)  # exits and output are what these tests check
 
 
 def test_pause_resume_queues_and_stats(store_db: Path | str) -> None:

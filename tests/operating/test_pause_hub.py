@@ -5,23 +5,11 @@ a waiting claim is answered once the queue is resumed; stats and /api/queues sho
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from hubproc import Hub, Tokens, make_tokens
+from hubproc import Hub, Tokens
 
 AGENT = {"worker_id": "agent-1"}
-
-
-@pytest.fixture
-def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    try:
-        yield hub, make_tokens(hub, store_db)
-    finally:
-        assert hub.terminate() == 0, hub.output()[-3000:]
 
 
 def test_paused_work_is_not_claimed_by_agents_and_resume_answers_a_waiting_claim(

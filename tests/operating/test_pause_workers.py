@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hubproc import jobcore
 from testenv import subprocess_env, wait_for
 
 from jobcore.queue import Queue
@@ -21,15 +22,7 @@ JOBCORE = [sys.executable, "-m", "jobcore"]
 
 
 def _cli(db: Path | str, *args: str) -> str:
-    done = subprocess.run(
-        [*JOBCORE, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return jobcore(db, *args).stdout
 
 
 def _lines(path: Path) -> int:

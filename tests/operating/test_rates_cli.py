@@ -5,23 +5,12 @@ of options a usage error (exit 2), and neither changes anything."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
-from testenv import subprocess_env
+from hubproc import jobcore
 
-JOBCORE = [sys.executable, "-m", "jobcore"]
-
-
-def _run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*JOBCORE, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-    )
+_run = partial(jobcore, check=False)  # exits and output are what these tests check
 
 
 def test_rate_limit_set_list_clear_and_bad_values(tmp_path: Path) -> None:

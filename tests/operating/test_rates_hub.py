@@ -6,22 +6,11 @@ claims respect them, and a claim waiting on a full window is answered when it op
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from hubproc import Hub, Tokens, make_tokens
+from hubproc import Hub, Tokens
 
 AGENT = {"worker_id": "agent-1"}
-
-
-@pytest.fixture
-def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    try:
-        yield hub, make_tokens(hub, store_db)
-    finally:
-        assert hub.terminate() == 0, hub.output()[-3000:]
 
 
 def test_rate_limits_set_through_the_hub_hold_for_agents(served: tuple[Hub, Tokens]) -> None:
@@ -98,6 +87,12 @@ def test_rate_limits_set_through_the_hub_hold_for_agents(served: tuple[Hub, Toke
         assert held.status_code == 200, held.text
         none = agent.post("/api/jobs/claim", json={**AGENT, "max_jobs": 5, "queues": ["held"]})
         assert none.status_code == 204  # 3 claimable, none claimed: the queue is held
+        [row] = [r for r in admin.get("/api/limits").json()["limits"] if r["name"] == "held"]
+        assert row["used"] == 1 and row["held_until"] is not None  # one start; a hold is none
+        with hub.client(tokens.read) as reader:
+            signed = reader.post("/ui/login", data={"token": tokens.read, "next": "/"})
+            assert signed.status_code == 303, signed.text
+            assert f"1 started, held until {row['held_until']}" in reader.get("/").text
         both = admin.put(
             "/api/types/noop/key-limit", json={"concurrency": 3, "rate": 5, "period": 60}
         )

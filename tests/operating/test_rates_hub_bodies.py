@@ -3,20 +3,7 @@ like are refused (422) and change nothing, where they used to be read as 1 and 5
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from hubproc import Hub, Tokens, make_tokens
-
-
-@pytest.fixture
-def served(store_db: Path | str, tmp_path: Path) -> Iterator[tuple[Hub, Tokens]]:
-    hub = Hub(store_db, "--lease", "30s", logs=tmp_path)
-    try:
-        yield hub, make_tokens(hub, store_db)
-    finally:
-        assert hub.terminate() == 0, hub.output()[-3000:]
+from hubproc import Hub, Tokens
 
 
 def test_limit_bodies_with_booleans_or_text_for_numbers_are_refused(

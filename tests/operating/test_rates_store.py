@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,21 +24,12 @@ from jobcore.rates import (
     push_seconds,
 )
 from jobcore.registry import JobType, JobTypeRegistry, Payload
-from jobcore.testing import make_queue
 
 TYPES = ["rated", "rated_key", "pushy", "unrated"]
 
 
-@pytest.fixture
-def queue(store_db: Path | str) -> Iterator[Queue]:
-    modules = ["jobcore_rates_plugin"]
-    if isinstance(store_db, str):
-        modules.append("jobcore_postgres")
-    made = make_queue(store_db, modules=modules)
-    made.storage.migrate()
-    operating.declare_types(made, TYPES)
-    yield made
-    made.close()
+PLUGIN = "jobcore_rates_plugin"  # the `queue` fixture's job types (tests/operating/conftest.py)
+DECLARED = TYPES
 
 
 def _claim(queue: Queue, limit: int = 500, **filters: Any) -> list[Job]:

@@ -5,44 +5,23 @@ reaches it; an idle worker wakes when the window opens, not at its poll; a handl
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import worker_fleet
+from hubproc import jobcore
 from testenv import subprocess_env, wait_for
 
 from jobcore.queue import Queue
-from jobcore.testing import make_queue
 
-JOBCORE = [sys.executable, "-m", "jobcore"]
 ENV = {"JOBCORE_PLUGINS": "jobcore_rates_plugin", "JOBCORE_PREFETCH": "4"}
 
 
 def _cli(db: Path | str, *args: str) -> str:
-    done = subprocess.run(
-        [*JOBCORE, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(**ENV),
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return jobcore(db, *args, env=subprocess_env(**ENV)).stdout
 
 
-@pytest.fixture
-def queue(store_db: Path | str) -> Iterator[Queue]:
-    modules = ["jobcore_rates_plugin"]
-    if isinstance(store_db, str):
-        modules.append("jobcore_postgres")
-    made = make_queue(store_db, modules=modules)
-    made.storage.migrate()
-    yield made
-    made.close()
+PLUGIN = "jobcore_rates_plugin"  # the `queue` fixture's job types (tests/operating/conftest.py)
 
 
 class Workers(worker_fleet.Workers):

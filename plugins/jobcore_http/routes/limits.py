@@ -9,6 +9,8 @@ it was; a DELETE clears both.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -147,9 +149,9 @@ async def declare_limits(
     named = [limit.name for limit in body.limits] + list(body.unlimited)
     rated = [rate.name for rate in body.rates or ()] + list(body.unrated or ())
     for names in (named, rated):
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ApiError(422, f"type {twice[0]!r} is named twice; give each type once")
+        twice = named_twice(names)
+        if twice is not None:
+            raise ApiError(422, f"type {twice!r} is named twice; give each type once")
     registered = await run_in_threadpool(_registered_types, hub, worker_id)
     if registered is None:
         raise ApiError(
@@ -163,9 +165,7 @@ async def declare_limits(
                 f"only of its registered types ({', '.join(sorted(registered)) or 'none'})",
             )
     allowed = principal.limits.types  # a token limited to some types declares only theirs
-    ignored = sorted(
-        {name for name in named + rated if allowed is not None and name not in allowed}
-    )
+    ignored = {name for name in named + rated if allowed is not None and name not in allowed}
     try:  # all checked before any is written: a bad body changes nothing
         declared: list[Limit] = [
             checked_limit(limit.scope, limit.name, limit.concurrency, "declared")
@@ -187,7 +187,13 @@ async def declare_limits(
             operating.declare_rates, hub.queue, declared_rates, unrated
         )
         changed = changed or changed_rates
-    return {"changed": changed, "ignored": ignored}
+    return {"changed": changed, "ignored": sorted(ignored)}
+
+
+def named_twice(names: Sequence[str]) -> str | None:
+    """The first name in sorted order that `names` holds more than once, if any (one pass)."""
+    counts = Counter(names)
+    return min((name for name, count in counts.items() if count > 1), default=None)
 
 
 def _registered_types(hub: Hub, worker_id: str) -> set[str] | None:
