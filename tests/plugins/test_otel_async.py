@@ -1,9 +1,12 @@
 """otel plugin and `async def` handlers: the process span covers the awaited handler
-(its duration, its exception, its status) on a real worker, spans in an in-memory exporter."""
+(its duration, its exception, its status) on a real worker, spans in an in-memory exporter,
+and a `jobcore run` exporting over OTLP/HTTP ends the span of a job its shutdown caught."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jobcore_test_plugin as tp
@@ -17,8 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
+from otlp_receiver import OtlpReceiver
+from testenv import subprocess_env
 
-from jobcore import Queue
+from jobcore import JobStatus, Queue
 from jobcore.testing import drain
 
 MakeQueue = Callable[..., Queue]
@@ -153,3 +158,45 @@ def test_a_sampled_out_async_job_passes_its_trace_on_to_its_children(
         return str(queue.get(job_id).meta["otel"]["traceparent"].split("-")[1])
 
     assert trace_of(child.id) == trace_of(parent.id)
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver()
+    yield server
+    server.close()
+
+
+def test_a_shutdown_before_an_async_handlers_first_step_still_ends_its_span(
+    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """The shutdown cancels the handler's task before its first step (made certain by
+    `jobcore_async_race_plugin`): the coroutine the otel wrapper returned is never awaited,
+    and its span still ends, once, as cancelled; the job is released, its attempt given back."""
+    db, notes = str(tmp_path / "jobs.db"), str(tmp_path / "notes")
+    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
+    job = producer.enqueue("async_job", {"log": notes, "how": "stop_before_start"}).job
+    env = subprocess_env(
+        JOBCORE_DB=db,
+        JOBCORE_PLUGINS="jobcore_test_plugin,jobcore_async_plugin,jobcore_async_race_plugin",
+        JOBCORE_STOP_GRACE="0.5",
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_METRICS_EXPORTER="none",
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "jobcore", "run", "--shutdown-timeout", "0"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert Path(notes).read_text().split() == ["race-set", job.id]  # the handler never began
+    after = producer.get(job.id)
+    assert (after.status, after.attempts, after.errors) == (JobStatus.PENDING, 0, [])
+    # the worker exited after its last export: everything it sent has arrived
+    process = [span for span in receiver.spans if span["name"] == "process default"]
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
+    assert process[0]["status"] == 2 and process[0]["events"] == ["exception"]  # ERROR
+    assert "never awaited" not in ran.stderr  # the handler's coroutine was closed
