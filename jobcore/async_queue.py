@@ -122,7 +122,7 @@ class AsyncQueue:
         self._bind()
         if not jobs:
             return []
-        native = await self._native_store()
+        native = self._native if self._looked else await self._native_store()
         if conn is not None:
             if native is None:
                 raise StorageError(
