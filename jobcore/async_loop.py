@@ -189,6 +189,10 @@ class AsyncHandlers:
                 task.cancel()
             if pending:  # give cancelled tasks a moment to unwind (a bounded one)
                 self.loop.run_until_complete(asyncio.wait(pending, timeout=0.5))
+            for task in list(self._handlers):  # abandoned: they ignored every cancellation
+                if not task.done():  # closed here, so their `finally` blocks run now (a
+                    with contextlib.suppress(Exception):  # wrapper's span ends before the
+                        task.get_coro().close()  # worker's last export), not at exit
             self.loop.close()
 
     def _shutdown(self) -> None:

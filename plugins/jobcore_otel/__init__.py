@@ -144,14 +144,17 @@ async def _awaited_in(
     then end `span` (if any) with its outcome: the span covers the awaited handler, its
     exception (CancelledError included) and its status."""
     token = otel_context.attach(current)
+    closed = False
     try:
         result = await awaitable
     except BaseException as exc:
+        closed = isinstance(exc, GeneratorExit)
         if span is not None:
             _record_error(span, exc, job_id)
         raise
     finally:
-        otel_context.detach(token)
+        if not closed:  # a close() may come from outside the task's context: nothing to undo
+            otel_context.detach(token)
         if span is not None:
             _end(span, job_id)
     return result

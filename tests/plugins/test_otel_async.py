@@ -4,10 +4,12 @@ and a `jobcore run` exporting over OTLP/HTTP ends the span of a job its shutdown
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import jobcore_test_plugin as tp
 import pytest
@@ -21,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 from otlp_receiver import OtlpReceiver
-from testenv import subprocess_env
+from testenv import subprocess_env, wait_for
 
 from jobcore import JobStatus, Queue
 from jobcore.testing import drain
@@ -167,6 +169,40 @@ def receiver() -> Iterator[OtlpReceiver]:
     server.close()
 
 
+def run_until_sigterm(
+    receiver: OtlpReceiver, db: str, *, plugins: str, signal_when: Callable[[], bool] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`jobcore run --shutdown-timeout 0` exporting to `receiver`, stop grace 0.5s; SIGTERMed
+    once `signal_when()` holds (or by a plugin of its own); ended: every export arrived."""
+    env = subprocess_env(
+        JOBCORE_DB=db,
+        JOBCORE_PLUGINS=f"jobcore_test_plugin,jobcore_async_plugin{plugins}",
+        JOBCORE_STOP_GRACE="0.5",
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_METRICS_EXPORTER="none",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobcore", "run", "--shutdown-timeout", "0"],
+        env=env,
+        cwd=Path(db).parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if signal_when is not None:
+            wait_for(signal_when, timeout=60)
+            proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def process_spans(receiver: OtlpReceiver) -> list[dict[str, Any]]:
+    return [span for span in receiver.spans if span["name"] == "process default"]
+
+
 def test_a_shutdown_before_an_async_handlers_first_step_still_ends_its_span(
     receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
 ) -> None:
@@ -176,27 +212,37 @@ def test_a_shutdown_before_an_async_handlers_first_step_still_ends_its_span(
     db, notes = str(tmp_path / "jobs.db"), str(tmp_path / "notes")
     producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
     job = producer.enqueue("async_job", {"log": notes, "how": "stop_before_start"}).job
-    env = subprocess_env(
-        JOBCORE_DB=db,
-        JOBCORE_PLUGINS="jobcore_test_plugin,jobcore_async_plugin,jobcore_async_race_plugin",
-        JOBCORE_STOP_GRACE="0.5",
-        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
-        OTEL_METRICS_EXPORTER="none",
-    )
-    ran = subprocess.run(
-        [sys.executable, "-m", "jobcore", "run", "--shutdown-timeout", "0"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    ran = run_until_sigterm(receiver, db, plugins=",jobcore_async_race_plugin")
     assert ran.returncode == 0, ran.stderr
     assert Path(notes).read_text().split() == ["race-set", job.id]  # the handler never began
     after = producer.get(job.id)
     assert (after.status, after.attempts, after.errors) == (JobStatus.PENDING, 0, [])
-    # the worker exited after its last export: everything it sent has arrived
-    process = [span for span in receiver.spans if span["name"] == "process default"]
+    process = process_spans(receiver)
     assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
     assert process[0]["status"] == 2 and process[0]["events"] == ["exception"]  # ERROR
     assert "never awaited" not in ran.stderr  # the handler's coroutine was closed
+
+
+def test_a_handler_left_behind_at_shutdown_still_ends_its_span(
+    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """A handler that ignores every cancellation is left behind once its stop grace passed;
+    the worker closes it as its loop ends, so its span ends (once) before the last export."""
+    db, notes = str(tmp_path / "jobs.db"), tmp_path / "notes"
+    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
+    job = producer.enqueue(
+        "async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel"}
+    ).job
+    ran = run_until_sigterm(
+        receiver,
+        db,
+        plugins="",
+        signal_when=lambda: notes.exists() and "start" in notes.read_text(),
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert f"job {job.id}: its async handler ignored cancellation" in ran.stderr
+    assert producer.get(job.id).status is JobStatus.PENDING
+    process = process_spans(receiver)
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
+    assert process[0]["status"] == 2 and process[0]["events"] == ["exception"]  # ERROR
+    assert "Failed to detach context" not in ran.stderr
