@@ -108,7 +108,8 @@ def jobcore_execute_job(job: Job, ctx: JobContext) -> Any:
     is cancelled before its first step (a shutdown), that awaitable is never
     awaited: the worker calls its ``close()`` instead, if it has one, so a
     wrapper that holds something until the handler ends (a span) returns an
-    awaitable whose ``close()`` lets go of it.
+    awaitable whose ``close()`` lets go of it and closes the awaitable it
+    wraps (as the otel plugin's does).
     """
 
 
