@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.inflight import Attempt
 from jobcore.models import Cancelled, Completed, Failed, Outcome, Released
+
+log = logging.getLogger("jobcore.worker")
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -50,10 +53,15 @@ async def run_attempt(
             else:  # wrappers run here, on the loop, around the call that makes the coroutine
                 result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
             if inspect.isawaitable(result):
-                task = asyncio.ensure_future(_contained(result))
+                unbegun = [result]  # emptied by the task's first step
+                task = asyncio.ensure_future(_contained(unbegun))
                 started(task)
                 ctx.on_stop(_canceller(task))  # a timeout, cancel request or shutdown: at once
-                result = await task
+                try:
+                    result = await task
+                finally:
+                    if unbegun and task.done():  # cancelled before its first step
+                        _close_unbegun(unbegun.pop(), job.id)
             result = runner.bounded_result(job, result)
         except GeneratorExit:  # this coroutine closed (the loop ending); the handler's is _Escaped
             raise
@@ -101,12 +109,26 @@ class _Escaped(Exception):
         self.original = original
 
 
-async def _contained(awaitable: Awaitable[Any]) -> Any:
-    """The handler's coroutine, with every BaseException but CancelledError turned into
+def _close_unbegun(awaitable: Awaitable[Any], job_id: str) -> None:
+    """The hook's awaitable, never awaited: its task was cancelled before its first step (a
+    shutdown cancels every handler's task at once). Its `close()` (if any) lets go of what
+    it holds (a wrapper's span, DESIGN §15); for a coroutine, no "never awaited" warning."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # a wrapper's bug; the attempt is judged as cancelled anyway
+            log.exception("job %s: closing its never-started handler raised", job_id)
+
+
+async def _contained(unbegun: list[Awaitable[Any]]) -> Any:
+    """The handler's coroutine (taken from `unbegun` at the first step, so what is left there
+    was never awaited), with every BaseException but CancelledError turned into
     `_Escaped`: a task re-raises SystemExit and KeyboardInterrupt out of the event loop,
     which would end it for every job on it, and a GeneratorExit awaited across tasks
     escapes the `except` that caught it, leaving the attempt unreported and its job
     claimed for good (DESIGN §6: a handler never takes the worker down)."""
+    awaitable = unbegun.pop()
     task = asyncio.current_task()
     try:
         return await awaitable

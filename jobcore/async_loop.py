@@ -189,6 +189,13 @@ class AsyncHandlers:
                 task.cancel()
             if pending:  # give cancelled tasks a moment to unwind (a bounded one)
                 self.loop.run_until_complete(asyncio.wait(pending, timeout=0.5))
+            # handlers left behind (they ignored every cancellation): closed now, so their
+            # `finally` blocks run before the worker's last hooks (a wrapper's span ends
+            # before its export), not at the interpreter's exit
+            for handler in list(self._handlers):
+                if isinstance(handler, asyncio.Task) and not handler.done():
+                    with contextlib.suppress(Exception):  # RuntimeError: ignored GeneratorExit
+                        handler.get_coro().close()
             self.loop.close()
 
     def _shutdown(self) -> None:

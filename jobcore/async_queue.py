@@ -122,7 +122,7 @@ class AsyncQueue:
         self._bind()
         if not jobs:
             return []
-        native = await self._native_store()
+        native = self._native if self._looked else await self._native_store()
         if conn is not None:
             if native is None:
                 raise StorageError(
@@ -143,7 +143,9 @@ class AsyncQueue:
     async def _grouped(self, jobs: Sequence[NewJob]) -> list[Inserted]:
         """On the thread, with the inserts of every other call waiting by then: one
         transaction, one durable commit for all of them (a store without async access
-        commits one at a time, so 1,000 concurrent calls would wait for 1,000 commits)."""
+        commits one at a time, so 1,000 concurrent calls would wait for 1,000 commits).
+        A call cancelled before the thread begins its group's write writes nothing; once
+        it has begun, the jobs commit whether or not anyone awaits the answer."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[list[Inserted]] = loop.create_future()
         self._waiting.append((jobs, answer))
@@ -155,32 +157,38 @@ class AsyncQueue:
         while self._waiting:
             groups, self._waiting = self._waiting, []
             try:
-                results = await self._off(self._insert_groups, [jobs for jobs, _ in groups])
+                results = await self._off(self._insert_groups, groups)
             except BaseException as exc:  # the thread is gone (closed): every caller hears it
                 results = [exc] * len(groups)
             for (_, answer), result in zip(groups, results, strict=True):
                 if answer.done():
-                    continue  # its caller was cancelled; the jobs may be written (module doc)
+                    continue  # its caller was cancelled (written if the thread had begun)
                 if isinstance(result, BaseException):
                     answer.set_exception(result)
                 else:
                     answer.set_result(result)
 
-    def _insert_groups(self, groups: list[Sequence[NewJob]]) -> list[Any]:
+    def _insert_groups(
+        self, groups: list[tuple[Sequence[NewJob], asyncio.Future[list[Inserted]]]]
+    ) -> list[Any]:
         """Each group's inserts (or its error): all in one transaction; if that fails,
-        each group alone, so one call's error is that call's alone."""
-        if len(groups) > 1:
+        each group alone, so one call's error is that call's alone. A group whose caller
+        was cancelled before this began is left out (its result None): nothing written."""
+        results: list[Any] = [None] * len(groups)
+        live = [i for i, (_, answer) in enumerate(groups) if not answer.done()]
+        if len(live) > 1:
             try:
                 with self.queue.transaction():
-                    return [self.queue.insert(jobs) for jobs in groups]
+                    for i in live:
+                        results[i] = self.queue.insert(groups[i][0])
+                return results
             except Exception:
                 log.debug("grouped enqueue failed; each call alone", exc_info=True)
-        results: list[Any] = []
-        for jobs in groups:
+        for i in live:
             try:
-                results.append(self.queue.insert(jobs))
+                results[i] = self.queue.insert(groups[i][0])
             except Exception as exc:
-                results.append(exc)
+                results[i] = exc
         return results
 
     def _after_insert(self, inserted: Sequence[Inserted]) -> None:

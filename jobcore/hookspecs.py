@@ -104,7 +104,12 @@ def jobcore_execute_job(job: Job, ctx: JobContext) -> Any:
     worker's event loop and must not block it: the result (what a wrapper's
     yield returns) is then the handler's coroutine, which the worker awaits
     once the hook returned; to act on the awaited outcome, a wrapper returns
-    a coroutine of its own that awaits the handler's.
+    a coroutine of its own that awaits the handler's. If the handler's task
+    is cancelled before its first step (a shutdown), that awaitable is never
+    awaited: the worker calls its ``close()`` instead, if it has one, so a
+    wrapper that holds something until the handler ends (a span) returns an
+    awaitable whose ``close()`` lets go of it and closes the awaitable it
+    wraps (as the otel plugin's does).
     """
 
 

@@ -19,6 +19,7 @@ otherwise it is one `OtelPlugin` per distinct configuration, shared.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import inspect
 import logging
@@ -143,17 +144,57 @@ async def _awaited_in(
     then end `span` (if any) with its outcome: the span covers the awaited handler, its
     exception (CancelledError included) and its status."""
     token = otel_context.attach(current)
+    closed = False
     try:
         result = await awaitable
     except BaseException as exc:
+        closed = isinstance(exc, GeneratorExit)
         if span is not None:
             _record_error(span, exc, job_id)
         raise
     finally:
-        otel_context.detach(token)
+        if not closed:  # a close() may come from outside the task's context: nothing to undo
+            otel_context.detach(token)
         if span is not None:
             _end(span, job_id)
     return result
+
+
+class _Traced:
+    """An async handler's awaitable under its trace context and process span (or none: sampled
+    out), the wrapper's result: awaiting it runs `_awaited_in`, which ends the span with the
+    awaited outcome. Closed without ever being awaited (jobcore does that when the handler's
+    task was cancelled before its first step: a shutdown), it ends the span as cancelled and
+    closes the handler's coroutine; so each begun attempt's span ends once (DESIGN §15)."""
+
+    __slots__ = ("_awaited", "_handler", "_job_id", "_span")
+
+    def __init__(
+        self, handler: Awaitable[Any], current: Context, span: Span | None, job_id: str
+    ) -> None:
+        self._handler = handler
+        self._span = span
+        self._job_id = job_id
+        self._awaited = _awaited_in(handler, current, span, job_id)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._awaited.__await__()
+
+    def close(self) -> None:
+        """As a coroutine's `close()`; never awaited: the span ends with a CancelledError."""
+        unbegun = inspect.getcoroutinestate(self._awaited) == inspect.CORO_CREATED
+        self._awaited.close()
+        if not unbegun:
+            return  # `_awaited_in` ended the span (or, suspended, ends it at this close)
+        try:
+            close = getattr(self._handler, "close", None)
+            if callable(close):
+                close()  # no "coroutine was never awaited" warning
+        finally:
+            if self._span is not None:
+                cancelled = asyncio.CancelledError("cancelled before the handler began")
+                _record_error(self._span, cancelled, self._job_id)
+                _end(self._span, self._job_id)
 
 
 def _end(span: Span, job_id: str) -> None:
@@ -361,7 +402,7 @@ class OtelPlugin:
             finally:
                 otel_context.detach(token)
             if inspect.isawaitable(result):  # an async handler: current in its task too
-                return _awaited_in(result, parent, None, job.id)
+                return _Traced(result, parent, None, job.id)
             return result
         span = self.tracer.start_span(
             f"process {job.queue}",
@@ -384,7 +425,7 @@ class OtelPlugin:
         if inspect.isawaitable(result):
             # An async handler: the hook returned its coroutine, which the worker awaits
             # later on its loop. The span stays open until that ends (DESIGN §15).
-            return _awaited_in(result, current, span, job.id)
+            return _Traced(result, current, span, job.id)
         span.end()
         return result
 
@@ -411,7 +452,7 @@ class OtelPlugin:
         finally:
             otel_context.detach(token)
         if inspect.isawaitable(result):  # an async handler: the span ends once it is awaited
-            return _awaited_in(result, current, span, job.id)
+            return _Traced(result, current, span, job.id)
         if span is not None:
             _end(span, job.id)
         return result

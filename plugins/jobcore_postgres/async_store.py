@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_loads
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from jobcore.errors import StorageError
+from jobcore.errors import IllegalTransition, StorageError
 from jobcore.models import Job, NewJob
 from jobcore.storage.base import Inserted
 from jobcore.storage.rows import new_row
-from jobcore_postgres.errors import mapped
+from jobcore_postgres.errors import mapped, translate
 from jobcore_postgres.outbox import MAX_PENDING
 from jobcore_postgres.reads import select_jobs
 from jobcore_postgres.rows import _STATUS, json_loads, row_to_job
@@ -164,13 +164,16 @@ class AsyncPostgres:
             await self._ready()
             with mapped(self.storage.where):
                 return await self._insert_on(conn, jobs)
-        pool = await self.pool()
-        with mapped(self.storage.where):
-            # getconn/putconn rather than `pool.connection()`: its context managers (and
-            # the connection's, a COMMIT call with nothing to commit in autocommit) cost
-            # an awaited enqueue about twice the checkout itself. putconn brings the
-            # connection back as they would: idle to the pool; mid-statement (cancelled)
-            # or broken, closed and replaced.
+        pool = self._pool
+        if pool is None or self._loop is not asyncio.get_running_loop():
+            pool = await self.pool()
+        # `mapped`'s translation written out (no context manager object per call), and
+        # getconn/putconn rather than `pool.connection()`: its context managers (and the
+        # connection's, a COMMIT call with nothing to commit in autocommit) cost an awaited
+        # enqueue about twice the checkout itself. putconn brings the connection back as
+        # they would: idle to the pool; mid-statement (cancelled) or broken, closed and
+        # replaced.
+        try:
             pooled = await pool.getconn()
             try:
                 if len(jobs) == 1 or all(j.idempotency_key is None for j in jobs):
@@ -179,7 +182,14 @@ class AsyncPostgres:
                 async with pooled.transaction():
                     return await self._insert_on(pooled, jobs)
             finally:
-                await self._give_back(pool, pooled)
+                lost = pooled.closed
+                await pool.putconn(pooled)
+                if lost:  # as `_give_back`
+                    await self._check_pool(pool)
+        except (StorageError, IllegalTransition):
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc, self.storage.where) from exc
 
     async def _insert_on(
         self,

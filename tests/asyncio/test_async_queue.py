@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import apsw
 import pytest
 
 from jobcore import AsyncQueue, IllegalTransition, InvalidPayload, JobNotFound, JobStatus, Queue
@@ -137,3 +139,52 @@ def test_a_second_running_loop_is_refused_not_left_hanging(queue: Queue) -> None
     asyncio.run(aq.enqueue("noop", {}))
     asyncio.run(aq.aclose())
     assert queue.storage.count_by_status().get("pending") == 2
+
+
+def _writing_on_the_thread() -> bool:
+    """The AsyncQueue's thread is inside its grouped write (SQLite)."""
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        if thread.name.startswith("jobcore-async-queue_"):  # not the teller's
+            frame = frames.get(thread.ident or 0)
+            while frame is not None:
+                if frame.f_code.co_name == "_insert_groups":
+                    return True
+                frame = frame.f_back
+    return False
+
+
+def test_a_cancelled_enqueue_still_waiting_for_the_thread_writes_nothing(sqlite_url: str) -> None:
+    """SQLite: a call cancelled while its jobs wait for the AsyncQueue's thread writes
+    nothing; one whose write the thread had begun commits all the same (docs/asyncio.md)."""
+    queue = make_queue(sqlite_url)
+    queue.storage.migrate()
+
+    async def main() -> None:
+        async with AsyncQueue(queue=queue) as aq:
+            await aq.enqueue("noop", {"sleep": 0.0})  # the store open
+            locker = apsw.Connection(sqlite_url)  # the store's SQLite (locks in one process)
+            try:
+                locker.execute("BEGIN IMMEDIATE")  # the thread's next write waits for this
+                begun = asyncio.ensure_future(aq.enqueue("noop", {"sleep": 0.001}))
+                while not _writing_on_the_thread():
+                    await asyncio.sleep(0.005)
+                first = aq._committer
+                waiting = asyncio.ensure_future(aq.enqueue("noop", {"sleep": 0.002}))
+                while aq._committer is first or aq._waiting:  # handed to the busy thread
+                    await asyncio.sleep(0.005)
+                for task in (waiting, begun):
+                    task.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await task
+            finally:
+                locker.execute("ROLLBACK")
+                locker.close()
+            await aq.enqueue("noop", {"sleep": 0.003})  # after both groups
+
+    asyncio.run(main())
+    try:
+        sleeps = sorted(job.payload["sleep"] for job in queue.list_jobs(limit=10))
+        assert sleeps == [0.0, 0.001, 0.003]
+    finally:
+        queue.close()

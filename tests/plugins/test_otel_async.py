@@ -1,10 +1,15 @@
 """otel plugin and `async def` handlers: the process span covers the awaited handler
-(its duration, its exception, its status) on a real worker, spans in an in-memory exporter."""
+(its duration, its exception, its status) on a real worker, spans in an in-memory exporter,
+and a `jobcore run` exporting over OTLP/HTTP ends the span of a job its shutdown caught."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import jobcore_test_plugin as tp
 import pytest
@@ -17,8 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
+from otlp_receiver import OtlpReceiver
+from testenv import subprocess_env, wait_for
 
-from jobcore import Queue
+from jobcore import JobStatus, Queue
 from jobcore.testing import drain
 
 MakeQueue = Callable[..., Queue]
@@ -153,3 +160,89 @@ def test_a_sampled_out_async_job_passes_its_trace_on_to_its_children(
         return str(queue.get(job_id).meta["otel"]["traceparent"].split("-")[1])
 
     assert trace_of(child.id) == trace_of(parent.id)
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver()
+    yield server
+    server.close()
+
+
+def run_until_sigterm(
+    receiver: OtlpReceiver, db: str, *, plugins: str, signal_when: Callable[[], bool] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`jobcore run --shutdown-timeout 0` exporting to `receiver`, stop grace 0.5s; SIGTERMed
+    once `signal_when()` holds (or by a plugin of its own); ended: every export arrived."""
+    env = subprocess_env(
+        JOBCORE_DB=db,
+        JOBCORE_PLUGINS=f"jobcore_test_plugin,jobcore_async_plugin{plugins}",
+        JOBCORE_STOP_GRACE="0.5",
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_METRICS_EXPORTER="none",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobcore", "run", "--shutdown-timeout", "0"],
+        env=env,
+        cwd=Path(db).parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if signal_when is not None:
+            wait_for(signal_when, timeout=60)
+            proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def process_spans(receiver: OtlpReceiver) -> list[dict[str, Any]]:
+    return [span for span in receiver.spans if span["name"] == "process default"]
+
+
+def test_a_shutdown_before_an_async_handlers_first_step_still_ends_its_span(
+    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """The shutdown cancels the handler's task before its first step (made certain by
+    `jobcore_async_race_plugin`): the coroutine the otel wrapper returned is never awaited,
+    and its span still ends, once, as cancelled; the job is released, its attempt given back."""
+    db, notes = str(tmp_path / "jobs.db"), str(tmp_path / "notes")
+    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
+    job = producer.enqueue("async_job", {"log": notes, "how": "stop_before_start"}).job
+    ran = run_until_sigterm(receiver, db, plugins=",jobcore_async_race_plugin")
+    assert ran.returncode == 0, ran.stderr
+    assert Path(notes).read_text().split() == ["race-set", job.id]  # the handler never began
+    after = producer.get(job.id)
+    assert (after.status, after.attempts, after.errors) == (JobStatus.PENDING, 0, [])
+    process = process_spans(receiver)
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
+    assert process[0]["status"] == 2 and process[0]["events"] == ["exception"]  # ERROR
+    assert "never awaited" not in ran.stderr  # the handler's coroutine was closed
+
+
+def test_a_handler_left_behind_at_shutdown_still_ends_its_span(
+    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """A handler that ignores every cancellation is left behind once its stop grace passed;
+    the worker closes it as its loop ends, so its span ends (once) before the last export."""
+    db, notes = str(tmp_path / "jobs.db"), tmp_path / "notes"
+    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
+    job = producer.enqueue(
+        "async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel"}
+    ).job
+    ran = run_until_sigterm(
+        receiver,
+        db,
+        plugins="",
+        signal_when=lambda: notes.exists() and "start" in notes.read_text(),
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert f"job {job.id}: its async handler ignored cancellation" in ran.stderr
+    assert producer.get(job.id).status is JobStatus.PENDING
+    process = process_spans(receiver)
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
+    assert process[0]["status"] == 2 and process[0]["events"] == ["exception"]  # ERROR
+    assert "Failed to detach context" not in ran.stderr
