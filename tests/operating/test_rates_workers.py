@@ -1,7 +1,7 @@
 """Rate limits with real worker processes on SQLite and PostgreSQL (DESIGN §16): measured
 from the jobs' `claimed_at`, no sliding window holds more than the rate while throughput
-reaches it (also over a minute of work); an idle worker wakes when the window opens, not at its poll; a handler's
-`RetryAfter(s, limit=True)` holds the whole limit back."""
+reaches it (also over a minute of work); an idle worker wakes when the window opens, not
+at its poll; a handler's `RetryAfter(s, limit=True)` holds the whole limit back."""
 
 from __future__ import annotations
 
