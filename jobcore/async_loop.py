@@ -425,6 +425,26 @@ class LoopThread:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(task.cancel)
 
+    def close(self, timeout: float = 2.0) -> None:
+        """Close the handlers left behind (they ignored every cancellation), on the loop,
+        so their `finally` blocks run now (a wrapper's span ends before the SDK's last
+        export), not when the process exits. For the end of the caller's run."""
+        with self._lock:
+            loop = self._loop
+        if loop is None:
+            return
+
+        async def close_left() -> None:
+            for task in list(self._tasks.values()):
+                if not task.done() and isinstance(task, asyncio.Task):
+                    with contextlib.suppress(Exception):
+                        task.get_coro().close()  # type: ignore[union-attr]
+
+        try:
+            asyncio.run_coroutine_threadsafe(close_left(), loop).result(timeout)
+        except Exception as exc:  # the loop is blocked by a handler: say so, exit anyway
+            log.warning("could not close the async handlers left behind: %r", exc)
+
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:

@@ -226,6 +226,7 @@ class Agent:
                     thread.join(timeout=5)
             self._save_ready()  # settled after the reporter's last batch: kept for the next run
             self._outbox_call(self.outbox.close)
+            self.loop.close()  # async handlers left behind end now, their spans with them
 
     def _finish(self) -> int:
         if self._fatal is not None:

@@ -69,3 +69,35 @@ def test_an_agents_async_handler_span_covers_the_awaited_handler(
         assert agent.wait() == 0
     finally:
         agent.kill()
+
+
+def test_an_agents_handler_left_behind_at_shutdown_still_ends_its_span(
+    hub: Hub, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """An async handler that ignores every cancellation is left behind once its stop grace
+    passed; the agent closes it before it exits, so its span ends (once, ERROR) and is
+    exported by the SDK's last flush instead of being lost with the process."""
+    notes = tmp_path / "notes"
+    job = hub.enqueue("async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel"})
+    agent = Agent(
+        hub,
+        "a1",
+        extra=("--shutdown-timeout", "0"),
+        env_extra={
+            **PLUGINS,
+            "JOBCORE_STOP_GRACE": "0.5",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_METRICS_EXPORTER": "none",
+        },
+    )
+    try:
+        wait_until(lambda: notes.exists() and "start" in notes.read_text())
+        agent.signal(signal.SIGTERM)
+        assert agent.wait() == 0, agent.log()
+    finally:
+        agent.kill()
+    assert "its slot is given up" in agent.log()
+    process = [span for span in receiver.spans if span["name"].startswith("process ")]
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job["id"]]
+    assert process[0]["status"] == ERROR and process[0]["events"] == ["exception"]
+    assert "Failed to detach context" not in agent.log()
