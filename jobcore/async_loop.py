@@ -438,7 +438,7 @@ class LoopThread:
             for task in list(self._tasks.values()):
                 if not task.done() and isinstance(task, asyncio.Task):
                     with contextlib.suppress(Exception):
-                        task.get_coro().close()  # type: ignore[union-attr]
+                        task.get_coro().close()
 
         try:
             asyncio.run_coroutine_threadsafe(close_left(), loop).result(timeout)
