@@ -860,6 +860,13 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                 self._rate_opens = opens
                 return recorded, self._limited_jobs(rows, later)
 
+            if _has_children(checked):
+                # children go in under a savepoint, which needs an explicit transaction: in
+                # the implicit one psycopg would BEGIN and COMMIT (or ROLLBACK) around them,
+                # ending the transaction, and the advisory lock, before the claim
+                with self._batch() as conn:
+                    sent = send_limited(conn)
+                return committed(conn, sent)
             return self._one_trip(send_limited, committed)
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
