@@ -5,13 +5,16 @@ outcome cannot go in, and when the connection dies before the commit."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 
 import psycopg
 from jobcore_postgres.storage import PostgresStorage
 from pg_testing import new_job
 
-from jobcore.models import Completed, JobStatus, Lease
+from jobcore.models import Completed, Job, JobStatus, Lease
 
 Factory = Callable[..., PostgresStorage]
 
@@ -69,3 +72,56 @@ def test_an_outcome_beside_a_child_that_cannot_go_in_stays_recorded(
         stored = storage.get(answer.job.id)
         assert stored is not None and stored.status is answer.job.status
     assert [job.id for job in claimed] == [taken.id]
+
+
+def test_racing_limited_commits_never_hold_more_than_a_limit(
+    pg_storage_factory: Factory, pg_url: str
+) -> None:
+    # claimers on connections of their own, completing what they hold (some with a child)
+    # in the commit that claims again, while another connection counts the claimed rows
+    limits = {("type", "noop"): 2, ("queue", "q1"): 2, ("type", "other"): 3}
+    admin = pg_storage_factory()
+    for (scope, name), concurrency in limits.items():
+        admin.set_limit(scope, name, concurrency)
+    kinds = [(t, q) for t in ("noop", "other", "free") for q in ("q1", "q2")]
+    admin.insert([new_job(t, q) for t, q in kinds for _ in range(40)])
+    stop, over, failed = threading.Event(), [], []
+
+    def count() -> None:
+        with psycopg.connect(admin.target.conninfo, autocommit=True) as conn:
+            while not stop.is_set():
+                held: Counter[tuple[str, str]] = Counter()
+                for queue, type_, n in conn.execute(
+                    f"SELECT queue, type, count(*) FROM {admin.schema}.jobs "
+                    "WHERE status = 'claimed' GROUP BY queue, type"
+                ):
+                    held["queue", queue] += n
+                    held["type", type_] += n
+                over.extend((pair, held[pair]) for pair, cap in limits.items() if held[pair] > cap)
+
+    def claimer(i: int) -> None:
+        storage = PostgresStorage(pg_url, pool_min=1, pool_max=1)
+        held: list[Job] = []
+        try:
+            while not stop.is_set():
+                kids = [(new_job("free", "q2"),) if j.type == "noop" else () for j in held]
+                done = [Completed(Lease.of(j), None, c) for j, c in zip(held, kids, strict=True)]
+                _, held = storage.commit_batch(
+                    done, worker=f"w{i}", claim_limit=1 + i % 4, lease_ms=60_000
+                )
+            storage.record([Completed(Lease.of(j), None) for j in held])
+        except Exception as exc:  # pragma: no cover - shown by the assertion below
+            failed.append(exc)
+        finally:
+            storage.close()
+
+    threads = [threading.Thread(target=count)]
+    threads += [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    time.sleep(3)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert not failed and not over, (failed, over[:5])
+    assert admin.count_by_status().get("claimed", 0) == 0
