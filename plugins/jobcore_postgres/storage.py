@@ -450,20 +450,29 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
 
         No BEGIN or COMMIT: the statements before a pipeline's Sync are one implicit
         transaction, committed at the Sync, or rolled back whole if one fails. A
-        `send` that raises queues a ROLLBACK first, so that Sync commits nothing.
+        `send` that raises queues a ROLLBACK first, so that Sync commits nothing; a
+        pipeline that failed closes its connection (see below).
         Inside an open transaction both run in it.
         """
         if getattr(self._local, "tx", None) is not None:
             with self._write() as conn:
                 return collect(conn, send(conn))
         with self._outermost() as conn:
-            with conn.pipeline():
-                try:
-                    sent = send(conn)
-                except BaseException:
-                    with suppress(psycopg.Error):  # failing, the pipeline commits nothing
-                        conn.execute("ROLLBACK")
-                    raise
+            try:
+                with conn.pipeline():
+                    try:
+                        sent = send(conn)
+                    except BaseException:
+                        with suppress(psycopg.Error):  # failing, the pipeline commits nothing
+                            conn.execute("ROLLBACK")
+                        raise
+            except BaseException:
+                # psycopg counts a statement prepared once it sent its Parse, though the
+                # server skips what follows an error up to the Sync: the connection would
+                # then name a statement that does not exist at every later use of it.
+                # Closed, the pool replaces it (a transaction block clears them instead)
+                conn.close()
+                raise
             return collect(conn, sent)
 
     @contextmanager

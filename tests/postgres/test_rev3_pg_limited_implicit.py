@@ -11,9 +11,11 @@ from collections import Counter
 from collections.abc import Callable
 
 import psycopg
+import pytest
 from jobcore_postgres.storage import PostgresStorage
 from pg_testing import new_job
 
+from jobcore.errors import StorageError
 from jobcore.models import Completed, Job, JobStatus, Lease
 
 Factory = Callable[..., PostgresStorage]
@@ -125,3 +127,43 @@ def test_racing_limited_commits_never_hold_more_than_a_limit(
         thread.join()
     assert not failed and not over, (failed, over[:5])
     assert admin.count_by_status().get("claimed", 0) == 0
+
+
+@pytest.mark.parametrize("limited", [True, False], ids=["limited", "plain"])
+def test_a_refused_commit_leaves_its_connection_usable(
+    pg_storage_factory: Factory, limited: bool
+) -> None:
+    # an outcome the store refuses (a trigger) aborts the commit's pipeline: the statements
+    # after it are skipped, among them, once, one psycopg asks the server to prepare; the
+    # store's only connection must still work for the commits after (DESIGN §6)
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    if limited:
+        storage.set_limit("type", "noop", 50)
+    refused, *fine = (new_job() for _ in range(4))
+    storage.insert([refused, *fine])
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION {storage.schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF new.id = '{refused.id}' AND new.status = 'completed' THEN "
+            "RAISE EXCEPTION 'refused by a trigger'; END IF; RETURN new; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER refuse BEFORE UPDATE ON {storage.schema}.jobs "
+            f"FOR EACH ROW EXECUTE FUNCTION {storage.schema}.refuse()"
+        )
+    held = {job.id: job for job in storage.claim(worker="w", limit=4, lease_ms=60_000)}
+    for _ in range(8):  # past psycopg's prepare threshold (5) for every statement
+        with pytest.raises(StorageError, match="refused by a trigger"):
+            storage.commit_batch(
+                [Completed(Lease.of(held[refused.id]), None)],
+                worker="w",
+                claim_limit=1,
+                lease_ms=60_000,
+            )
+    for job in fine:
+        recorded, claimed = storage.commit_batch(
+            [Completed(Lease.of(held[job.id]), None)], worker="w", claim_limit=1, lease_ms=60_000
+        )
+        assert [r.state for r in recorded] == ["recorded"] and claimed == []
+    stored = storage.get(refused.id)
+    assert stored is not None and stored.status is JobStatus.CLAIMED  # rolled back whole
