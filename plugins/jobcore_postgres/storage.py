@@ -211,6 +211,22 @@ class _Batch:
     marked: psycopg.Cursor[Any] | None = None
 
 
+def _forget_prepared(conn: Conn) -> None:
+    """After a failed pipeline: forget (and deallocate) `conn`'s prepared statements.
+
+    psycopg counts a statement prepared once it queued its Parse, but the server skips
+    what follows an error up to the Sync: every later use of that statement on `conn`
+    would fail ("prepared statement _pg3_N does not exist"). A transaction block's
+    rollback clears them the same way (psycopg's `Transaction`); without the cache to
+    clear (another psycopg), the connection is closed and the pool replaces it.
+    """
+    prepared = getattr(conn, "_prepared", None)
+    if prepared is not None and callable(getattr(prepared, "clear", None)):
+        prepared.clear()  # psycopg sends DEALLOCATE ALL with the connection's next statement
+    else:  # pragma: no cover - psycopg without its statement cache
+        conn.close()
+
+
 _Limited = tuple[list[Recorded], list[Any], "psycopg.Cursor[Any] | None", "int | None"]
 """A limited group commit before its Sync: recorded, rows, rows read after it, rate opens."""
 
@@ -451,7 +467,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         No BEGIN or COMMIT: the statements before a pipeline's Sync are one implicit
         transaction, committed at the Sync, or rolled back whole if one fails. A
         `send` that raises queues a ROLLBACK first, so that Sync commits nothing; a
-        pipeline that failed closes its connection (see below).
+        failed pipeline leaves no prepared statement behind (`_forget_prepared`).
         Inside an open transaction both run in it.
         """
         if getattr(self._local, "tx", None) is not None:
@@ -467,11 +483,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                             conn.execute("ROLLBACK")
                         raise
             except BaseException:
-                # psycopg counts a statement prepared once it sent its Parse, though the
-                # server skips what follows an error up to the Sync: the connection would
-                # then name a statement that does not exist at every later use of it.
-                # Closed, the pool replaces it (a transaction block clears them instead)
-                conn.close()
+                _forget_prepared(conn)
                 raise
             return collect(conn, sent)
 
