@@ -5,15 +5,19 @@ outcome cannot go in, and when the connection dies before the commit."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
 from pg_testing import new_job
+from testenv import subprocess_env
 
 from jobcore.errors import StorageError
 from jobcore.models import Completed, Job, JobStatus, Lease
@@ -167,3 +171,35 @@ def test_a_refused_commit_leaves_its_connection_usable(
         assert [r.state for r in recorded] == ["recorded"] and claimed == []
     stored = storage.get(refused.id)
     assert stored is not None and stored.status is JobStatus.CLAIMED  # rolled back whole
+
+
+def test_a_worker_until_empty_drains_past_a_refused_commit(
+    pg_storage_factory: Factory, pg_url: str, tmp_path: Path
+) -> None:
+    # the refused group commit is recorded apart and claims nothing: that says nothing of
+    # what is left, and `--until-empty` must not stop with runnable jobs pending
+    storage = pg_storage_factory()
+    storage.set_limit("type", "record", 1)  # when it is refused, nothing else is held
+    jobs = [new_job("record", payload={"log": str(tmp_path / "runs.log")}) for _ in range(30)]
+    storage.insert(jobs)
+    refused = jobs[5]
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION {storage.schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF new.id = '{refused.id}' AND new.status = 'completed' THEN "
+            "RAISE EXCEPTION 'refused by a trigger'; END IF; RETURN new; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER refuse BEFORE UPDATE ON {storage.schema}.jobs "
+            f"FOR EACH ROW EXECUTE FUNCTION {storage.schema}.refuse()"
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "jobcore", "run", "--until-empty", "--concurrency", "1"],
+        env=subprocess_env(JOBCORE_DB=pg_url),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert storage.count_by_status() == {"completed": 29, "failed": 1}, done.stderr[-2000:]
