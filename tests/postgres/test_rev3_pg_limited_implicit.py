@@ -1,7 +1,8 @@
 """A worker's commit under concurrency limits (DESIGN §16) on PostgreSQL is one transaction:
 its outcomes, the limits' advisory lock and the claim commit or roll back together, also
 when an outcome inserts children (`Completed.children`, a savepoint of its own), when an
-outcome cannot go in, and when the connection dies before the commit."""
+outcome cannot go in, and when the connection dies before the commit; a refused commit
+leaves its connection usable, and a worker draining `--until-empty` goes on past it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -203,3 +205,38 @@ def test_a_worker_until_empty_drains_past_a_refused_commit(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert storage.count_by_status() == {"completed": 29, "failed": 1}, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("scopes", [1, 2], ids=["one-statement", "rounds"])
+def test_a_connection_lost_before_the_sync_commits_neither_outcome_nor_claim(
+    pg_storage_factory: Factory, monkeypatch: pytest.MonkeyPatch, scopes: int
+) -> None:
+    # the claim's rows already read back (rounds) or queued (one statement), the server
+    # drops the connection before the Sync: the outcome and the claim are lost together
+    import jobcore_postgres.limits as limits
+
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    storage.set_limit("type", "noop", 3)
+    if scopes == 2:
+        storage.set_limit("queue", "default", 3)
+    storage.insert([new_job() for _ in range(4)])
+    [held] = storage.claim(worker="w", limit=1, lease_ms=60_000)
+    claim_limited = limits.claim_limited
+
+    def then_drop(reads: Any, *args: Any) -> list[Any]:
+        rows = claim_limited(reads, *args)
+        with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (reads.conn.info.backend_pid,))
+        return rows
+
+    monkeypatch.setattr(limits, "claim_limited", then_drop)
+    with pytest.raises(StorageError):
+        storage.commit_batch(
+            [Completed(Lease.of(held), None)], worker="w", claim_limit=5, lease_ms=60_000
+        )
+    monkeypatch.setattr(limits, "claim_limited", claim_limited)
+    assert storage.count_by_status() == {"claimed": 1, "pending": 3}
+    recorded, claimed = storage.commit_batch(
+        [Completed(Lease.of(held), None)], worker="w", claim_limit=5, lease_ms=60_000
+    )
+    assert [r.state for r in recorded] == ["recorded"] and len(claimed) == 3
