@@ -322,8 +322,8 @@ class Worker:
                         claimed = self._commit(
                             free if want_claim else 0, promote=promote, look_ahead=ahead
                         )
-                        if want_claim:
-                            self._maybe_more = (
+                        if want_claim:  # None: refused, nothing claimed nor looked at
+                            self._maybe_more = claimed is None or (
                                 claimed == min(free, self.claim_batch) and claimed > 0
                             )
                         # Children committed with their parent may be claimable now, though
@@ -509,8 +509,9 @@ class Worker:
 
     # -- database steps ------------------------------------------------------------
 
-    def _commit(self, claim_limit: int, *, promote: bool, look_ahead: bool = False) -> int:
-        """Record decided outcomes and claim up to `claim_limit` jobs in one transaction."""
+    def _commit(self, claim_limit: int, *, promote: bool, look_ahead: bool = False) -> int | None:
+        """Record decided outcomes and claim up to `claim_limit` jobs in one transaction: the
+        number claimed, None if the store refused it (recorded apart, no claim ran)."""
         batch = list(self._unrecorded)
         # Starts are marked once an executor took the job (never by the claim itself, so
         # a worker dying before its executors take the jobs charges them nothing), and
@@ -526,7 +527,7 @@ class Worker:
             look_ahead=look_ahead,
         )
         if committed is None:  # refused: recorded apart, nothing claimed
-            return 0
+            return None
         recorded, claimed = committed
         self._committed_at = time.monotonic()
         self._unrecorded = []

@@ -211,6 +211,22 @@ class _Batch:
     marked: psycopg.Cursor[Any] | None = None
 
 
+def _forget_prepared(conn: Conn) -> None:
+    """After a failed pipeline: forget (and deallocate) `conn`'s prepared statements.
+
+    psycopg counts a statement prepared once it queued its Parse, but the server skips
+    what follows an error up to the Sync: every later use of that statement on `conn`
+    would fail ("prepared statement _pg3_N does not exist"). A transaction block's
+    rollback clears them the same way (psycopg's `Transaction`); without the cache to
+    clear (another psycopg), the connection is closed and the pool replaces it.
+    """
+    prepared = getattr(conn, "_prepared", None)
+    if prepared is not None and callable(getattr(prepared, "clear", None)):
+        prepared.clear()  # psycopg sends DEALLOCATE ALL with the connection's next statement
+    else:  # pragma: no cover - psycopg without its statement cache
+        conn.close()
+
+
 _Limited = tuple[list[Recorded], list[Any], "psycopg.Cursor[Any] | None", "int | None"]
 """A limited group commit before its Sync: recorded, rows, rows read after it, rate opens."""
 
@@ -450,20 +466,25 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
 
         No BEGIN or COMMIT: the statements before a pipeline's Sync are one implicit
         transaction, committed at the Sync, or rolled back whole if one fails. A
-        `send` that raises queues a ROLLBACK first, so that Sync commits nothing.
+        `send` that raises queues a ROLLBACK first, so that Sync commits nothing; a
+        failed pipeline leaves no prepared statement behind (`_forget_prepared`).
         Inside an open transaction both run in it.
         """
         if getattr(self._local, "tx", None) is not None:
             with self._write() as conn:
                 return collect(conn, send(conn))
         with self._outermost() as conn:
-            with conn.pipeline():
-                try:
-                    sent = send(conn)
-                except BaseException:
-                    with suppress(psycopg.Error):  # failing, the pipeline commits nothing
-                        conn.execute("ROLLBACK")
-                    raise
+            try:
+                with conn.pipeline():
+                    try:
+                        sent = send(conn)
+                    except BaseException:
+                        with suppress(psycopg.Error):  # failing, the pipeline commits nothing
+                            conn.execute("ROLLBACK")
+                        raise
+            except BaseException:
+                _forget_prepared(conn)
+                raise
             return collect(conn, sent)
 
     @contextmanager
@@ -860,6 +881,13 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                 self._rate_opens = opens
                 return recorded, self._limited_jobs(rows, later)
 
+            if _has_children(checked):
+                # children go in under a savepoint, which needs an explicit transaction: in
+                # the implicit one psycopg would BEGIN and COMMIT (or ROLLBACK) around them,
+                # ending the transaction, and the advisory lock, before the claim
+                with self._batch() as conn:
+                    sent = send_limited(conn)
+                return committed(conn, sent)
             return self._one_trip(send_limited, committed)
         if _has_children(checked):  # children go in with their parent: collect before COMMIT
             with self._batch() as conn:
