@@ -160,3 +160,17 @@ def limit_rows(queue: Queue) -> list[dict[str, Any]]:
     """Each limit with how many jobs it holds claimed now (for a key limit: its keys at
     the limit)."""
     return concurrency.limit_rows(queue.storage)
+
+
+def waits_for_a_slot(queue: Queue, queues: Sequence[str], types: Sequence[str]) -> bool:
+    """Whether a pending job of these queues and types, in no paused queue or type, waits
+    while concurrency limits exist: held back by a slot a job running elsewhere frees, it
+    is not "nothing runnable" for a worker draining `--until-empty`."""
+    storage = queue.storage
+    if not storage.limits():
+        return False
+    paused = {(pause.kind, pause.name) for pause in storage.pauses()}
+    pending = storage.list_jobs(statuses=["pending"], queues=queues, types=types, limit=100)
+    return any(
+        ("queue", job.queue) not in paused and ("type", job.type) not in paused for job in pending
+    )

@@ -409,7 +409,9 @@ class Worker:
             return True
         if self.max_jobs is not None and self.finished >= self.max_jobs:
             return True
-        return self.until_empty and not self._maybe_more and self.keeper.swept_once
+        if not self.until_empty or self._maybe_more or not self.keeper.swept_once:
+            return False
+        return not operating.waits_for_a_slot(self.queue, self.queues, self.types)  # §16
 
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.

@@ -210,3 +210,21 @@ def test_keys_from_a_field_or_a_callable() -> None:
         key_of("t", "customer", _Keyed(customer="x" * (MAX_KEY + 1)))
     with pytest.raises(InvalidPayload, match="text or a whole number"):
         key_of("t", lambda p: [1], _Keyed())
+
+
+def test_a_pending_job_waits_for_a_slot_unless_paused_or_not_the_workers(queue: Queue) -> None:
+    # what keeps a worker draining `--until-empty` from calling the queue empty (§16)
+    _enqueue(queue, "free", 1, queue="q")
+    assert operating.waits_for_a_slot(queue, (), ())
+    assert operating.waits_for_a_slot(queue, ("q",), ("free",))
+    assert not operating.waits_for_a_slot(queue, ("other",), ())
+    assert not operating.waits_for_a_slot(queue, (), ("limited",))
+    operating.pause(queue, "queue", "q")
+    assert not operating.waits_for_a_slot(queue, (), ())  # paused: not runnable at all
+    operating.resume(queue, "queue", "q")
+    operating.pause(queue, "type", "free")
+    assert not operating.waits_for_a_slot(queue, (), ())
+    operating.resume(queue, "type", "free")
+    operating.declare_limits(queue, [], ["limited", "per_customer", "free"])
+    assert queue.storage.limits() == []
+    assert not operating.waits_for_a_slot(queue, (), ())  # no limit: nothing holds it back

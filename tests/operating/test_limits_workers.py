@@ -168,3 +168,28 @@ def test_a_killed_holder_gives_its_slot_back_with_its_lease(
     lease_end = queue.get(held.id).claimed_at  # the held job's claim, plus its 2 s lease
     assert lease_end is not None and claimed_at >= lease_end + 2000
     assert claimed_at >= killed_at
+
+
+def test_until_empty_waits_for_a_slot_another_worker_holds(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    # one slot for the queue; a worker of another type holds it when an `--until-empty`
+    # worker of `free` first looks: its jobs wait for the slot, they are not "nothing
+    # runnable" (it used to exit with them pending: no other worker claims that type)
+    tally, started = tmp_path / "tally.db", tmp_path / "started"
+    _cli(store_db, "limit", "shared", "--concurrency", "1")
+    payload = {"tally": str(tally), "sleep": 3, "touch": str(started)}
+    queue.enqueue("limited", payload, queue="shared")
+    frees = queue.enqueue_many("free", _payloads(tally, 3, sleep=0.1), queue="shared")
+    holder = Workers(store_db, tmp_path, 1, "--type", "limited")
+    try:
+        wait_for(started.exists, timeout=60)
+        (tmp_path / "drainer").mkdir()
+        drainer = Workers(store_db, tmp_path / "drainer", 1, "--type", "free", "--until-empty")
+        try:
+            assert drainer.procs[0].wait(timeout=120) == 0
+        finally:
+            drainer.stop()
+    finally:
+        holder.stop()
+    assert {queue.get(made.job.id).status for made in frees} == {JobStatus.COMPLETED}
