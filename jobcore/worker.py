@@ -411,7 +411,11 @@ class Worker:
             return True
         if not self.until_empty or self._maybe_more or not self.keeper.swept_once:
             return False
-        return not operating.waits_for_a_slot(self.queue, self.queues, self.types)  # §16
+        try:  # §16: pending jobs held back by a concurrency limit are runnable soon
+            return not operating.waits_for_a_slot(self.queue, self.queues, self.types)
+        except Exception as exc:  # the store is unwell: not done, the loop backs off
+            self._db_failed(exc)
+        return False
 
     def _wait(self, *deadlines: float | None) -> None:
         """Sleep until a deadline, an in-process event, or another connection's commit.
@@ -512,8 +516,8 @@ class Worker:
     # -- database steps ------------------------------------------------------------
 
     def _commit(self, claim_limit: int, *, promote: bool, look_ahead: bool = False) -> int | None:
-        """Record decided outcomes and claim up to `claim_limit` jobs in one transaction: the
-        number claimed, None if the store refused it (recorded apart, no claim ran)."""
+        """Record outcomes and claim up to `claim_limit` jobs in one transaction: how many
+        were claimed; None if the store refused it (recorded apart, no claim ran)."""
         batch = list(self._unrecorded)
         # Starts are marked once an executor took the job (never by the claim itself, so
         # a worker dying before its executors take the jobs charges them nothing), and
@@ -604,8 +608,7 @@ class Worker:
                 log.info("released job %s back to pending (attempt given back)", job.id)
 
     def _start_claimed(self, claimed: list[Job]) -> None:
-        """Hand claimed jobs to the executors; each is marked started once an executor takes
-        it (never by its claim: a worker dying before that charges it nothing)."""
+        """Hand claimed jobs to the executors; each is marked started once one takes it."""
         mono = time.monotonic()
         for job in claimed:
             self._claimed_total += 1
