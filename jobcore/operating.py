@@ -200,3 +200,26 @@ def waits_for_a_slot(queue: Queue, queues: Sequence[str], types: Sequence[str]) 
         storage.list_jobs(statuses=["pending"], queues=names, types=of, limit=1)
         for names, of in looks
     )
+
+
+class SlotLook:
+    """`waits_for_a_slot` for one draining worker, looked at once a poll interval at most:
+    every commit on the store wakes the worker, and the look reads the limits, the pauses
+    and pending jobs. A "waits" answer stands for `poll_interval` (a claim takes the job
+    once a slot frees, whatever the answer); a "nothing waits" one is never kept."""
+
+    def __init__(
+        self, queue: Queue, queues: Sequence[str], types: Sequence[str], poll_interval: float
+    ) -> None:
+        self.queue, self.queues, self.types = queue, queues, types
+        self.poll_interval = poll_interval
+        self._until = float("-inf")  # monotonic: the last "waits" answer stands until then
+
+    def waits(self, mono: float) -> bool:
+        """Whether a job of these queues and types waits for a slot (see `waits_for_a_slot`)."""
+        if mono < self._until:
+            return True
+        if not waits_for_a_slot(self.queue, self.queues, self.types):
+            return False
+        self._until = mono + self.poll_interval
+        return True

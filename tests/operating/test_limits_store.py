@@ -261,3 +261,21 @@ def test_only_a_limit_over_the_job_keeps_it_waiting(queue: Queue) -> None:
     _enqueue(queue, "limited", 1)
     assert operating.waits_for_a_slot(queue, ("default",), ())
     assert not operating.waits_for_a_slot(queue, ("default",), ("free",))  # not its type
+
+
+def test_a_draining_worker_looks_for_held_back_jobs_once_a_poll_interval(queue: Queue) -> None:
+    # every wake (any commit on the store) looked again: limits, pauses and a scan of the
+    # pending jobs, tens of times a second beside a busy worker; a "waits" answer now stands
+    # for a poll interval, a "nothing waits" one is never kept (the worker exits on it)
+    _enqueue(queue, "limited", 1)
+    reads: list[str] = []
+    limits = queue.storage.limits
+    queue.storage.limits = lambda: reads.append("limits") or limits()  # type: ignore[method-assign]
+    look = operating.SlotLook(queue, (), ("limited",), poll_interval=1.0)
+    assert all(look.waits(100.0 + n / 100) for n in range(50))
+    assert reads == ["limits"]
+    operating.pause(queue, "type", "limited")
+    assert look.waits(100.9)  # still the answer of 100.0
+    assert not look.waits(101.0)
+    assert not look.waits(101.01)
+    assert reads == ["limits"] * 3
