@@ -428,21 +428,39 @@ class LoopThread:
     def close(self, timeout: float = 2.0) -> None:
         """Close the handlers left behind (they ignored every cancellation), on the loop,
         so their `finally` blocks run now (a wrapper's span ends before the SDK's last
-        export), not when the process exits. For the end of the caller's run."""
+        export), not when the process exits. For the end of the caller's run; each one that
+        will not close, or a loop blocked past `timeout`, is logged with its job."""
         with self._lock:
             loop = self._loop
-        if loop is None:
+        left = [(a, t) for a, t in list(self._tasks.items()) if isinstance(t, asyncio.Task)]
+        if loop is None or not left:
             return
 
         async def close_left() -> None:
-            for task in list(self._tasks.values()):
-                if not task.done() and isinstance(task, asyncio.Task):
-                    with contextlib.suppress(Exception):
+            for attempt, task in left:
+                if not task.done():
+                    try:
                         task.get_coro().close()
+                    except RuntimeError:  # it awaited in a `finally` or an except
+                        log.warning(
+                            "job %s: its async handler awaited while being closed (in a "
+                            "finally block?); left unfinished",
+                            attempt.job.id,
+                        )
+                    except Exception:
+                        log.warning("job %s: closing its handler raised", attempt.job.id)
 
         try:
             asyncio.run_coroutine_threadsafe(close_left(), loop).result(timeout)
-        except Exception as exc:  # the loop is blocked by a handler: say so, exit anyway
+        except TimeoutError:
+            for attempt, _ in left:
+                log.warning(
+                    "job %s: its async handler blocks the event loop (time.sleep or other "
+                    "blocking work?); not closed within %.0fs, exiting without it",
+                    attempt.job.id,
+                    timeout,
+                )
+        except Exception as exc:
             log.warning("could not close the async handlers left behind: %r", exc)
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:

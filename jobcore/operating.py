@@ -163,14 +163,63 @@ def limit_rows(queue: Queue) -> list[dict[str, Any]]:
 
 
 def waits_for_a_slot(queue: Queue, queues: Sequence[str], types: Sequence[str]) -> bool:
-    """Whether a pending job of these queues and types, in no paused queue or type, waits
-    while concurrency limits exist: held back by a slot a job running elsewhere frees, it
-    is not "nothing runnable" for a worker draining `--until-empty`."""
+    """Whether a pending job of these queues and types (empty: all), in no paused queue or
+    type, is under a concurrency limit of its queue, type or type's keys: held back by a
+    slot a job running elsewhere frees, it is not "nothing runnable" for a worker draining
+    `--until-empty`. A job no limit covers (held back by a rate, as a scheduled one by the
+    clock) is not waited for. Reads the limits, the pauses and at most two pending jobs."""
     storage = queue.storage
-    if not storage.limits():
+    limits = storage.limits()
+    if not limits:
         return False
     paused = {(pause.kind, pause.name) for pause in storage.pauses()}
-    pending = storage.list_jobs(statuses=["pending"], queues=queues, types=types, limit=100)
+    kinds = [
+        t for t in types or sorted(job.name for job in queue.registry) if ("type", t) not in paused
+    ]
+    stopped = {name for kind, name in paused if kind == "queue"}
+    served: list[str] | None = None  # every queue
+    if queues:
+        served = [name for name in queues if name not in stopped]
+    elif stopped:  # every queue but the paused ones: those with jobs pending
+        depths = storage.queue_depths()
+        served = [name for name in depths if depths[name].get("pending") and name not in stopped]
+    if not kinds or served == []:
+        return False
+    limited_queues = [
+        limit.name
+        for limit in limits
+        if limit.scope == "queue" and (served is None or limit.name in served)
+    ]
+    limited_kinds = [
+        t for t in kinds if any(limit.name == t for limit in limits if limit.scope != "queue")
+    ]
+    looks = [(limited_queues, kinds)] if limited_queues else []
+    if limited_kinds:
+        looks.append((served or [], limited_kinds))
     return any(
-        ("queue", job.queue) not in paused and ("type", job.type) not in paused for job in pending
+        storage.list_jobs(statuses=["pending"], queues=names, types=of, limit=1)
+        for names, of in looks
     )
+
+
+class SlotLook:
+    """`waits_for_a_slot` for one draining worker, looked at once a poll interval at most:
+    every commit on the store wakes the worker, and the look reads the limits, the pauses
+    and pending jobs. A "waits" answer stands for `poll_interval` (a claim takes the job
+    once a slot frees, whatever the answer); a "nothing waits" one is never kept."""
+
+    def __init__(
+        self, queue: Queue, queues: Sequence[str], types: Sequence[str], poll_interval: float
+    ) -> None:
+        self.queue, self.queues, self.types = queue, queues, types
+        self.poll_interval = poll_interval
+        self._until = float("-inf")  # monotonic: the last "waits" answer stands until then
+
+    def waits(self, mono: float) -> bool:
+        """Whether a job of these queues and types waits for a slot (see `waits_for_a_slot`)."""
+        if mono < self._until:
+            return True
+        if not waits_for_a_slot(self.queue, self.queues, self.types):
+            return False
+        self._until = mono + self.poll_interval
+        return True

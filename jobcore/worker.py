@@ -155,12 +155,12 @@ class Worker:
         self.group_commit = GroupCommit(
             queue, worker=self.worker_id, lease=self.lease, queues=self.queues, types=self.types
         )
-        self._stopping = False
-        self._stop_now = False  # a second stop request: release unfinished jobs at once
+        self._stopping = self._stop_now = False  # _stop_now: asked twice, release jobs at once
         self._stop_deadline: float | None = None
         self._maybe_more = True
         self._children_added = False  # the last commit enqueued children (`_loop`)
         self.promotion = PromotionClock(queue.storage, self.poll_interval)
+        self._slots = operating.SlotLook(queue, queues, self.types, self.poll_interval)  # §16
         self._db_backoff = 0.0
         self._file_check_at = 0.0  # monotonic: when to compare the database path with its file
         self._db_retry_at = 0.0  # monotonic: no database step in the loop before this
@@ -412,7 +412,7 @@ class Worker:
         if not self.until_empty or self._maybe_more or not self.keeper.swept_once:
             return False
         try:  # §16: pending jobs held back by a concurrency limit are runnable soon
-            return not operating.waits_for_a_slot(self.queue, self.queues, self.types)
+            return not self._slots.waits(time.monotonic())  # once a poll interval at most
         except Exception as exc:  # the store is unwell: not done, the loop backs off
             self._db_failed(exc)
         return False

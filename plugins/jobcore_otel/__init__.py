@@ -137,6 +137,14 @@ def _record_error(span: Span, exc: BaseException, job_id: str) -> None:
         log.debug("job %s: its exception could not be put on the span", job_id)
 
 
+def _running_task() -> asyncio.Task[Any] | None:
+    """The task running now, None outside a running event loop."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
 async def _awaited_in(
     awaitable: Awaitable[Any], current: Context, span: Span | None, job_id: str
 ) -> Any:
@@ -144,16 +152,19 @@ async def _awaited_in(
     then end `span` (if any) with its outcome: the span covers the awaited handler, its
     exception (CancelledError included) and its status."""
     token = otel_context.attach(current)
+    task = asyncio.current_task()
     closed = False
     try:
         result = await awaitable
     except BaseException as exc:
-        closed = isinstance(exc, GeneratorExit)
+        # a close() may come from outside the task's context (a GeneratorExit, or the
+        # RuntimeError of a handler that awaited while closed): nothing there to undo
+        closed = isinstance(exc, GeneratorExit) or _running_task() is not task
         if span is not None:
             _record_error(span, exc, job_id)
         raise
     finally:
-        if not closed:  # a close() may come from outside the task's context: nothing to undo
+        if not closed:
             otel_context.detach(token)
         if span is not None:
             _end(span, job_id)

@@ -101,3 +101,41 @@ def test_an_agents_handler_left_behind_at_shutdown_still_ends_its_span(
     assert [span["attributes"]["messaging.message.id"] for span in process] == [job["id"]]
     assert process[0]["status"] == ERROR and process[0]["events"] == ["exception"]
     assert "Failed to detach context" not in agent.log()
+
+
+@pytest.mark.parametrize("how", ["ignore_cancel_await", "block"])
+def test_an_agent_exits_past_a_handler_that_will_not_close(
+    hub: Hub, receiver: OtlpReceiver, tmp_path: Path, how: str
+) -> None:
+    """A handler left behind whose `finally` awaits again (closing it ends its span, with
+    no context error: the close came from outside its task), or one blocking the event
+    loop (nothing can run there): the agent still exits 0 and names the job and why."""
+    notes = tmp_path / "notes"
+    job = hub.enqueue("async_job", {"log": str(notes), "sleep": 600, "how": how})
+    agent = Agent(
+        hub,
+        "a1",
+        extra=("--shutdown-timeout", "0"),
+        env_extra={
+            **PLUGINS,
+            "JOBCORE_STOP_GRACE": "0.5",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_METRICS_EXPORTER": "none",
+        },
+    )
+    try:
+        wait_until(lambda: notes.exists() and "start" in notes.read_text())
+        agent.signal(signal.SIGTERM)
+        assert agent.wait() == 0, agent.log()
+    finally:
+        agent.kill()
+    log = agent.log()
+    assert "Failed to detach context" not in log
+    if how == "block":
+        assert f"job {job['id']}: its async handler blocks the event loop" in log
+        return
+    assert f"job {job['id']}: its async handler awaited while being closed" in log
+    assert "finally-awaited" not in notes.read_text()
+    process = [span for span in receiver.spans if span["name"].startswith("process ")]
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job["id"]]
+    assert process[0]["status"] == ERROR

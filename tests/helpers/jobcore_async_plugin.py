@@ -28,7 +28,7 @@ class AsyncPayload(Payload):
     log: str
     sleep: float = Field(default=0.0, ge=0)
     first_sleep: float = Field(default=0.0, ge=0)  # slept instead of `sleep` on attempt 1
-    how: str = "ok"  # ok error permanent retry_after child ignore_cancel block crash exit
+    how: str = "ok"  # ok error permanent retry_after child ignore_cancel(_await) block crash exit
     # generator_exit stop_loop late_child
 
 
@@ -67,13 +67,19 @@ async def async_job(payload: AsyncPayload, ctx: JobContext) -> dict[str, object]
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
             note(payload.log, "cancelled", ctx, f"{ctx.stop_reason} {ctx.should_stop}")
-            if payload.how != "ignore_cancel":
+            if payload.how not in ("ignore_cancel", "ignore_cancel_await"):
                 raise
-            while True:  # swallows every cancellation
-                try:
-                    await asyncio.sleep(3600)
-                except asyncio.CancelledError:
-                    note(payload.log, "cancelled-again", ctx)
+            try:
+                while True:  # swallows every cancellation
+                    try:
+                        await asyncio.sleep(3600)
+                    except asyncio.CancelledError:
+                        note(payload.log, "cancelled-again", ctx)
+            finally:
+                if payload.how == "ignore_cancel_await":  # awaits again while closed
+                    note(payload.log, "finally", ctx)
+                    await asyncio.sleep(0.1)
+                    note(payload.log, "finally-awaited", ctx)
     if payload.how == "error":
         raise ValueError("async handler failed as asked")
     if payload.how == "permanent":

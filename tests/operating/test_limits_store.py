@@ -214,17 +214,68 @@ def test_keys_from_a_field_or_a_callable() -> None:
 
 def test_a_pending_job_waits_for_a_slot_unless_paused_or_not_the_workers(queue: Queue) -> None:
     # what keeps a worker draining `--until-empty` from calling the queue empty (§16)
-    _enqueue(queue, "free", 1, queue="q")
+    _enqueue(queue, "limited", 1, queue="q")
     assert operating.waits_for_a_slot(queue, (), ())
-    assert operating.waits_for_a_slot(queue, ("q",), ("free",))
+    assert operating.waits_for_a_slot(queue, ("q",), ("limited",))
     assert not operating.waits_for_a_slot(queue, ("other",), ())
-    assert not operating.waits_for_a_slot(queue, (), ("limited",))
+    assert not operating.waits_for_a_slot(queue, (), ("free",))
     operating.pause(queue, "queue", "q")
     assert not operating.waits_for_a_slot(queue, (), ())  # paused: not runnable at all
     operating.resume(queue, "queue", "q")
-    operating.pause(queue, "type", "free")
+    operating.pause(queue, "type", "limited")
     assert not operating.waits_for_a_slot(queue, (), ())
-    operating.resume(queue, "type", "free")
+    operating.resume(queue, "type", "limited")
     operating.declare_limits(queue, [], ["limited", "per_customer", "free"])
     assert queue.storage.limits() == []
     assert not operating.waits_for_a_slot(queue, (), ())  # no limit: nothing holds it back
+
+
+def test_a_waiting_job_is_found_behind_many_newer_paused_ones(queue: Queue) -> None:
+    # the look for held-back jobs read the newest 100 pending and dropped the paused ones:
+    # 100 newer paused jobs hid the one that waits for a slot, and `--until-empty` exited
+    _enqueue(queue, "limited", 1)
+    _enqueue(queue, "free", 101, queue="stopped")
+    operating.pause(queue, "queue", "stopped")
+    operating.set_limit(queue, "queue", "stopped", 1)
+    assert operating.waits_for_a_slot(queue, (), ())
+    _enqueue(queue, "per_customer", 1, customer="c", queue="keyed")
+    _enqueue(queue, "per_customer", 101, customer="c", queue="keyed_stopped")
+    operating.pause(queue, "queue", "keyed_stopped")
+    assert operating.waits_for_a_slot(queue, ("keyed", "keyed_stopped"), ("per_customer",))
+    assert operating.waits_for_a_slot(queue, (), ("per_customer",))
+    operating.pause(queue, "queue", "keyed")
+    assert not operating.waits_for_a_slot(queue, (), ("per_customer",))
+
+
+def test_only_a_limit_over_the_job_keeps_it_waiting(queue: Queue) -> None:
+    # a limit on a queue or type the job is not in frees no slot for it: a job held back
+    # by a rate alone (or enqueued after the last claim) is not waited for, limit or none
+    operating.declare_limits(queue, [], ["per_customer", "free"])  # `limited` keeps its 3
+    operating.set_limit(queue, "queue", "elsewhere", 1)
+    _enqueue(queue, "free", 1)
+    assert not operating.waits_for_a_slot(queue, (), ())
+    assert not operating.waits_for_a_slot(queue, ("default",), ("free",))
+    _enqueue(queue, "free", 1, queue="elsewhere")
+    assert operating.waits_for_a_slot(queue, (), ())
+    assert not operating.waits_for_a_slot(queue, ("default",), ())  # not its queue
+    _enqueue(queue, "limited", 1)
+    assert operating.waits_for_a_slot(queue, ("default",), ())
+    assert not operating.waits_for_a_slot(queue, ("default",), ("free",))  # not its type
+
+
+def test_a_draining_worker_looks_for_held_back_jobs_once_a_poll_interval(queue: Queue) -> None:
+    # every wake (any commit on the store) looked again: limits, pauses and a scan of the
+    # pending jobs, tens of times a second beside a busy worker; a "waits" answer now stands
+    # for a poll interval, a "nothing waits" one is never kept (the worker exits on it)
+    _enqueue(queue, "limited", 1)
+    reads: list[str] = []
+    limits = queue.storage.limits
+    queue.storage.limits = lambda: reads.append("limits") or limits()  # type: ignore[method-assign]
+    look = operating.SlotLook(queue, (), ("limited",), poll_interval=1.0)
+    assert all(look.waits(100.0 + n / 100) for n in range(50))
+    assert reads == ["limits"]
+    operating.pause(queue, "type", "limited")
+    assert look.waits(100.9)  # still the answer of 100.0
+    assert not look.waits(101.0)
+    assert not look.waits(101.01)
+    assert reads == ["limits"] * 3

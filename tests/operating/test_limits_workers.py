@@ -193,3 +193,38 @@ def test_until_empty_waits_for_a_slot_another_worker_holds(
     finally:
         holder.stop()
     assert {queue.get(made.job.id).status for made in frees} == {JobStatus.COMPLETED}
+
+
+def test_draining_workers_of_different_types_and_queues_share_a_limit_and_all_exit(
+    store_db: Path | str, tmp_path: Path, queue: Queue
+) -> None:
+    # four `--until-empty` workers with different --type/--queue filters race for a queue
+    # limit of 2; a paused queue with its own limit holds jobs none of them may run: every
+    # runnable job completes, every worker exits 0, the paused jobs stay pending
+    tally = tmp_path / "tally.db"
+    _cli(store_db, "limit", "shared", "--concurrency", "2")
+    _cli(store_db, "limit", "held", "--concurrency", "1")
+    _cli(store_db, "pause", "held")
+    made = queue.enqueue_many("limited", _payloads(tally, 6, sleep=0.3), queue="shared")
+    made += queue.enqueue_many("free", _payloads(tally, 6, sleep=0.3), queue="shared")
+    made += queue.enqueue_many("free", _payloads(tally, 5, sleep=0.1), queue="other")
+    held = queue.enqueue_many("free", _payloads(tally, 3), queue="held")
+    filters = [
+        ("--type", "limited"),
+        ("--type", "free", "--queue", "shared"),
+        ("--queue", "other"),
+        ("--type", "free"),
+    ]
+    fleets = []
+    for n, args in enumerate(filters):
+        (tmp_path / f"w{n}").mkdir()
+        fleets.append(Workers(store_db, tmp_path / f"w{n}", 1, *args, "--until-empty"))
+    try:
+        assert [fleet.procs[0].wait(timeout=120) for fleet in fleets] == [0] * 4
+    finally:
+        for fleet in fleets:
+            fleet.stop()
+    assert {queue.get(m.job.id).status for m in made} == {JobStatus.COMPLETED}
+    assert {queue.get(m.job.id).status for m in held} == {JobStatus.PENDING}
+    seen = _tally(tally)
+    assert seen["queue:shared"]["peak"] <= 2 and seen["limited"]["peak"] <= 2

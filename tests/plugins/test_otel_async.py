@@ -246,3 +246,27 @@ def test_a_handler_left_behind_at_shutdown_still_ends_its_span(
     assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
     assert process[0]["status"] == 2 and process[0]["events"] == ["exception"]  # ERROR
     assert "Failed to detach context" not in ran.stderr
+
+
+def test_a_handler_left_behind_that_awaits_while_closed_still_ends_its_span(
+    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """Left behind, and its `finally` awaits again when closed: the close fails in the
+    handler (RuntimeError), the span still ends once, with no context error in the log."""
+    db, notes = str(tmp_path / "jobs.db"), tmp_path / "notes"
+    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
+    job = producer.enqueue(
+        "async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel_await"}
+    ).job
+    ran = run_until_sigterm(
+        receiver,
+        db,
+        plugins="",
+        signal_when=lambda: notes.exists() and "start" in notes.read_text(),
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "finally-awaited" not in notes.read_text()
+    process = process_spans(receiver)
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job.id]
+    assert process[0]["status"] == 2  # ERROR
+    assert "Failed to detach context" not in ran.stderr
