@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hubenv import Agent, Hub, wait_until
@@ -71,46 +72,12 @@ def test_an_agents_async_handler_span_covers_the_awaited_handler(
         agent.kill()
 
 
-def test_an_agents_handler_left_behind_at_shutdown_still_ends_its_span(
-    hub: Hub, receiver: OtlpReceiver, tmp_path: Path
-) -> None:
-    """An async handler that ignores every cancellation is left behind once its stop grace
-    passed; the agent closes it before it exits, so its span ends (once, ERROR) and is
-    exported by the SDK's last flush instead of being lost with the process."""
-    notes = tmp_path / "notes"
-    job = hub.enqueue("async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel"})
-    agent = Agent(
-        hub,
-        "a1",
-        extra=("--shutdown-timeout", "0"),
-        env_extra={
-            **PLUGINS,
-            "JOBCORE_STOP_GRACE": "0.5",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_METRICS_EXPORTER": "none",
-        },
-    )
-    try:
-        wait_until(lambda: notes.exists() and "start" in notes.read_text())
-        agent.signal(signal.SIGTERM)
-        assert agent.wait() == 0, agent.log()
-    finally:
-        agent.kill()
-    assert "its slot is given up" in agent.log()
-    process = [span for span in receiver.spans if span["name"].startswith("process ")]
-    assert [span["attributes"]["messaging.message.id"] for span in process] == [job["id"]]
-    assert process[0]["status"] == ERROR and process[0]["events"] == ["exception"]
-    assert "Failed to detach context" not in agent.log()
-
-
-@pytest.mark.parametrize("how", ["ignore_cancel_await", "block"])
-def test_an_agent_exits_past_a_handler_that_will_not_close(
-    hub: Hub, receiver: OtlpReceiver, tmp_path: Path, how: str
-) -> None:
-    """A handler left behind whose `finally` awaits again (closing it ends its span, with
-    no context error: the close came from outside its task), or one blocking the event
-    loop (nothing can run there): the agent still exits 0 and names the job and why."""
-    notes = tmp_path / "notes"
+def _left_behind_at_sigterm(
+    hub: Hub, receiver: OtlpReceiver, notes: Path, how: str
+) -> tuple[dict[str, Any], str]:
+    """An `async_job` doing `how` (600 s) on an agent exporting to `receiver`, SIGTERMed
+    once the handler began (`--shutdown-timeout 0`, stop grace 0.5 s) and exited 0: the
+    job, and the agent's log."""
     job = hub.enqueue("async_job", {"log": str(notes), "sleep": 600, "how": how})
     agent = Agent(
         hub,
@@ -129,7 +96,33 @@ def test_an_agent_exits_past_a_handler_that_will_not_close(
         assert agent.wait() == 0, agent.log()
     finally:
         agent.kill()
-    log = agent.log()
+    return job, agent.log()
+
+
+def test_an_agents_handler_left_behind_at_shutdown_still_ends_its_span(
+    hub: Hub, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """An async handler that ignores every cancellation is left behind once its stop grace
+    passed; the agent closes it before it exits, so its span ends (once, ERROR) and is
+    exported by the SDK's last flush instead of being lost with the process."""
+    notes = tmp_path / "notes"
+    job, log = _left_behind_at_sigterm(hub, receiver, notes, "ignore_cancel")
+    assert "its slot is given up" in log
+    process = [span for span in receiver.spans if span["name"].startswith("process ")]
+    assert [span["attributes"]["messaging.message.id"] for span in process] == [job["id"]]
+    assert process[0]["status"] == ERROR and process[0]["events"] == ["exception"]
+    assert "Failed to detach context" not in log
+
+
+@pytest.mark.parametrize("how", ["ignore_cancel_await", "block"])
+def test_an_agent_exits_past_a_handler_that_will_not_close(
+    hub: Hub, receiver: OtlpReceiver, tmp_path: Path, how: str
+) -> None:
+    """A handler left behind whose `finally` awaits again (closing it ends its span, with
+    no context error: the close came from outside its task), or one blocking the event
+    loop (nothing can run there): the agent still exits 0 and names the job and why."""
+    notes = tmp_path / "notes"
+    job, log = _left_behind_at_sigterm(hub, receiver, notes, how)
     assert "Failed to detach context" not in log
     if how == "block":
         assert f"job {job['id']}: its async handler blocks the event loop" in log

@@ -26,6 +26,7 @@ from otlp_receiver import OtlpReceiver
 from testenv import subprocess_env, wait_for
 
 from jobcore import JobStatus, Queue
+from jobcore.models import Job
 from jobcore.testing import drain
 
 MakeQueue = Callable[..., Queue]
@@ -223,21 +224,31 @@ def test_a_shutdown_before_an_async_handlers_first_step_still_ends_its_span(
     assert "never awaited" not in ran.stderr  # the handler's coroutine was closed
 
 
-def test_a_handler_left_behind_at_shutdown_still_ends_its_span(
-    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
-) -> None:
-    """A handler that ignores every cancellation is left behind once its stop grace passed;
-    the worker closes it as its loop ends, so its span ends (once) before the last export."""
-    db, notes = str(tmp_path / "jobs.db"), tmp_path / "notes"
-    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
-    job = producer.enqueue(
-        "async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel"}
-    ).job
+def _left_behind_at_sigterm(
+    receiver: OtlpReceiver, make_queue: MakeQueue, notes: Path, how: str
+) -> tuple[Queue, Job, subprocess.CompletedProcess[str]]:
+    """An `async_job` doing `how` (600 s) in `run_until_sigterm`, SIGTERMed once its handler
+    began: the producer, the job, and the ended worker."""
+    db = str(notes.parent / "jobs.db")
+    producer = make_queue(tp, db=db, modules=["jobcore_async_plugin"])
+    job = producer.enqueue("async_job", {"log": str(notes), "sleep": 600, "how": how}).job
     ran = run_until_sigterm(
         receiver,
         db,
         plugins="",
         signal_when=lambda: notes.exists() and "start" in notes.read_text(),
+    )
+    return producer, job, ran
+
+
+def test_a_handler_left_behind_at_shutdown_still_ends_its_span(
+    receiver: OtlpReceiver, jobcore_make_queue: MakeQueue, tmp_path: Path
+) -> None:
+    """A handler that ignores every cancellation is left behind once its stop grace passed;
+    the worker closes it as its loop ends, so its span ends (once) before the last export."""
+    notes = tmp_path / "notes"
+    producer, job, ran = _left_behind_at_sigterm(
+        receiver, jobcore_make_queue, notes, "ignore_cancel"
     )
     assert ran.returncode == 0, ran.stderr
     assert f"job {job.id}: its async handler ignored cancellation" in ran.stderr
@@ -253,16 +264,9 @@ def test_a_handler_left_behind_that_awaits_while_closed_still_ends_its_span(
 ) -> None:
     """Left behind, and its `finally` awaits again when closed: the close fails in the
     handler (RuntimeError), the span still ends once, with no context error in the log."""
-    db, notes = str(tmp_path / "jobs.db"), tmp_path / "notes"
-    producer = jobcore_make_queue(tp, db=db, modules=["jobcore_async_plugin"])
-    job = producer.enqueue(
-        "async_job", {"log": str(notes), "sleep": 600, "how": "ignore_cancel_await"}
-    ).job
-    ran = run_until_sigterm(
-        receiver,
-        db,
-        plugins="",
-        signal_when=lambda: notes.exists() and "start" in notes.read_text(),
+    notes = tmp_path / "notes"
+    _, job, ran = _left_behind_at_sigterm(
+        receiver, jobcore_make_queue, notes, "ignore_cancel_await"
     )
     assert ran.returncode == 0, ran.stderr
     assert "finally-awaited" not in notes.read_text()
