@@ -34,6 +34,20 @@ def _xids(storage: PostgresStorage) -> dict[tuple[str, str], str]:
         return {(str(kind), str(job)): str(xid) for kind, job, xid in rows}
 
 
+def _refuse_completing(storage: PostgresStorage, job_id: str) -> None:
+    """A trigger on the store's jobs that refuses to complete job `job_id`."""
+    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION {storage.schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF new.id = '{job_id}' AND new.status = 'completed' THEN "
+            "RAISE EXCEPTION 'refused by a trigger'; END IF; RETURN new; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER refuse BEFORE UPDATE ON {storage.schema}.jobs "
+            f"FOR EACH ROW EXECUTE FUNCTION {storage.schema}.refuse()"
+        )
+
+
 def test_a_completion_with_children_and_the_limited_claim_are_one_transaction(
     pg_storage_factory: Factory,
 ) -> None:
@@ -147,16 +161,7 @@ def test_a_refused_commit_leaves_its_connection_usable(
         storage.set_limit("type", "noop", 50)
     refused, *fine = (new_job() for _ in range(4))
     storage.insert([refused, *fine])
-    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
-        conn.execute(
-            f"CREATE FUNCTION {storage.schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN IF new.id = '{refused.id}' AND new.status = 'completed' THEN "
-            "RAISE EXCEPTION 'refused by a trigger'; END IF; RETURN new; END $$"
-        )
-        conn.execute(
-            f"CREATE TRIGGER refuse BEFORE UPDATE ON {storage.schema}.jobs "
-            f"FOR EACH ROW EXECUTE FUNCTION {storage.schema}.refuse()"
-        )
+    _refuse_completing(storage, refused.id)
     held = {job.id: job for job in storage.claim(worker="w", limit=4, lease_ms=60_000)}
     for _ in range(8):  # past psycopg's prepare threshold (5) for every statement
         with pytest.raises(StorageError, match="refused by a trigger"):
@@ -185,16 +190,7 @@ def test_a_worker_until_empty_drains_past_a_refused_commit(
     jobs = [new_job("record", payload={"log": str(tmp_path / "runs.log")}) for _ in range(30)]
     storage.insert(jobs)
     refused = jobs[5]
-    with psycopg.connect(storage.target.conninfo, autocommit=True) as conn:
-        conn.execute(
-            f"CREATE FUNCTION {storage.schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN IF new.id = '{refused.id}' AND new.status = 'completed' THEN "
-            "RAISE EXCEPTION 'refused by a trigger'; END IF; RETURN new; END $$"
-        )
-        conn.execute(
-            f"CREATE TRIGGER refuse BEFORE UPDATE ON {storage.schema}.jobs "
-            f"FOR EACH ROW EXECUTE FUNCTION {storage.schema}.refuse()"
-        )
+    _refuse_completing(storage, refused.id)
     done = subprocess.run(
         [sys.executable, "-m", "jobcore", "run", "--until-empty", "--concurrency", "1"],
         env=subprocess_env(JOBCORE_DB=pg_url),
