@@ -192,10 +192,8 @@ class AsyncHandlers:
             # handlers left behind (they ignored every cancellation): closed now, so their
             # `finally` blocks run before the worker's last hooks (a wrapper's span ends
             # before its export), not at the interpreter's exit
-            for handler in list(self._handlers):
-                if isinstance(handler, asyncio.Task) and not handler.done():
-                    with contextlib.suppress(Exception):  # RuntimeError: ignored GeneratorExit
-                        handler.get_coro().close()
+            for handler, attempt in list(self._handlers.items()):
+                close_left_behind(handler, attempt)
             self.loop.close()
 
     def _shutdown(self) -> None:
@@ -438,17 +436,7 @@ class LoopThread:
 
         async def close_left() -> None:
             for attempt, task in left:
-                if not task.done():
-                    try:
-                        task.get_coro().close()
-                    except RuntimeError:  # it awaited in a `finally` or an except
-                        log.warning(
-                            "job %s: its async handler awaited while being closed (in a "
-                            "finally block?); left unfinished",
-                            attempt.job.id,
-                        )
-                    except Exception:
-                        log.warning("job %s: closing its handler raised", attempt.job.id)
+                close_left_behind(task, attempt)
 
         try:
             asyncio.run_coroutine_threadsafe(close_left(), loop).result(timeout)
@@ -472,6 +460,24 @@ class LoopThread:
                 ).start()
                 self._loop = loop
             return self._loop
+
+
+def close_left_behind(task: asyncio.Future[Any], attempt: Attempt) -> None:
+    """Close the coroutine of a handler's task left behind (it ignored every cancellation),
+    on its loop, so its `finally` blocks run now (a wrapper's span ends); one that will not
+    close is logged with its job."""
+    if not isinstance(task, asyncio.Task) or task.done():
+        return
+    try:
+        task.get_coro().close()
+    except RuntimeError:  # it awaited in a `finally` or an except
+        log.warning(
+            "job %s: its async handler awaited while being closed (in a finally block?); "
+            "left unfinished",
+            attempt.job.id,
+        )
+    except Exception:
+        log.warning("job %s: closing its handler raised", attempt.job.id)
 
 
 def _run_for_good(loop: asyncio.AbstractEventLoop) -> None:
