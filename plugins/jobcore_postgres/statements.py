@@ -221,6 +221,7 @@ _REPORT_ARRAYS = (
     ("error", "%(errors)b::text[]"),
     ("result", "%(results)b::text[]"),
     ("delay_ms", "%(delays)s::bigint[]"),
+    ("mark", "%(marks)s::boolean[]"),
 )
 
 
@@ -282,6 +283,20 @@ def lock_leases_statement(d: Dialect) -> str:
     return (
         f"SELECT l.id FROM {reports('')}, LATERAL (SELECT j.id FROM {d.table('jobs')} j "
         f"WHERE j.id = v.id AND {guard} FOR NO KEY UPDATE) AS l"
+    )
+
+
+def lock_and_mark_statement(d: Dialect) -> str:
+    """Lock the rows of the reported leases that still hold, in the order reported (as
+    `lock_leases_statement`), and mark started those reported with `mark`: the start
+    markers and the pre-lock of a group commit in one statement instead of two."""
+    guard = guard_clause(MARK_STARTED, d)
+    return (
+        f"WITH v AS MATERIALIZED (SELECT v.id, v.mark FROM {reports('v.mark')}, "
+        f"LATERAL (SELECT j.id FROM {d.table('jobs')} j WHERE j.id = v.id AND {guard} "
+        f"FOR NO KEY UPDATE) AS l) "
+        f"UPDATE {d.table('jobs')} j SET {set_clause(MARK_STARTED, d)} "
+        f"WHERE j.id = ANY(ARRAY(SELECT id FROM v WHERE v.mark)) RETURNING j.id"
     )
 
 

@@ -67,6 +67,7 @@ from jobcore_postgres.statements import (
     Dialect,
     claim_statement,
     lease_statement,
+    lock_and_mark_statement,
     lock_leases_statement,
     owner_statement,
     promote_statement,
@@ -179,11 +180,11 @@ def _by_job_id(lease: Lease) -> str:
     return lease.job_id
 
 
-def _row_statements(outcomes: Sequence[Outcome], started: Sequence[Lease]) -> int:
-    """How many statements of a transaction recording `outcomes` and marking `started`
-    write reported rows (a completion with children counts as two: it writes apart)."""
+def _row_statements(outcomes: Sequence[Outcome]) -> int:
+    """How many statements of a transaction recording `outcomes` write reported rows (a
+    completion with children counts as two: it writes apart)."""
     kinds = {type(outcome) for outcome in outcomes}
-    count = sum(len(OWNER[kind]) for kind in kinds) + (1 if started else 0)
+    count = sum(len(OWNER[kind]) for kind in kinds)
     return count + (1 if _has_children(outcomes) else 0)
 
 
@@ -834,11 +835,14 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
         limited = claim_limit > 0 and self._limits_exist()  # DESIGN §16: see `claim`
 
         def send(conn: Conn) -> _Batch:
-            self._lock_in_order(conn, checked, started)
             marked = None
-            if started:
+            if started and checked:  # one statement locks them all in order and marks
+                marked = self._lock_and_mark(conn, started, checked)
+            elif started:
                 sql = self._lease_statement(MARK_STARTED, "j.id")
                 marked = conn.execute(sql, self._lease_params(started))
+            else:
+                self._lock_in_order(conn, checked)
             sent = self._send_owner(conn, checked)
             if limited:  # the outcomes, then the limited claim, in one transaction
                 self._send_claim(conn, worker, 0, lease_ms, queues, types, start, promote)
@@ -948,24 +952,42 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             rows = conn.execute(sql, self._lease_params(leases, lease_ms=lease_ms)).fetchall()
         return {row[0]: bool(row[1]) for row in rows}
 
-    def _lock_in_order(
-        self, conn: Conn, outcomes: Sequence[Outcome], started: Sequence[Lease] = ()
-    ) -> None:
-        """Lock the rows a transaction will write for `outcomes` and `started`, in job
-        id order, if it writes them in more than one statement.
+    def _lock_in_order(self, conn: Conn, outcomes: Sequence[Outcome]) -> None:
+        """Lock the rows a transaction will write for `outcomes`, in job id order, if it
+        writes them in more than one statement (start markers lock them themselves:
+        `_lock_and_mark`).
 
         Every statement writing reported rows takes them in job id order (the report
-        arrays are sorted), but a transaction of several such statements (start
-        markers, then completions) would still lock in two runs: the worker's
-        heartbeat, waiting for a row of the second run while holding one of the
-        first, deadlocks with it. Locked here first, all the rows are taken in one
-        run, in the order every other writer of them uses.
+        arrays are sorted), but a transaction of several such statements (one per kind
+        of outcome) would still lock in two runs: the worker's heartbeat, waiting for a
+        row of the second run while holding one of the first, deadlocks with it. Locked
+        here first, all the rows are taken in one run, in the order every other writer
+        of them uses.
         """
-        if _row_statements(outcomes, started) <= 1:
+        if _row_statements(outcomes) <= 1:
             return
-        leases = [*started, *(outcome.lease for outcome in outcomes)]
         sql = self._statement("lock_leases", lock_leases_statement, self._d)
-        conn.execute(sql, self._lease_params(leases))
+        conn.execute(sql, self._lease_params([outcome.lease for outcome in outcomes]))
+
+    def _lock_and_mark(
+        self, conn: Conn, started: Sequence[Lease], outcomes: Sequence[Outcome]
+    ) -> psycopg.Cursor[Any]:
+        """Mark `started` and lock the rows of `outcomes` too, all in job id order, in one
+        statement: what `_lock_in_order` and the start markers would do in two."""
+        reports = sorted(
+            [(lease, True) for lease in started] + [(o.lease, False) for o in outcomes],
+            key=lambda report: report[0].job_id,
+        )
+        sql = self._statement("lock_and_mark", lock_and_mark_statement, self._d)
+        return conn.execute(
+            sql,
+            self._params(
+                ids=[lease.job_id for lease, _ in reports],
+                lease_ids=[lease.lease_id for lease, _ in reports],
+                workers=[lease.worker for lease, _ in reports],
+                marks=[mark for _, mark in reports],
+            ),
+        )
 
     def _mark_started(self, conn: Conn, leases: Sequence[Lease]) -> set[str]:
         sql = self._lease_statement(MARK_STARTED, "j.id")

@@ -19,6 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 from jobcore_postgres.storage import PostgresStorage
+from pg_testing import new_job
+from test_pg_query_plans import Plans, bloat, nodes
 
 from jobcore.models import Completed, Failed, JobStatus, Lease, NewJob
 
@@ -214,3 +216,65 @@ def test_an_operator_cancelling_several_running_jobs_and_a_group_commit_both_fin
     assert [job.id for job in cancelled] == [middle.job_id, last.job_id, first.job_id]
     assert all(job.cancel_requested for job in cancelled)
     assert [r.state for r in recorded] == ["recorded", "recorded"]
+
+
+def test_a_commit_with_starts_and_outcomes_locks_and_marks_in_one_statement(
+    pg_storage_factory: Factory,
+) -> None:
+    """The start markers lock the outcomes' rows as well (in id order): no separate lock
+    statement in the group commit's trip, and what it answers is unchanged."""
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    leases = _claimed(storage, 4)
+    gone = Lease(leases[3].job_id, "not-its-lease", "w1")  # a marker whose lease is gone
+    plans = Plans(storage, "auto")
+    recorded, _ = storage.commit_batch(
+        [Completed(leases[0], None), Failed(leases[2], "boom")],
+        worker="w1",
+        claim_limit=0,
+        lease_ms=LEASE_MS,
+        started=[leases[1], gone],
+    )
+    assert [r.job.status for r in recorded if r.job is not None] == [
+        JobStatus.COMPLETED,
+        JobStatus.FAILED,
+    ]
+    assert storage.marked_seen() == {leases[1].job_id}
+    assert storage.get(leases[1].job_id).started_at is not None  # type: ignore[union-attr]
+    assert storage.get(leases[3].job_id).started_at is None  # type: ignore[union-attr]
+    texts = [plan["Query Text"] for plan in plans.seen]
+    assert not [t for t in texts if t.lstrip().startswith("SELECT l.id FROM unnest")], texts
+    [marking] = [t for t in texts if "v.mark" in t]
+    assert "FOR NO KEY UPDATE" in marking
+
+
+def test_the_lock_and_mark_statement_locks_in_report_order_under_generic_plans(
+    pg_storage_factory: Factory,
+) -> None:
+    """Its reports drive a nested loop that locks each row by primary key (the order sent,
+    job id order) on a table with finished rows and dead row versions, prepared or not."""
+    storage = pg_storage_factory(pool_min=1, pool_max=1)
+    bloat(storage)
+    storage.insert([new_job() for _ in range(56)])
+    jobs = storage.claim(worker="w", limit=56, lease_ms=LEASE_MS, start=0)
+    leases = sorted((Lease.of(job) for job in jobs), key=lambda lease: lease.job_id)
+    plans = Plans(storage, "force_generic_plan")
+    for round_ in range(7):  # past psycopg's prepare threshold
+        chunk = leases[round_ * 8 : (round_ + 1) * 8]
+        storage.commit_batch(
+            [Completed(lease, None) for lease in chunk[::2]],
+            worker="w",
+            claim_limit=0,
+            lease_ms=LEASE_MS,
+            promote=False,
+            started=chunk[1::2],
+        )
+        assert storage.marked_seen() == {lease.job_id for lease in chunk[1::2]}
+    found = [plan for plan in plans.seen if "v.mark" in plan["Query Text"]]
+    assert len(found) == 7
+    for plan in found:
+        kinds = [(n["Node Type"], n.get("Index Name")) for n in nodes(plan["Plan"])]
+        [loop] = [n for n in nodes(plan["Plan"]) if n["Node Type"] == "Nested Loop"]
+        outer, inner = loop["Plans"]
+        assert outer["Node Type"] == "Function Scan", kinds  # the reports, in order
+        assert "LockRows" in [n["Node Type"] for n in nodes(inner)][:2], kinds
+        assert not [k for k in kinds if k[0] in ("Seq Scan", "Bitmap Heap Scan")], kinds
