@@ -274,6 +274,10 @@ class InFlight:
         """Executors took attempts whose start the loop has not taken yet (caller holds the lock)."""
         return bool(self._began)
 
+    def waiting(self) -> int:
+        """Claimed attempts no executor took yet (prefetched)."""
+        return sum(1 for attempt in self._attempts.values() if attempt.phase is Phase.CLAIMED)
+
     def in_phase(self, *phases: Phase) -> list[Attempt]:
         return [attempt for attempt in self._attempts.values() if attempt.phase in phases]
 

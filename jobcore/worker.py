@@ -258,11 +258,8 @@ class Worker:
             self.executors.stop()
             self._announce("jobcore_worker_stopped", worker=self.worker_id)
             self.notifier.stop(timeout=10)
-            log.info(
-                "worker %s stopped: %s",
-                self.worker_id,
-                ", ".join(f"{k} {v}" for k, v in self.stats.items() if v) or "no jobs",
-            )
+            done = ", ".join(f"{k} {v}" for k, v in self.stats.items() if v) or "no jobs"
+            log.info("worker %s stopped: %s", self.worker_id, done)
         return self.exit_code
 
     def _loop(self) -> None:
@@ -377,7 +374,10 @@ class Worker:
         if stopping:
             return 0
         busy = len(self.inflight) - len(self._unrecorded)  # recorded now, their slots are free
-        free = self.concurrency + self._prefetch_room() - busy
+        room = self._prefetch_room()
+        free = self.concurrency + room - busy
+        if free < room // 2 and self.inflight.waiting() >= self.concurrency:
+            return 0  # a round of jobs waits already: claim once half the room is free
         free = claim_room(self.executors, self.group_commit, free, busy, self.types)  # async ones
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self._claimed_total)
@@ -385,8 +385,9 @@ class Worker:
 
     def _prefetch_room(self) -> int:
         """Jobs to claim beyond the executors: `prefetch` while attempts are short, but no
-        more than the executors start in half of `prefetch_wait` at the recent pace (the
-        rest would wait too long, be given back, and be claimed again: churn, not speed)."""
+        more than they start in half of `prefetch_wait` at the recent pace (the rest would
+        wait too long, be given back and claimed again: churn). Claimed in batches of at
+        least half of it while a round of jobs is waiting (fewer, larger claims)."""
         if self._recent_ms is None or not self._short():
             return 0
         pace = self.concurrency * self.prefetch_wait * 500 / max(self._recent_ms, 0.001)
@@ -574,11 +575,8 @@ class Worker:
             )
         job = answer.job
         if job is None:
-            log.warning(
-                "stale report for job %s (lease %s) ignored: its lease was lost",
-                attempt.job.id,
-                attempt.lease.lease_id,
-            )
+            stale = "stale report for job %s (lease %s) ignored: its lease was lost"
+            log.warning(stale, attempt.job.id, attempt.lease.lease_id)
             return
         for child in answer.children:
             if child.created:
