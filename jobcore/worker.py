@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from jobcore import operating, signals, startup, wakeup
-from jobcore.async_loop import abandoned, claim_room, executors_for
+from jobcore.async_loop import MixedExecutors, abandoned, claim_room, executors_for
 from jobcore.attempt import AttemptRunner, describe_error
 from jobcore.context import JobContext
 from jobcore.errors import JobcoreError, StorageError
@@ -376,7 +376,8 @@ class Worker:
         busy = len(self.inflight) - len(self._unrecorded)  # recorded now, their slots are free
         room = self._prefetch_room()
         free = self.concurrency + room - busy
-        if free < room // 2 and self.inflight.waiting() >= self.concurrency:
+        mixed = isinstance(self.executors, MixedExecutors)  # async slots: claimed apart
+        if free < room // 2 and not mixed and self.inflight.waiting() >= self.concurrency:
             return 0  # a round of jobs waits already: claim once half the room is free
         free = claim_room(self.executors, self.group_commit, free, busy, self.types)  # async ones
         if self.max_jobs is not None:
