@@ -32,6 +32,7 @@ class Registry:
         self.storage = storage
         self.lease_ms = lease_ms
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time: see `flush`
         self._dirty: dict[str, int] = {}
         self._known: set[str] = set()
         self.draining: set[str] = set()
@@ -81,10 +82,22 @@ class Registry:
             self.progress.pop(job_id, None)
 
     def flush(self) -> None:
-        with self._lock:
-            dirty, self._dirty = self._dirty, {}
-        if dirty:
-            self.store.touch_workers(dirty)
+        """Write the last-seen times kept in memory. Once it returns, every agent seen
+        before the call is in the store: a flush that another thread began first is
+        waited for (it had taken those times; listing before its write ended missed
+        them). Times a failed write had taken are kept for the next flush."""
+        with self._flushing:
+            with self._lock:
+                dirty, self._dirty = self._dirty, {}
+            if not dirty:
+                return
+            try:
+                self.store.touch_workers(dirty)
+            except BaseException:
+                with self._lock:
+                    for worker_id, at in dirty.items():
+                        self._dirty[worker_id] = max(at, self._dirty.get(worker_id, 0))
+                raise
 
     def sweep_lost(self, now: int) -> list[str]:
         """Mark agents silent for longer than a lease lost; one `worker:lost` event each."""
