@@ -24,7 +24,6 @@ import atexit
 import inspect
 import logging
 import os
-import re
 import threading
 from collections.abc import Awaitable, Generator, Iterable, Mapping
 from functools import partial
@@ -55,13 +54,19 @@ from opentelemetry.trace import (  # noqa: E402
     SpanKind,
     Status,
     StatusCode,
-    TraceFlags,
     TracerProvider,
     get_current_span,
     set_span_in_context,
 )
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
+from jobcore_otel.carrier import (  # noqa: E402
+    EMPTY_CONTEXT,
+    PROPAGATOR,
+    extract,
+    lone_traceparent,
+    remote_parent,
+    sampled_either_way,
+)
 from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter  # noqa: E402
 from jobcore_otel.job_span import JobSpan, JobSpanFactory  # noqa: E402
 from jobcore_otel.schedules import ScheduleGauges  # noqa: E402
@@ -70,23 +75,14 @@ __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 
 SYSTEM = "jobcore"
 COUNTERS = ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
-PROPAGATOR = TraceContextTextMapPropagator()
-TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 log = logging.getLogger("jobcore.otel")
+_extract = extract  # the name tests and earlier releases import
+_PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool})
 
 
-def _extract(carrier: dict[str, str]) -> Context:
-    """`PROPAGATOR.extract(carrier)`, read directly for the common carrier (a lone version-00
-    `traceparent`, what this plugin writes); anything else goes to the propagator."""
-    match = TRACEPARENT.fullmatch(carrier.get("traceparent", "")) if len(carrier) == 1 else None
-    if match is not None:
-        trace_id, span_id = int(match[1], 16), int(match[2], 16)
-        if trace_id and span_id:
-            remote = SpanContext(
-                trace_id, span_id, is_remote=True, trace_flags=TraceFlags(int(match[3], 16))
-            )
-            return set_span_in_context(NonRecordingSpan(remote), Context())
-    return PROPAGATOR.extract(carrier)
+def _awaitable(result: Any) -> bool:
+    """`inspect.isawaitable`, answered at once for the usual results of a sync handler."""
+    return type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result)
 
 
 def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
@@ -104,7 +100,7 @@ def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
     ):
         try:
-            return _extract(carrier), True
+            return extract(carrier), True
         except Exception as exc:  # a propagator that trips on odd input: same as bad input
             problem = f"{type(exc).__name__}: {exc}"
     else:
@@ -117,6 +113,20 @@ def _parent_context(job: Job, level: int) -> tuple[Context, bool]:
         carrier,
     )
     return Context(), False
+
+
+def _process_attributes(job: Job, worker: str) -> dict[str, Any]:
+    """The process span's attributes (`_job_attributes` of "process", then three more)."""
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": job.id,
+        "jobcore.job.type": job.type,
+        "messaging.operation.name": "process",
+        "messaging.client.id": worker,
+        "jobcore.job.attempt": job.attempts,
+    }
 
 
 def _job_attributes(job: Job | NewJob, operation: str) -> dict[str, Any]:
@@ -393,17 +403,12 @@ class OtelPlugin:
 
     @hookimpl(wrapper=True)
     def jobcore_execute_job(self, job: Job, ctx: JobContext) -> Generator[None, Any, Any]:
+        if self._spans is not None:
+            return (yield from self._process_directly(job, ctx.worker))
         # Warned about on the first attempt only; later attempts and outcomes log it at debug.
         level = logging.WARNING if job.attempts <= 1 else logging.DEBUG
         parent, carried = _parent_context(job, level)
-        attributes = {
-            **_job_attributes(job, "process"),
-            "messaging.operation.name": "process",
-            "messaging.client.id": ctx.worker,
-            "jobcore.job.attempt": job.attempts,
-        }
-        if self._spans is not None:
-            return (yield from self._process_directly(job, parent, attributes))
+        attributes = _process_attributes(job, ctx.worker)
         if carried and not self._would_record(parent, f"process {job.queue}", attributes):
             # Sampled out (e.g. at enqueue): skip building a span nobody records, but keep
             # the trace context current so child jobs carry it on.
@@ -412,7 +417,7 @@ class OtelPlugin:
                 result = yield
             finally:
                 otel_context.detach(token)
-            if inspect.isawaitable(result):  # an async handler: current in its task too
+            if _awaitable(result):  # an async handler: current in its task too
                 return _Traced(result, parent, None, job.id)
             return result
         span = self.tracer.start_span(
@@ -433,25 +438,46 @@ class OtelPlugin:
             raise
         finally:
             otel_context.detach(token)
-        if inspect.isawaitable(result):
+        if _awaitable(result):
             # An async handler: the hook returned its coroutine, which the worker awaits
             # later on its loop. The span stays open until that ends (DESIGN §15).
             return _Traced(result, current, span, job.id)
         span.end()
         return result
 
-    def _process_directly(
-        self, job: Job, parent: Context, attributes: dict[str, Any]
-    ) -> Generator[None, Any, Any]:
-        """`jobcore_execute_job` with a `JobSpan` (the same span, for less work)."""
-        assert self._spans is not None
+    def _process_directly(self, job: Job, worker: str) -> Generator[None, Any, Any]:
+        """`jobcore_execute_job` with a `JobSpan` (the same span, for less work).
+
+        The carrier the plugin writes is read without a `Context`; under the default sampler
+        a parent that is sampled or unreadable either way is not even read until the span's
+        context is needed (`JobSpanFactory.start_carried`), mostly on the exporter's thread.
+        """
+        spans = self._spans
+        assert spans is not None
+        name = f"process {job.queue}"
+        attributes = _process_attributes(job, worker)
+        traceparent = lone_traceparent(job.meta)
+        parent: Context | None = None  # only a sampler other than the default needs it
+        remote: SpanContext | None = None
         span: JobSpan | NonRecordingSpan | None = None
         try:
-            span = self._spans.start(f"process {job.queue}", parent, SpanKind.CONSUMER, attributes)
+            if traceparent is not None and spans.lazy and sampled_either_way(traceparent):
+                span = spans.start_carried(name, SpanKind.CONSUMER, attributes, traceparent)
+            else:
+                remote = None if traceparent is None else remote_parent(traceparent)
+                if remote is None:
+                    level = logging.WARNING if job.attempts <= 1 else logging.DEBUG
+                    parent, _ = _parent_context(job, level)
+                span = spans.start(name, parent, SpanKind.CONSUMER, attributes, remote)
         except Exception:  # e.g. a sampler that raises: the job runs untraced, never fails for it
             log.exception("job %s: its process span could not be started", job.id)
         # Sampled out: a non-recording span, current so child jobs carry its (unsampled) trace on.
-        current = parent if span is None else set_span_in_context(span, parent)
+        if span is None:
+            if parent is None:
+                parent = _parent_context(job, logging.DEBUG)[0]
+            current = parent
+        else:
+            current = set_span_in_context(span, EMPTY_CONTEXT if parent is None else parent)
         token = otel_context.attach(current)
         try:
             result = yield
@@ -462,7 +488,7 @@ class OtelPlugin:
             raise
         finally:
             otel_context.detach(token)
-        if inspect.isawaitable(result):  # an async handler: the span ends once it is awaited
+        if _awaitable(result):  # an async handler: the span ends once it is awaited
             return _Traced(result, current, span, job.id)
         if span is not None:
             _end(span, job.id)

@@ -22,10 +22,12 @@ from time import time_ns
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
     Link,
     NonRecordingSpan,
     Span,
@@ -36,9 +38,11 @@ from opentelemetry.trace import (
     TraceFlags,
     TraceState,
     get_current_span,
+    set_span_in_context,
 )
 from opentelemetry.util import types
 
+from jobcore_otel.carrier import extract
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
@@ -69,34 +73,49 @@ class JobSpanFactory:
             self.limits.max_span_attributes is not None and self.limits.max_span_attributes < 32
         )
         self.processor = processor
+        # BatchSpanProcessor.on_end is "if sampled: emit": such a span, sampled by then, is
+        # handed to emit without reading its context on the worker's thread.
+        batch = getattr(processor, "_batch_processor", None)
+        emit = getattr(batch, "emit", None) if type(processor) is BatchSpanProcessor else None
+        self.emit_sampled = emit if callable(emit) else None
         is_random = getattr(self.id_generator, "is_trace_id_random", None)  # newer SDKs
         self.random_roots = bool(RANDOM and is_random is not None and is_random())
 
     def start(
         self,
         name: str,
-        parent: Context,
+        parent: Context | None,
         kind: SpanKind,
         attributes: dict[str, types.AttributeValue],
+        remote: SpanContext | None = None,
     ) -> JobSpan | NonRecordingSpan:
-        """A started span; when the sampler does not record it, the `NonRecordingSpan` the SDK's
-        tracer returns (same trace, a new span id, not sampled), so that spans started under it
-        (child jobs' `send` spans) get the SDK's sampling decisions (`attributes` is kept)."""
-        parent_span = get_current_span(parent).get_span_context()
-        remote_parent = parent_span if parent_span.is_valid else None
-        if remote_parent is None:
+        """A started span under `parent`, or, when `parent` is None, under `remote` (a remote
+        parent's context; None: a root). When the sampler does not record it, the
+        `NonRecordingSpan` the SDK's tracer returns (same trace, a new span id, not sampled),
+        so that spans started under it (child jobs' `send` spans) get the SDK's sampling
+        decisions (`attributes` is kept)."""
+        if parent is not None:
+            parent_span = get_current_span(parent).get_span_context()
+            remote = parent_span if parent_span.is_valid else None
+        if remote is None:
             trace_id = self.id_generator.generate_trace_id()
             random = self.random_roots
         else:
-            trace_id = remote_parent.trace_id
-            random = bool(remote_parent.trace_flags & RANDOM)
+            trace_id = remote.trace_id
+            random = bool(remote.trace_flags & RANDOM)
         if self.sampler is DEFAULT_ON:  # the default, ParentBased(ALWAYS_ON), decided directly:
             # follow a parent's sampled flag, sample a root; attributes as given
-            if remote_parent is not None and not remote_parent.trace_flags.sampled:
-                return self._not_recorded(trace_id, random, remote_parent.trace_state)
-            trace_state = remote_parent.trace_state if remote_parent is not None else None
+            if remote is not None and not remote.trace_flags.sampled:
+                return self._not_recorded(trace_id, random, remote.trace_state)
+            trace_state = remote.trace_state if remote is not None else None
             flags = FLAGS[True, random]
         else:
+            if parent is None:  # the context `parent` would have been
+                parent = (
+                    Context()
+                    if remote is None
+                    else set_span_in_context(NonRecordingSpan(remote), Context())
+                )
             result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
             if result.decision is Decision.DROP:
                 return self._not_recorded(trace_id, random, result.trace_state)
@@ -110,10 +129,56 @@ class JobSpanFactory:
             trace_flags=flags,
             trace_state=trace_state,
         )
-        span = JobSpan(self, name, context, remote_parent, kind, attributes)
+        span = JobSpan(self, name, context, remote, kind, attributes)
         if self.bounded:
             span.bound_attributes()
         return span
+
+    @property
+    def lazy(self) -> bool:
+        """Whether a carried parent that is sampled or unreadable either way may be read when
+        the span's context is first needed (`start_carried`): under the default sampler."""
+        return self.sampler is DEFAULT_ON
+
+    def start_carried(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, types.AttributeValue],
+        traceparent: str,
+    ) -> JobSpan:
+        """A started, sampled span under the parent a lone `traceparent` gives (default sampler
+        only, and `carrier.sampled_either_way(traceparent)`): read, with the span's own ids
+        made, when its context is first needed (`resolve`)."""
+        span = JobSpan(self, name, None, None, kind, attributes)
+        span.traceparent = traceparent
+        if self.bounded:
+            span.bound_attributes()
+        return span
+
+    def resolve(self, traceparent: str) -> tuple[SpanContext, SpanContext | None]:
+        """The context and remote parent `start` gives a span under `traceparent`'s parent."""
+        try:
+            parent = get_current_span(extract({"traceparent": traceparent})).get_span_context()
+        except Exception:  # a propagator that trips: a new trace, as `_parent_context` does
+            log.debug(
+                "unreadable traceparent %.80r; the job's span starts a new trace", traceparent
+            )
+            parent = INVALID_SPAN_CONTEXT
+        if parent.is_valid:  # sampled: its flags end in an odd digit
+            trace_id, random = parent.trace_id, bool(parent.trace_flags & RANDOM)
+            remote: SpanContext | None = parent
+        else:
+            trace_id, random = self.id_generator.generate_trace_id(), self.random_roots
+            remote = None
+        context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=FLAGS[True, random],
+            trace_state=None if remote is None else remote.trace_state,
+        )
+        return context, remote
 
     def _not_recorded(
         self, trace_id: int, random: bool, trace_state: TraceState | None
@@ -135,25 +200,48 @@ class JobSpan(Span):
         self,
         factory: JobSpanFactory,
         name: str,
-        context: SpanContext,
+        context: SpanContext | None,
         parent: SpanContext | None,
         kind: SpanKind,
         attributes: dict[str, types.AttributeValue],
     ) -> None:
+        """`context` None: a `start_carried` span, whose context and parent come from its
+        `traceparent` when first read."""
         self._factory = factory
         self.name = name
-        self.context = context
-        self.parent = parent
+        self._context = context
+        self._parent = parent
         self.kind = kind
         self.attributes: Mapping[str, types.AttributeValue] = attributes
-        self.events: Sequence[Event] = ()  # a BoundedList from the first event on
-        self.links: Sequence[Link] = ()
-        self.status = UNSET_STATUS
         self.resource = factory.resource
         self.instrumentation_scope = factory.scope
         self.start_time = time_ns()
-        self.end_time: int | None = None
         self._lock = threading.Lock()  # as the SDK's span: writers from several threads
+
+    # Until first changed (events and links become `BoundedList`s, as the SDK's span keeps them).
+    events: Sequence[Event] = ()
+    links: Sequence[Link] = ()
+    status: Status = UNSET_STATUS
+    end_time: int | None = None
+    traceparent: str | None = None  # of a `start_carried` span
+
+    @property
+    def context(self) -> SpanContext:
+        context = self._context
+        return context if context is not None else self._resolved()
+
+    @property
+    def parent(self) -> SpanContext | None:
+        if self._context is None:
+            self._resolved()
+        return self._parent
+
+    def _resolved(self) -> SpanContext:
+        with self._lock:  # no method reads the context while holding the lock
+            if self._context is None:
+                assert self.traceparent is not None
+                self._context, self._parent = self._factory.resolve(self.traceparent)
+            return self._context
 
     @property
     def dropped_attributes(self) -> int:
@@ -179,7 +267,11 @@ class JobSpan(Span):
                 log.warning("Calling end() on an ended span.")
                 return
             self.end_time = end_time if end_time is not None else time_ns()
-        self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
+        emit = self._factory.emit_sampled
+        if emit is not None and self._context is None:  # sampled: see `start_carried`
+            emit(self)
+        else:
+            self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
 
     def _writable(self) -> bool:
         """Whether the span may still change; called holding `_lock`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 from collections.abc import Callable
@@ -9,13 +10,15 @@ from typing import Any
 
 import pytest
 from jobcore_otel import PROPAGATOR, _extract
+from jobcore_otel.carrier import lone_traceparent, remote_parent, sampled_either_way
 from jobcore_otel.histograms import JobHistogram
 from jobcore_otel.job_span import JobSpan, JobSpanFactory
+from jobcore_otel.otlp_encoding import SpanEncoder
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
@@ -41,6 +44,35 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from jobcore import Job, JobStatus
+
+JOB_FIELDS: dict[str, Any] = {
+    "id": "01a21e96-e715-73ea-a173-b3779b9a341e",
+    "type": "noop",
+    "queue": "default",
+    "payload": {},
+    "status": JobStatus.CLAIMED,
+    "priority": 0,
+    "attempts": 1,
+    "max_attempts": 3,
+    "run_at": 0,
+    "timeout_ms": None,
+    "idempotency_key": None,
+    "locked_by": "w",
+    "locked_at": 0,
+    "lease_expires_at": 1,
+    "heartbeat_at": None,
+    "cancel_requested": False,
+    "last_error": None,
+    "errors": [],
+    "result": None,
+    "parent_id": None,
+    "meta": {},
+    "created_at": 0,
+    "claimed_at": 0,
+    "completed_at": None,
+    "updated_at": 0,
+}
 PARENT = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1))
 ATTRIBUTES = {"messaging.system": "jobcore", "jobcore.job.attempt": 1}
 
@@ -234,6 +266,116 @@ def test_the_direct_traceparent_read_equals_the_propagators(carrier: dict[str, s
     assert mine.get_span_context() == theirs.get_span_context()
     assert mine.get_span_context().trace_state == theirs.get_span_context().trace_state
     assert type(mine) is type(theirs)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [{"otel": carrier} for carrier in CARRIERS]
+    + [{}, {"otel": None}, {"otel": "x"}, {"otel": {"traceparent": 7}}, {"otel": [CARRIERS[0]]}],
+)
+def test_the_process_spans_parent_read_without_a_context_is_the_propagators(
+    meta: dict[str, Any],
+) -> None:
+    """The worker's fast read of `meta.otel` takes the common carrier; whatever it takes, it
+    reads as the propagator does (anything else goes the general way)."""
+    traceparent = lone_traceparent(Job(**{**JOB_FIELDS, "meta": meta}).meta)
+    remote = None if traceparent is None else remote_parent(traceparent)
+    if meta == {"otel": CARRIERS[0]}:
+        assert remote is not None  # the carrier the plugin itself writes
+    if remote is not None:
+        assert remote == get_current_span(PROPAGATOR.extract(meta["otel"])).get_span_context()
+        assert remote.is_remote and remote.trace_state == TraceState()
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_a_remote_parent_given_directly_is_sampled_as_the_same_parent_in_a_context(
+    sampled: bool,
+) -> None:
+    """`start(..., parent=None, remote=...)` asks a sampler other than the default with the
+    context the remote parent would have been in."""
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    processor = SimpleSpanProcessor(InMemorySpanExporter())
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    remote = SpanContext(PARENT.trace_id, PARENT.span_id, True, TraceFlags(int(sampled)))
+    direct = factory.start("p", None, SpanKind.CONSUMER, {}, remote)
+    contextual = factory.start(
+        "p", set_span_in_context(NonRecordingSpan(remote)), SpanKind.CONSUMER, {}
+    )
+    assert direct.is_recording() == contextual.is_recording() == sampled
+    assert direct.get_span_context().trace_id == PARENT.trace_id
+    if sampled:
+        assert isinstance(direct, JobSpan) and direct.parent == remote
+    root = factory.start("p", None, SpanKind.CONSUMER, {}, None)
+    assert not root.is_recording()  # ParentBased(ALWAYS_OFF): a root is dropped
+
+
+def mutated_traceparents(count: int) -> list[str]:
+    """Version-00 traceparents with one or two characters changed (seeded: the same each run)."""
+    rng = random.Random(20261127)
+    valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    zeros = "00-00000000000000000000000000000000-0000000000000000-01"
+    made = []
+    for _ in range(count):
+        chars = list(rng.choice((valid, zeros, valid.upper().replace("X", "x"))))
+        for _ in range(rng.randint(1, 2)):
+            chars[rng.randrange(len(chars))] = rng.choice("0123456789abcdefABCDEFg- \t")
+        made.append("".join(chars))
+    return [*made, valid, zeros, valid[:-1] + "3", valid[:-1] + "f", valid[:-1] + "0"]
+
+
+def test_a_parent_read_late_is_the_propagators_and_sampled_whenever_one_is_read_late() -> None:
+    """`sampled_either_way` lets the worker start a sampled span before reading its parent:
+    sound only if every such value the propagator reads gives a sampled parent."""
+    provider = TracerProvider()
+    processor = SimpleSpanProcessor(InMemorySpanExporter())
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    late = 0
+    for traceparent in mutated_traceparents(3000):
+        theirs = get_current_span(PROPAGATOR.extract({"traceparent": traceparent}))
+        expected = theirs.get_span_context()
+        if not sampled_either_way(traceparent):
+            continue
+        late += 1
+        assert not expected.is_valid or expected.trace_flags.sampled, traceparent
+        context, parent = factory.resolve(traceparent)
+        eager = factory.start(
+            "p", set_span_in_context(theirs), SpanKind.CONSUMER, {}
+        )  # the span `start` makes under the propagator's reading
+        assert isinstance(eager, JobSpan)
+        assert parent == (expected if expected.is_valid else None), traceparent
+        assert context.trace_flags == eager.context.trace_flags
+        assert context.trace_state == eager.context.trace_state
+        if expected.is_valid:
+            assert context.trace_id == expected.trace_id
+    assert late > 300  # the test reached the late reads it is about
+
+
+def test_a_span_started_on_a_carried_parent_reads_it_only_when_asked_and_exports_the_same() -> None:
+    exporter = InMemorySpanExporter()
+    processor = BatchSpanProcessor(exporter)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    factory = JobSpanFactory(provider, processor, "jobcore")
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    late = factory.start_carried("process q", SpanKind.CONSUMER, {"a": 1}, traceparent)
+    late.set_attribute("b", 2)
+    late.end()
+    if hasattr(processor, "_batch_processor"):  # the SDK's since 1.29: handed to it unread
+        assert late._context is None  # (read when exported, on the exporter's thread)
+    asked = factory.start_carried("process q", SpanKind.CONSUMER, {"a": 1}, traceparent)
+    assert asked.get_span_context().trace_id == PARENT.trace_id  # a child job's send span asks
+    asked.end()
+    processor.force_flush()
+    exported = exporter.get_finished_spans()
+    assert [id(span) for span in exported] == [id(late), id(asked)]
+    for span in exported:
+        assert span.parent == PARENT and span.context.trace_id == PARENT.trace_id
+        assert span.context.trace_flags.sampled and span.context.span_id != PARENT.span_id
+    assert late.context.span_id != asked.context.span_id
+    assert dict(late.attributes) == {"a": 1, "b": 2}
+    expected = encode_spans(exported).SerializePartialToString()
+    assert SpanEncoder().request(exported) == expected
+    provider.shutdown()
 
 
 class DropsProcessSpans(Sampler):
