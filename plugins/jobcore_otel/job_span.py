@@ -42,7 +42,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from jobcore_otel.carrier import extract
+from jobcore_otel.carrier import extract, remote_parent
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
@@ -158,13 +158,13 @@ class JobSpanFactory:
 
     def resolve(self, traceparent: str) -> tuple[SpanContext, SpanContext | None]:
         """The context and remote parent `start` gives a span under `traceparent`'s parent."""
-        try:
-            parent = get_current_span(extract({"traceparent": traceparent})).get_span_context()
-        except Exception:  # a propagator that trips: a new trace, as `_parent_context` does
-            log.debug(
-                "unreadable traceparent %.80r; the job's span starts a new trace", traceparent
-            )
-            parent = INVALID_SPAN_CONTEXT
+        parent = remote_parent(traceparent)  # the form the plugin writes, read directly
+        if parent is None:  # anything else as the propagator reads it
+            try:
+                parent = get_current_span(extract({"traceparent": traceparent})).get_span_context()
+            except Exception:  # a propagator that trips: a new trace, as `_parent_context` does
+                log.debug("unreadable traceparent %.80r; the span starts a new trace", traceparent)
+                parent = INVALID_SPAN_CONTEXT
         if parent.is_valid:  # sampled: its flags end in an odd digit
             trace_id, random = parent.trace_id, bool(parent.trace_flags & RANDOM)
             remote: SpanContext | None = parent
@@ -245,15 +245,16 @@ class JobSpan(Span):
 
     @property
     def dropped_attributes(self) -> int:
-        return getattr(self.attributes, "dropped", 0)
+        attributes = self.attributes  # a dict until bounded
+        return attributes.dropped if type(attributes) is BoundedAttributes else 0
 
     @property
     def dropped_events(self) -> int:
-        return getattr(self.events, "dropped", 0)
+        return self.events.dropped if type(self.events) is BoundedList else 0
 
     @property
     def dropped_links(self) -> int:
-        return getattr(self.links, "dropped", 0)
+        return self.links.dropped if type(self.links) is BoundedList else 0
 
     def get_span_context(self) -> SpanContext:
         return self.context

@@ -31,6 +31,9 @@ _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_fixed32 = struct.Struct("<I").pack
 _pack_times = struct.Struct("<BQBQ").pack  # start (field 7) and end (field 8), both fixed64
+# Span.flags (field 16): under no parent or a local one; under a remote parent
+_PARENT_FLAGS = b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE)
+_PARENT_FLAGS_REMOTE = b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
 
 
 def _varint(value: int) -> bytes:
@@ -114,7 +117,11 @@ class SpanEncoder:
                                 self._keys.clear()
                                 self._misses.clear()
                             self._keys[key] = prefix
-                        value_field = _field(0x12, _field(0x0A, value.encode()))
+                        raw = value.encode()
+                        if len(raw) < 126:  # AnyValue{string_value} in one short field
+                            value_field = b"\x12" + bytes((len(raw) + 2, 0x0A, len(raw))) + raw
+                        else:
+                            value_field = _field(0x12, _field(0x0A, raw))
                     except Exception as error:  # e.g. a lone surrogate: left out, as the SDK does
                         log.exception("Failed to encode key %s: %s", key, error)
                         continue
@@ -213,34 +220,21 @@ class SpanEncoder:
         elif end:
             out += (b"\x41", _pack_fixed64(end))
         out.append(self._attributes(0x4A, span.attributes))
-        if span.dropped_attributes:
-            out += (b"\x50", _varint(span.dropped_attributes))
-        for event in span.events:
-            body = b""
-            if event.timestamp:
-                body += b"\x09" + _pack_fixed64(event.timestamp)
-            if event.name:
-                body += _field(0x12, event.name.encode())
-            body += self._attributes(0x1A, event.attributes)
-            if event.dropped_attributes:
-                body += b"\x20" + _varint(event.dropped_attributes)
-            out.append(_field(0x5A, body))
-        if span.dropped_events:
-            out += (b"\x60", _varint(span.dropped_events))
-        for link in span.links:
-            body = (
-                b"\x0a\x10"
-                + link.context.trace_id.to_bytes(16, "big")
-                + b"\x12\x08"
-                + link.context.span_id.to_bytes(8, "big")
-                + self._attributes(0x22, link.attributes)
-            )
-            if link.dropped_attributes:
-                body += b"\x28" + _varint(link.dropped_attributes)
-            body += b"\x35" + _pack_fixed32(_flags(link.context))
-            out.append(_field(0x6A, body))
-        if span.dropped_links:
-            out += (b"\x70", _varint(span.dropped_links))
+        dropped = span.dropped_attributes
+        if dropped:
+            out += (b"\x50", _varint(dropped))
+        events = span.events
+        if events:
+            out += (self._event(event) for event in events)
+        dropped = span.dropped_events
+        if dropped:
+            out += (b"\x60", _varint(dropped))
+        links = span.links
+        if links:
+            out += (self._link(link) for link in links)
+        dropped = span.dropped_links
+        if dropped:
+            out += (b"\x70", _varint(dropped))
         status = span.status
         if status is UNSET_STATUS:
             out.append(_UNSET_STATUS_FIELD)
@@ -251,8 +245,34 @@ class SpanEncoder:
             if status.status_code.value:
                 body += b"\x18" + _varint(status.status_code.value)
             out.append(_field(0x7A, body))
-        out += (b"\x85\x01", _pack_fixed32(_flags(parent)))
+        out.append(
+            _PARENT_FLAGS_REMOTE if parent is not None and parent.is_remote else _PARENT_FLAGS
+        )
         return b"".join(out)
+
+    def _event(self, event: Any) -> bytes:
+        body = b""
+        if event.timestamp:
+            body += b"\x09" + _pack_fixed64(event.timestamp)
+        if event.name:
+            body += _field(0x12, event.name.encode())
+        body += self._attributes(0x1A, event.attributes)
+        if event.dropped_attributes:
+            body += b"\x20" + _varint(event.dropped_attributes)
+        return _field(0x5A, body)
+
+    def _link(self, link: Any) -> bytes:
+        body = (
+            b"\x0a\x10"
+            + link.context.trace_id.to_bytes(16, "big")
+            + b"\x12\x08"
+            + link.context.span_id.to_bytes(8, "big")
+            + self._attributes(0x22, link.attributes)
+        )
+        if link.dropped_attributes:
+            body += b"\x28" + _varint(link.dropped_attributes)
+        body += b"\x35" + _pack_fixed32(_flags(link.context))
+        return _field(0x6A, body)
 
     def request(self, spans: Sequence[Any]) -> bytes:
         """The `ExportTraceServiceRequest` bytes for `spans`, grouped by resource, then scope."""

@@ -178,3 +178,18 @@ def test_a_pair_on_a_span_and_on_its_event_link_and_resource_is_encoded_in_each_
     spans = exporter.get_finished_spans()
     encoder = SpanEncoder()
     assert encoder.request(spans) == encode_spans(spans).SerializePartialToString()
+
+
+def test_string_values_either_side_of_one_length_byte_encode_as_the_sdks() -> None:
+    """Short string values are written in one step: lengths up to and past one varint byte."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("jobcore")
+    for n in (0, 1, 123, 124, 125, 126, 127, 128, 200, 20_000):
+        for round_ in range(70):  # past `_NEW_VALUES`: the key's values stop being cached
+            tracer.start_span(
+                "s", attributes={"id": f"{round_:03d}" + "x" * n, "wide": "é" * (n // 2)}
+            ).end()
+    spans = exporter.get_finished_spans()
+    assert SpanEncoder().request(spans) == encode_spans(spans).SerializePartialToString()
