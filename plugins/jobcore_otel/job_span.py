@@ -27,7 +27,6 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
-    INVALID_SPAN_CONTEXT,
     Link,
     NonRecordingSpan,
     Span,
@@ -42,7 +41,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from jobcore_otel.carrier import extract, remote_parent
+from jobcore_otel.carrier import remote_parent
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
@@ -56,6 +55,11 @@ FLAGS = {
     for sampled in (False, True)
     for random in (False, True)
 }
+
+
+def _sdk_function(function: object) -> bool:
+    """Whether `function` is still the SDK's own (no one has patched it)."""
+    return getattr(function, "__module__", None) == BatchSpanProcessor.__module__
 
 
 class JobSpanFactory:
@@ -76,7 +80,8 @@ class JobSpanFactory:
         # BatchSpanProcessor.on_end is "if sampled: emit": such a span, sampled by then, is
         # handed to emit without reading its context on the worker's thread.
         batch = getattr(processor, "_batch_processor", None)
-        emit = getattr(batch, "emit", None) if type(processor) is BatchSpanProcessor else None
+        own = type(processor) is BatchSpanProcessor and _sdk_function(BatchSpanProcessor.on_end)
+        emit = getattr(batch, "emit", None) if own else None
         self.emit_sampled = emit if callable(emit) else None
         is_random = getattr(self.id_generator, "is_trace_id_random", None)  # newer SDKs
         self.random_roots = bool(RANDOM and is_random is not None and is_random())
@@ -148,37 +153,43 @@ class JobSpanFactory:
         traceparent: str,
     ) -> JobSpan:
         """A started, sampled span under the parent a lone `traceparent` gives (default sampler
-        only, and `carrier.sampled_either_way(traceparent)`): read, with the span's own ids
-        made, when its context is first needed (`resolve`)."""
+        only, and `carrier.sampled_either_way(traceparent)`). Its ids are made now, as `start`
+        makes them (a trace id for the root it is if the value is unreadable); the value is
+        read when the span's context is first needed (`resolve`), mostly by the exporter."""
         span = JobSpan(self, name, None, None, kind, attributes)
-        span.traceparent = traceparent
+        span.carried = (
+            traceparent,
+            self.id_generator.generate_trace_id(),
+            self.id_generator.generate_span_id(),
+        )
         if self.bounded:
             span.bound_attributes()
         return span
 
-    def resolve(self, traceparent: str) -> tuple[SpanContext, SpanContext | None]:
-        """The context and remote parent `start` gives a span under `traceparent`'s parent."""
-        parent = remote_parent(traceparent)  # the form the plugin writes, read directly
-        if parent is None:  # anything else as the propagator reads it
-            try:
-                parent = get_current_span(extract({"traceparent": traceparent})).get_span_context()
-            except Exception:  # a propagator that trips: a new trace, as `_parent_context` does
-                log.debug("unreadable traceparent %.80r; the span starts a new trace", traceparent)
-                parent = INVALID_SPAN_CONTEXT
-        if parent.is_valid:  # sampled: its flags end in an odd digit
-            trace_id, random = parent.trace_id, bool(parent.trace_flags & RANDOM)
-            remote: SpanContext | None = parent
+    def resolve(
+        self, traceparent: str, root_trace_id: int, span_id: int
+    ) -> tuple[SpanContext, SpanContext | None]:
+        """The context and remote parent `start` gives a span under `traceparent`'s parent.
+
+        Only for values `sampled_either_way` accepts: for those the propagator reads exactly
+        what `remote_parent` reads (a sampled parent) or nothing (the span is a root); the
+        tests check that against the propagator. Makes no ids and calls nothing that logs,
+        so a log filter that reads the current span may run it.
+        """
+        parent = remote_parent(traceparent)
+        if parent is None:
+            context = SpanContext(
+                root_trace_id, span_id, is_remote=False, trace_flags=FLAGS[True, self.random_roots]
+            )
         else:
-            trace_id, random = self.id_generator.generate_trace_id(), self.random_roots
-            remote = None
-        context = SpanContext(
-            trace_id,
-            self.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=FLAGS[True, random],
-            trace_state=None if remote is None else remote.trace_state,
-        )
-        return context, remote
+            context = SpanContext(
+                parent.trace_id,
+                span_id,
+                is_remote=False,
+                trace_flags=FLAGS[True, bool(parent.trace_flags & RANDOM)],
+                trace_state=parent.trace_state,
+            )
+        return context, parent
 
     def _not_recorded(
         self, trace_id: int, random: bool, trace_state: TraceState | None
@@ -209,8 +220,8 @@ class JobSpan(Span):
         `traceparent` when first read."""
         self._factory = factory
         self.name = name
-        self._context = context
-        self._parent = parent
+        # the context and parent, once known: one attribute, so a reader sees both or neither
+        self._read = None if context is None else (context, parent)
         self.kind = kind
         self.attributes: Mapping[str, types.AttributeValue] = attributes
         self.resource = factory.resource
@@ -223,25 +234,25 @@ class JobSpan(Span):
     links: Sequence[Link] = ()
     status: Status = UNSET_STATUS
     end_time: int | None = None
-    traceparent: str | None = None  # of a `start_carried` span
+    # a `start_carried` span's traceparent, root trace id and span id, until read
+    carried: tuple[str, int, int] | None = None
 
     @property
     def context(self) -> SpanContext:
-        context = self._context
-        return context if context is not None else self._resolved()
+        read = self._read
+        return (read or self._resolved())[0]
 
     @property
     def parent(self) -> SpanContext | None:
-        if self._context is None:
-            self._resolved()
-        return self._parent
+        read = self._read
+        return (read or self._resolved())[1]
 
-    def _resolved(self) -> SpanContext:
-        with self._lock:  # no method reads the context while holding the lock
-            if self._context is None:
-                assert self.traceparent is not None
-                self._context, self._parent = self._factory.resolve(self.traceparent)
-            return self._context
+    def _resolved(self) -> tuple[SpanContext, SpanContext | None]:
+        """A `start_carried` span's context and parent, read now. No lock: the reading is
+        the same on every thread, and it is published in one assignment."""
+        assert self.carried is not None
+        read = self._read = self._factory.resolve(*self.carried)
+        return read
 
     @property
     def dropped_attributes(self) -> int:
@@ -269,7 +280,7 @@ class JobSpan(Span):
                 return
             self.end_time = end_time if end_time is not None else time_ns()
         emit = self._factory.emit_sampled
-        if emit is not None and self._context is None:  # sampled: see `start_carried`
+        if emit is not None and self._read is None:  # sampled: see `start_carried`
             emit(self)
         else:
             self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
