@@ -23,6 +23,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -57,9 +58,18 @@ FLAGS = {
 }
 
 
-def _sdk_function(function: object) -> bool:
-    """Whether `function` is still the SDK's own (no one has patched it)."""
-    return getattr(function, "__module__", None) == BatchSpanProcessor.__module__
+_SDK_ON_END = BatchSpanProcessor.on_end  # as imported: checked unpatched below
+
+
+def _sdk_on_end(processor: SpanProcessor) -> bool:
+    """Whether `processor`'s `on_end` is the SDK's own `BatchSpanProcessor.on_end`, patched
+    neither on the class (now or before this module's import) nor on the instance."""
+    return (
+        type(processor).on_end is _SDK_ON_END
+        and "on_end" not in vars(processor)
+        and _SDK_ON_END.__module__ == BatchSpanProcessor.__module__
+        and not hasattr(_SDK_ON_END, "__wrapped__")
+    )
 
 
 class JobSpanFactory:
@@ -80,7 +90,7 @@ class JobSpanFactory:
         # BatchSpanProcessor.on_end is "if sampled: emit": such a span, sampled by then, is
         # handed to emit without reading its context on the worker's thread.
         batch = getattr(processor, "_batch_processor", None)
-        own = type(processor) is BatchSpanProcessor and _sdk_function(BatchSpanProcessor.on_end)
+        own = type(processor) is BatchSpanProcessor  # its `on_end` is checked at each end
         emit = getattr(batch, "emit", None) if own else None
         self.emit_sampled = emit if callable(emit) else None
         is_random = getattr(self.id_generator, "is_trace_id_random", None)  # newer SDKs
@@ -142,8 +152,9 @@ class JobSpanFactory:
     @property
     def lazy(self) -> bool:
         """Whether a carried parent that is sampled or unreadable either way may be read when
-        the span's context is first needed (`start_carried`): under the default sampler."""
-        return self.sampler is DEFAULT_ON
+        the span's context is first needed (`start_carried`): under the default sampler and
+        id generator (which cannot fail and needs no order of calls kept)."""
+        return self.sampler is DEFAULT_ON and type(self.id_generator) is RandomIdGenerator
 
     def start_carried(
         self,
@@ -152,10 +163,11 @@ class JobSpanFactory:
         attributes: dict[str, types.AttributeValue],
         traceparent: str,
     ) -> JobSpan:
-        """A started, sampled span under the parent a lone `traceparent` gives (default sampler
-        only, and `carrier.sampled_either_way(traceparent)`). Its ids are made now, as `start`
-        makes them (a trace id for the root it is if the value is unreadable); the value is
-        read when the span's context is first needed (`resolve`), mostly by the exporter."""
+        """A started, sampled span under the parent a lone `traceparent` gives (only when `lazy`,
+        and `carrier.sampled_either_way(traceparent)`). Its ids are made now: its span id, and
+        a trace id used only if the value turns out unreadable (the span is then a root); the
+        value is read when the span's context is first needed (`resolve`), mostly by the
+        exporter."""
         span = JobSpan(self, name, None, None, kind, attributes)
         span.carried = (
             traceparent,
@@ -279,9 +291,10 @@ class JobSpan(Span):
                 log.warning("Calling end() on an ended span.")
                 return
             self.end_time = end_time if end_time is not None else time_ns()
-        emit = self._factory.emit_sampled
-        if emit is not None and self._read is None:  # sampled: see `start_carried`
-            emit(self)
+        factory = self._factory
+        emit = factory.emit_sampled
+        if emit is not None and self._read is None and _sdk_on_end(factory.processor):
+            emit(self)  # sampled (see `start_carried`): what the SDK's `on_end` would do
         else:
             self._factory.processor.on_end(self)  # type: ignore[arg-type]  # duck-typed ReadableSpan
 
