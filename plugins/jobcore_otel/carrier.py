@@ -58,13 +58,6 @@ def sampled_either_way(traceparent: str) -> bool:
     return len(traceparent) == 55 and traceparent[-1] in _ODD_HEX and traceparent[:3] == "00-"
 
 
-def remote_context(remote: SpanContext | None) -> Context:
-    """The context `extract` returns for `remote` (an empty one for None)."""
-    if remote is None:
-        return EMPTY_CONTEXT
-    return set_span_in_context(NonRecordingSpan(remote), EMPTY_CONTEXT)
-
-
 def _span_context(match: re.Match[str]) -> SpanContext | None:
     trace_id, span_id = int(match[1], 16), int(match[2], 16)
     if not (trace_id and span_id):
