@@ -76,7 +76,6 @@ __all__ = ["InertOtel", "MisconfiguredOtel", "OtelPlugin", "load_plugin"]
 SYSTEM = "jobcore"
 COUNTERS = ("enqueued", "completed", "failed", "retried", "reclaimed", "cancelled")
 log = logging.getLogger("jobcore.otel")
-_extract = extract  # the name tests and earlier releases import
 _PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool})
 
 

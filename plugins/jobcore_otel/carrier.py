@@ -28,7 +28,7 @@ def extract(carrier: dict[str, str]) -> Context:
     if match is not None:
         remote = _span_context(match)
         if remote is not None:
-            return set_span_in_context(NonRecordingSpan(remote), EMPTY_CONTEXT)
+            return remote_context(remote)
     return PROPAGATOR.extract(carrier)
 
 
@@ -56,6 +56,13 @@ def sampled_either_way(traceparent: str) -> bool:
     characters. Whether it is valid can then wait until the span's context is needed.
     """
     return len(traceparent) == 55 and traceparent[-1] in _ODD_HEX and traceparent[:3] == "00-"
+
+
+def remote_context(remote: SpanContext | None) -> Context:
+    """The context a propagator returns for `remote` (an empty one for None)."""
+    if remote is None:
+        return EMPTY_CONTEXT
+    return set_span_in_context(NonRecordingSpan(remote), EMPTY_CONTEXT)
 
 
 def _span_context(match: re.Match[str]) -> SpanContext | None:

@@ -38,11 +38,10 @@ from opentelemetry.trace import (
     TraceFlags,
     TraceState,
     get_current_span,
-    set_span_in_context,
 )
 from opentelemetry.util import types
 
-from jobcore_otel.carrier import remote_parent
+from jobcore_otel.carrier import remote_context, remote_parent
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
@@ -126,11 +125,7 @@ class JobSpanFactory:
             flags = FLAGS[True, random]
         else:
             if parent is None:  # the context `parent` would have been
-                parent = (
-                    Context()
-                    if remote is None
-                    else set_span_in_context(NonRecordingSpan(remote), Context())
-                )
+                parent = remote_context(remote)
             result = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
             if result.decision is Decision.DROP:
                 return self._not_recorded(trace_id, random, result.trace_state)

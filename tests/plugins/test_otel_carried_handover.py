@@ -9,14 +9,13 @@ import random
 from typing import Any
 
 import pytest
-from jobcore_otel import OtelPlugin
 from jobcore_otel.job_span import JobSpanFactory
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind
+from test_otel_carried_parent import direct_plugin, execute
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -97,14 +96,8 @@ def test_a_custom_id_generator_draws_ids_in_the_order_the_sdks_span_would() -> N
     is read would also draw a trace id (for the root it may be). With an id generator of the
     application's (a sequence, as test suites use) the plugin starts its spans the SDK's way."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(id_generator=Counting())
-    processor = BatchSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    plugin = OtelPlugin(provider, MeterProvider(), span_processor=processor)
-    plugin._setup()
+    plugin, provider = direct_plugin(exporter, id_generator=Counting())
     assert plugin._spans is not None and not plugin._spans.lazy
-    from test_otel_carried_parent import execute
-
     assert execute(plugin, lambda: "ok") == "ok"
     provider.force_flush()
     [span] = exporter.get_finished_spans()
@@ -124,13 +117,7 @@ def test_a_trace_id_generator_failure_does_not_untrace_a_job_with_a_valid_parent
             raise OSError("no trace ids here")
 
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(id_generator=NoTraceIds())
-    processor = BatchSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    plugin = OtelPlugin(provider, MeterProvider(), span_processor=processor)
-    plugin._setup()
-    from test_otel_carried_parent import execute
-
+    plugin, provider = direct_plugin(exporter, id_generator=NoTraceIds())
     assert execute(plugin, lambda: "ok") == "ok"
     provider.force_flush()
     assert [span.name for span in exporter.get_finished_spans()] == ["process default"]

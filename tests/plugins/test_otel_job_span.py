@@ -9,8 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from jobcore_otel import PROPAGATOR, _extract
-from jobcore_otel.carrier import lone_traceparent, remote_parent, sampled_either_way
+from jobcore_otel.carrier import (
+    PROPAGATOR,
+    extract,
+    lone_traceparent,
+    remote_parent,
+    sampled_either_way,
+)
 from jobcore_otel.histograms import JobHistogram
 from jobcore_otel.job_span import JobSpan, JobSpanFactory
 from jobcore_otel.otlp_encoding import SpanEncoder
@@ -44,35 +49,6 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from jobcore import Job, JobStatus
-
-JOB_FIELDS: dict[str, Any] = {
-    "id": "01a21e96-e715-73ea-a173-b3779b9a341e",
-    "type": "noop",
-    "queue": "default",
-    "payload": {},
-    "status": JobStatus.CLAIMED,
-    "priority": 0,
-    "attempts": 1,
-    "max_attempts": 3,
-    "run_at": 0,
-    "timeout_ms": None,
-    "idempotency_key": None,
-    "locked_by": "w",
-    "locked_at": 0,
-    "lease_expires_at": 1,
-    "heartbeat_at": None,
-    "cancel_requested": False,
-    "last_error": None,
-    "errors": [],
-    "result": None,
-    "parent_id": None,
-    "meta": {},
-    "created_at": 0,
-    "claimed_at": 0,
-    "completed_at": None,
-    "updated_at": 0,
-}
 PARENT = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1))
 ATTRIBUTES = {"messaging.system": "jobcore", "jobcore.job.attempt": 1}
 
@@ -261,7 +237,7 @@ CARRIERS: list[dict[str, str]] = [
 
 @pytest.mark.parametrize("carrier", CARRIERS)
 def test_the_direct_traceparent_read_equals_the_propagators(carrier: dict[str, str]) -> None:
-    read: Callable[[dict[str, str]], Any] = _extract
+    read: Callable[[dict[str, str]], Any] = extract
     mine, theirs = get_current_span(read(carrier)), get_current_span(PROPAGATOR.extract(carrier))
     assert mine.get_span_context() == theirs.get_span_context()
     assert mine.get_span_context().trace_state == theirs.get_span_context().trace_state
@@ -278,7 +254,7 @@ def test_the_process_spans_parent_read_without_a_context_is_the_propagators(
 ) -> None:
     """The worker's fast read of `meta.otel` takes the common carrier; whatever it takes, it
     reads as the propagator does (anything else goes the general way)."""
-    traceparent = lone_traceparent(Job(**{**JOB_FIELDS, "meta": meta}).meta)
+    traceparent = lone_traceparent(meta)
     remote = None if traceparent is None else remote_parent(traceparent)
     if meta == {"otel": CARRIERS[0]}:
         assert remote is not None  # the carrier the plugin itself writes
