@@ -25,6 +25,7 @@ import inspect
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Awaitable, Generator, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -67,7 +68,7 @@ from jobcore_otel.carrier import (  # noqa: E402
     remote_parent,
     sampled_either_way,
 )
-from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter  # noqa: E402
+from jobcore_otel.histograms import FOLD_AT, JobHistogram, OtlpMetricExporter  # noqa: E402
 from jobcore_otel.job_span import JobSpan, JobSpanFactory  # noqa: E402
 from jobcore_otel.schedules import ScheduleGauges  # noqa: E402
 
@@ -272,6 +273,7 @@ class OtelPlugin:
         meter = meter_provider.get_meter("jobcore")
         # Counted in plain dicts on the hot path; the SDK reads the totals when it collects.
         self._totals: dict[str, dict[tuple[str, str], int]] = {}
+        self._counted: deque[tuple[str, str, str]] = deque()  # (counter, job type, queue)
         self._totals_lock = threading.Lock()
         for name in COUNTERS:
             self._totals[name] = {}
@@ -357,12 +359,27 @@ class OtelPlugin:
         ]
 
     def _count(self, name: str, job: Job) -> None:
-        key = (job.type, job.queue)
-        totals = self._totals[name]
+        """Queue one count (any thread); they are added up every `FOLD_AT` and when read."""
+        counted = self._counted
+        counted.append((name, job.type, job.queue))
+        if len(counted) >= FOLD_AT:
+            self._add_counted()
+
+    def _add_counted(self) -> None:
         with self._totals_lock:
-            totals[key] = totals.get(key, 0) + 1
+            take = self._counted.popleft
+            totals = self._totals
+            while True:
+                try:
+                    name, job_type, queue = take()
+                except IndexError:
+                    return
+                by_key = totals[name]
+                key = (job_type, queue)
+                by_key[key] = by_key.get(key, 0) + 1
 
     def _observe_total(self, name: str, options: CallbackOptions) -> Iterable[Observation]:
+        self._add_counted()
         with self._totals_lock:
             totals = sorted(self._totals[name].items())
         return [

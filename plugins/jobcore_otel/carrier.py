@@ -19,6 +19,7 @@ PROPAGATOR = TraceContextTextMapPropagator()
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 EMPTY_CONTEXT = Context()  # never changed: `set_value` copies
 _ODD_HEX = frozenset("13579bdf")
+_NO_TRACE_ID, _NO_SPAN_ID = bytes(16), bytes(8)
 
 
 def extract(carrier: dict[str, str]) -> Context:
@@ -46,6 +47,18 @@ def remote_parent(traceparent: str) -> SpanContext | None:
     version-00 form with non-zero ids; None for anything else (judged by `extract`)."""
     match = TRACEPARENT.fullmatch(traceparent)
     return None if match is None else _span_context(match)
+
+
+def remote_parent_ids(traceparent: str) -> tuple[bytes, bytes] | None:
+    """The trace id and span id of the parent `remote_parent` reads, as wire bytes (16 and
+    8, big-endian); None when it reads none."""
+    match = TRACEPARENT.fullmatch(traceparent)
+    if match is None:
+        return None
+    trace_id, span_id = bytes.fromhex(match[1]), bytes.fromhex(match[2])
+    if trace_id == _NO_TRACE_ID or span_id == _NO_SPAN_ID:
+        return None
+    return trace_id, span_id
 
 
 def sampled_either_way(traceparent: str) -> bool:

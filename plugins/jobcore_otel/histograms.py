@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 from time import time_ns
@@ -56,6 +57,7 @@ BOUNDARIES = (
     10000.0,
 )
 TYPE = "jobcore.job.type"
+FOLD_AT = 1024  # values queued before the recording thread folds them
 
 
 class _Series:
@@ -85,27 +87,51 @@ class _Counts:
 
 
 class JobHistogram:
-    """A histogram of milliseconds by job type; `record` has the SDK instrument's checks."""
+    """A histogram of milliseconds by job type; `record` has the SDK instrument's checks.
+
+    A value is only queued where it is recorded (one `deque.append`, safe from any
+    thread); the queue is folded into the buckets in a loop, every `FOLD_AT` values and
+    before each `collect`. Per job, that is cheaper than adding each value on its own.
+    """
 
     def __init__(self, name: str, unit: str, description: str) -> None:
         self.name, self.unit, self.description = name, unit, description
         self._series: dict[str, _Series] = {}
+        self._first: dict[str, int] = {}  # when each job type's first value was recorded
+        self._queued: deque[tuple[str, float]] = deque()
         self._lock = threading.Lock()
 
     def record(self, amount: float, attributes: dict[str, str]) -> None:
-        if not math.isfinite(amount) or amount < 0:  # the SDK ignores these (with a warning)
-            return
+        if not 0 <= amount < math.inf:  # NaN, infinities, negative: the SDK ignores these
+            return  # (with a warning)
         job_type = attributes[TYPE]
+        if job_type not in self._first:  # a series starts at its first value, as the SDK's
+            self._first.setdefault(job_type, time_ns())
+        queued = self._queued
+        queued.append((job_type, amount))
+        if len(queued) >= FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Add the queued values to their series (each taken once, whichever thread folds)."""
         with self._lock:
-            series = self._series.get(job_type)
-            if series is None:
-                series = self._series[job_type] = _Series(time_ns())
-            series.total.add(amount)
-            series.recent.add(amount)
+            take = self._queued.popleft
+            series_of = self._series
+            while True:
+                try:
+                    job_type, amount = take()
+                except IndexError:
+                    return
+                series = series_of.get(job_type)
+                if series is None:
+                    series = series_of[job_type] = _Series(self._first[job_type])
+                series.total.add(amount)
+                series.recent.add(amount)
 
     def collect(self, temporality: AggregationTemporality, now: int) -> Metric | None:
         """The metric as the SDK would export it at `now` (None: no data point)."""
         points = []
+        self._fold()
         with self._lock:
             for job_type, series in self._series.items():
                 delta = temporality is AggregationTemporality.DELTA

@@ -41,7 +41,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from jobcore_otel.carrier import remote_context, remote_parent
+from jobcore_otel.carrier import remote_context, remote_parent, remote_parent_ids
 from jobcore_otel.otlp_encoding import UNSET_STATUS
 
 log = logging.getLogger("jobcore.otel")
@@ -260,6 +260,19 @@ class JobSpan(Span):
         assert self.carried is not None
         read = self._read = self._factory.resolve(*self.carried)
         return read
+
+    def unread_ids(self) -> tuple[bytes, bytes, bytes | None] | None:
+        """A `start_carried` span's trace id, span id and parent span id (None: a root) as
+        wire bytes, the ones `resolve` gives, while its context is still unread (then it
+        stays so); None otherwise. For the encoder: no `SpanContext` is made."""
+        carried = self.carried
+        if carried is None or self._read is not None:
+            return None
+        traceparent, root_trace_id, span_id = carried
+        parent = remote_parent_ids(traceparent)
+        if parent is None:
+            return root_trace_id.to_bytes(16, "big"), span_id.to_bytes(8, "big"), None
+        return parent[0], span_id.to_bytes(8, "big"), parent[1]
 
     @property
     def dropped_attributes(self) -> int:

@@ -25,6 +25,7 @@ UNSET_STATUS = Status(StatusCode.UNSET)  # shared by `JobSpan`s: encoded without
 _UNSET_STATUS_FIELD = b"\x7a\x00"
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
+_UNKNOWN = object()
 _CACHE_LIMIT = 4096  # encoded attribute pairs (and keys, names) kept; cleared when full
 _NEW_VALUES = 64  # a key whose values missed the cache this often is an id's: not cached
 _pack_double = struct.Struct("<d").pack
@@ -89,6 +90,7 @@ class SpanEncoder:
         self._misses: dict[str, int] = {}
         self._resources: dict[int, tuple[Any, bytes]] = {}
         self._scopes: dict[Any, bytes] = {}
+        self._unread: dict[type, Any] = {}  # each span type's `unread_ids`, or None
 
     def _attributes(self, tag: int, attributes: Mapping[str, Any] | None) -> bytes:
         """Each pair as a repeated `KeyValue` field `tag`.
@@ -198,19 +200,34 @@ class SpanEncoder:
 
     def span(self, span: Any) -> bytes:
         """One `Span` message's bytes."""
-        context = span.get_span_context()
-        parent = span.parent
-        out = [
-            b"\x0a\x10",
-            context.trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            context.span_id.to_bytes(8, "big"),
-        ]
-        trace_state = context.trace_state
-        if trace_state:
-            out.append(_field(0x1A, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode()))
-        if parent is not None:
-            out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+        kind = type(span)
+        unread = self._unread.get(kind, _UNKNOWN)
+        if unread is _UNKNOWN:  # a span type whose ids can be read as bytes (`JobSpan`)?
+            unread = self._unread[kind] = getattr(kind, "unread_ids", None)
+        ids = None if unread is None else unread(span)
+        if ids is None:
+            context = span.get_span_context()
+            parent = span.parent
+            out = [
+                b"\x0a\x10",
+                context.trace_id.to_bytes(16, "big"),
+                b"\x12\x08",
+                context.span_id.to_bytes(8, "big"),
+            ]
+            trace_state = context.trace_state
+            if trace_state:
+                out.append(
+                    _field(0x1A, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode())
+                )
+            if parent is not None:
+                out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+            remote = parent is not None and parent.is_remote
+        else:  # a remote parent read from a lone traceparent has an empty trace state
+            trace_id, span_id, parent_id = ids
+            out = [b"\x0a\x10", trace_id, b"\x12\x08", span_id]
+            if parent_id is not None:
+                out += (b"\x22\x08", parent_id)
+            remote = parent_id is not None
         out += (self._name(span.name), _SPAN_KIND[span.kind])
         start, end = span.start_time, span.end_time
         if start and end:
@@ -245,9 +262,7 @@ class SpanEncoder:
             if status.status_code.value:
                 body += b"\x18" + _varint(status.status_code.value)
             out.append(_field(0x7A, body))
-        out.append(
-            _PARENT_FLAGS_REMOTE if parent is not None and parent.is_remote else _PARENT_FLAGS
-        )
+        out.append(_PARENT_FLAGS_REMOTE if remote else _PARENT_FLAGS)
         return b"".join(out)
 
     def _event(self, event: Any) -> bytes:

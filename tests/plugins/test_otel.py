@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import jobcore_test_plugin as tp
 import pytest
 from jobcore_otel import InertOtel, MisconfiguredOtel, OtelPlugin, load_plugin
-from jobcore_otel.histograms import JobHistogram
+from jobcore_otel.histograms import FOLD_AT, JobHistogram
 from jobcore_otel.job_span import JobSpan
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -255,6 +256,38 @@ def test_metrics(queue: Queue, telemetry: Telemetry) -> None:
     assert sum(p.count for p in metrics["jobcore.job.queue_wait"]) == 4  # four attempts claimed
     depth = {p.attributes["jobcore.job.status"]: p.value for p in metrics["jobcore.queue.depth"]}
     assert depth == {"completed": 2, "failed": 1, "scheduled": 1}
+
+
+def test_counts_from_many_threads_are_each_counted_once_across_folds(
+    queue: Queue, telemetry: Telemetry
+) -> None:
+    """Counts are queued and added up every `FOLD_AT` and when the SDK reads them: from
+    several threads, with reads racing the folds, none is lost or counted twice."""
+    plugin = telemetry.plugin
+    jobs = [queue.enqueue("noop", {}).job, queue.enqueue("flaky", {"fail_times": 0}).job]
+    per_thread = FOLD_AT * 2 + 3
+    start = threading.Barrier(3)
+    read: list[int] = []
+
+    def completed(n: int) -> None:
+        job = jobs[n % 2]
+        start.wait()
+        for i in range(per_thread):
+            plugin.jobcore_job_completed(job=job, duration_ms=1.0)
+            if n == 0 and i % 700 == 0:
+                read.append(len(telemetry.metrics()))  # a collection racing the folds
+
+    threads = [threading.Thread(target=completed, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    counted = {
+        p.attributes["jobcore.job.type"]: p.value
+        for p in telemetry.metrics()["jobcore.jobs.completed"]
+    }
+    assert counted == {"noop": 2 * per_thread, "flaky": per_thread}
+    assert read  # the reads ran while the threads counted
 
 
 PER_JOB_HOOKS = {

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
 import pytest
-from jobcore_otel.histograms import JobHistogram, OtlpMetricExporter
+from jobcore_otel.histograms import FOLD_AT, JobHistogram, OtlpMetricExporter
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -122,3 +123,53 @@ def test_a_type_first_seen_after_the_export_read_its_clock_starts_no_later_than_
     [point] = metric.data.data_points
     assert point.start_time_unix_nano <= point.time_unix_nano == read_clock
     assert point.count == 1
+
+
+def test_values_recorded_by_many_threads_are_each_counted_once_across_folds() -> None:
+    """`record` only queues a value; the queue is folded every `FOLD_AT` values by whichever
+    thread crosses it, and by `collect`: no value is lost or added twice meanwhile."""
+    histogram = JobHistogram("jobcore.job.duration", "ms", "run time")
+    per_thread = FOLD_AT * 3 + 7
+    start = threading.Barrier(4)
+    seen: list[int] = []
+
+    def record(n: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            histogram.record(float(i % 7), {"jobcore.job.type": f"t{n % 2}"})
+            if n == 0 and i % 500 == 0:  # collections racing the folds
+                metric = histogram.collect(AggregationTemporality.DELTA, time.time_ns())
+                if metric is not None:
+                    seen.extend(p.count for p in metric.data.data_points)
+
+    threads = [threading.Thread(target=record, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    metric = histogram.collect(AggregationTemporality.DELTA, time.time_ns())
+    rest = [] if metric is None else [p.count for p in metric.data.data_points]
+    assert sum(seen) + sum(rest) == 4 * per_thread
+    cumulative = histogram.collect(AggregationTemporality.CUMULATIVE, time.time_ns())
+    assert cumulative is not None
+    points = {p.attributes["jobcore.job.type"]: p for p in cumulative.data.data_points}
+    expected_sum = 2 * sum(float(i % 7) for i in range(per_thread))
+    for job_type in ("t0", "t1"):
+        assert points[job_type].count == 2 * per_thread
+        assert points[job_type].sum == expected_sum
+        assert (points[job_type].min, points[job_type].max) == (0.0, 6.0)
+
+
+def test_an_ignored_value_does_not_start_its_series() -> None:
+    """A NaN, infinite or negative value is dropped at `record`, as the SDK drops it: the
+    series starts at its first value that counts."""
+    histogram = JobHistogram("jobcore.job.duration", "ms", "run time")
+    histogram.record(math.nan, {"jobcore.job.type": "a"})
+    assert histogram.collect(AggregationTemporality.CUMULATIVE, time.time_ns()) is None
+    time.sleep(0.002)
+    before = time.time_ns()
+    histogram.record(2.0, {"jobcore.job.type": "a"})
+    metric = histogram.collect(AggregationTemporality.CUMULATIVE, time.time_ns())
+    assert metric is not None
+    [point] = metric.data.data_points
+    assert point.start_time_unix_nano >= before and point.count == 1

@@ -326,6 +326,29 @@ def test_a_parent_read_late_is_the_propagators_and_sampled_whenever_one_is_read_
     assert late > 300  # the test reached the late reads it is about
 
 
+def test_the_encoder_writes_an_unread_carried_span_as_it_writes_it_once_read() -> None:
+    """The exporter writes a late-read span's ids from its `traceparent` without reading it
+    (`JobSpan.unread_ids`): the same bytes as after reading it, and as the SDK's encoder."""
+    provider = TracerProvider()
+    factory = JobSpanFactory(provider, SimpleSpanProcessor(InMemorySpanExporter()), "jobcore")
+    written, roots = 0, 0
+    for n, traceparent in enumerate(mutated_traceparents(3000)):
+        if not sampled_either_way(traceparent):
+            continue
+        span = factory.start_carried("p", SpanKind.CONSUMER, {"n": n}, traceparent)
+        span.end_time = span.start_time + 1
+        assert span.unread_ids() is not None
+        unread = SpanEncoder().request([span])
+        assert span.unread_ids() is not None  # writing it read nothing
+        roots += span.parent is None
+        assert span.unread_ids() is None  # read now: the encoder takes the context
+        assert SpanEncoder().request([span]) == unread, traceparent
+        if n % 10 == 0:
+            assert encode_spans([span]).SerializePartialToString() == unread, traceparent
+        written += 1
+    assert written > 300 and 0 < roots < written  # both kinds: under a parent, and roots
+
+
 def test_a_span_started_on_a_carried_parent_reads_it_only_when_asked_and_exports_the_same() -> None:
     exporter = InMemorySpanExporter()
     processor = BatchSpanProcessor(exporter)
