@@ -51,7 +51,7 @@ async def run_attempt(
             if runner._direct:
                 result = ctx.job_type.handler(ctx.payload, ctx)
             else:  # wrappers run here, on the loop, around the call that makes the coroutine
-                result = runner.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
+                result = runner.call_hook(job, ctx)
             if inspect.isawaitable(result):
                 unbegun = [result]  # emptied by the task's first step
                 task = asyncio.ensure_future(_contained(unbegun))

@@ -14,7 +14,9 @@ from typing import Any
 
 import pluggy
 
+from jobcore.context import JobContext
 from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError, RetryAfter
+from jobcore.execute_wrappers import BUILTIN, call_wrapped, wrappers_only
 from jobcore.inflight import Attempt
 from jobcore.models import (
     Cancelled,
@@ -99,7 +101,9 @@ class AttemptRunner:
         # With only the built-in implementation registered, call handlers directly:
         # the hook machinery costs a few microseconds per job and would change nothing.
         impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
-        self._direct = [impl.plugin_name for impl in impls] == ["jobcore.builtin.execute"]
+        self._direct = [impl.plugin_name for impl in impls] == [BUILTIN]
+        # With new-style wrappers around it only (e.g. otel's span), called as pluggy would.
+        self._wrappers = None if self._direct else wrappers_only(self.pm)
 
     pushes_rates = True
     """Whether `RetryAfter(..., limit=True)` pushes the rate window out in this process's
@@ -126,7 +130,7 @@ class AttemptRunner:
             if self._direct:
                 result = ctx.job_type.handler(ctx.payload, ctx)
             else:
-                result = self.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
+                result = self.call_hook(job, ctx)
             result = self.bounded_result(job, result)
         except BaseException as exc:  # a handler must never take the worker down
             return self.failure_outcome(attempt, exc)
@@ -135,6 +139,12 @@ class AttemptRunner:
         if ctx.stop_reason == "timeout":  # it returned, but only after its time was up
             return self.timeout_outcome(attempt)
         return Completed(lease=attempt.lease, result=result, children=ctx.judged())
+
+    def call_hook(self, job: Job, ctx: JobContext) -> Any:
+        """`jobcore_execute_job` for this attempt (its wrappers directly when that is all)."""
+        if self._wrappers is not None:
+            return call_wrapped(self._wrappers, job, ctx)
+        return self.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
 
     def bounded_result(self, job: Job, result: Any) -> Any:
         if result is None and self.max_result_bytes >= 4:  # the usual result: "null" fits
