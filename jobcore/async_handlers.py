@@ -48,10 +48,11 @@ async def run_attempt(
         except BaseException as exc:
             return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
         try:
-            if runner._direct:
+            plan = runner.plan()
+            if plan.direct:
                 result = ctx.job_type.handler(ctx.payload, ctx)
             else:  # wrappers run here, on the loop, around the call that makes the coroutine
-                result = runner.call_hook(job, ctx)
+                result = runner.call_hook(job, ctx, plan)
             if inspect.isawaitable(result):
                 unbegun = [result]  # emptied by the task's first step
                 task = asyncio.ensure_future(_contained(unbegun))

@@ -16,7 +16,7 @@ import pluggy
 
 from jobcore.context import JobContext
 from jobcore.errors import Interrupted, JobcoreError, JobTimeout, PermanentError, RetryAfter
-from jobcore.execute_wrappers import BUILTIN, call_wrapped, wrappers_only
+from jobcore.execute_wrappers import ExecutePlan, call_wrapped
 from jobcore.inflight import Attempt
 from jobcore.models import (
     Cancelled,
@@ -56,6 +56,7 @@ _PLUMBING = (
     __file__,
     os.path.join("jobcore", "worker.py"),
     os.path.join("jobcore", "async_handlers.py"),
+    os.path.join("jobcore", "execute_wrappers.py"),
     os.path.join("jobcore", "builtin", "execute.py"),
 )
 
@@ -98,12 +99,9 @@ class AttemptRunner:
         self.max_result_bytes = max_result_bytes
         self.max_retry_delay_ms = int(max_retry_delay * 1000)
         self.rate_holds: dict[Lease, float] = {}  # claim -> seconds (agents: see push_rate)
-        # With only the built-in implementation registered, call handlers directly:
-        # the hook machinery costs a few microseconds per job and would change nothing.
-        impls = self.pm.hook.jobcore_execute_job.get_hookimpls()
-        self._direct = [impl.plugin_name for impl in impls] == [BUILTIN]
-        # With new-style wrappers around it only (e.g. otel's span), called as pluggy would.
-        self._wrappers = None if self._direct else wrappers_only(self.pm)
+        # With only the built-in implementation registered, handlers are called directly;
+        # with new-style wrappers around it only (e.g. otel's span), as pluggy would.
+        self._plan = ExecutePlan.of(self.pm)
 
     pushes_rates = True
     """Whether `RetryAfter(..., limit=True)` pushes the rate window out in this process's
@@ -127,10 +125,11 @@ class AttemptRunner:
         except BaseException as exc:  # stored payload no longer matches, or the model broke
             return Failed(lease=attempt.lease, error=f"cannot start: {describe_error(exc)}")
         try:
-            if self._direct:
+            plan = self.plan()
+            if plan.direct:
                 result = ctx.job_type.handler(ctx.payload, ctx)
             else:
-                result = self.call_hook(job, ctx)
+                result = self.call_hook(job, ctx, plan)
             result = self.bounded_result(job, result)
         except BaseException as exc:  # a handler must never take the worker down
             return self.failure_outcome(attempt, exc)
@@ -140,10 +139,17 @@ class AttemptRunner:
             return self.timeout_outcome(attempt)
         return Completed(lease=attempt.lease, result=result, children=ctx.judged())
 
-    def call_hook(self, job: Job, ctx: JobContext) -> Any:
-        """`jobcore_execute_job` for this attempt (its wrappers directly when that is all)."""
-        if self._wrappers is not None:
-            return call_wrapped(self._wrappers, job, ctx)
+    def plan(self) -> ExecutePlan:
+        """How to call `jobcore_execute_job` now (made again after plugins changed)."""
+        plan = self._plan
+        if not plan.current(self.pm):
+            plan = self._plan = ExecutePlan.of(self.pm)
+        return plan
+
+    def call_hook(self, job: Job, ctx: JobContext, plan: ExecutePlan) -> Any:
+        """`jobcore_execute_job` for this attempt, by `plan` (not `direct`)."""
+        if plan.wrappers is not None:
+            return call_wrapped(plan.wrappers, job, ctx)
         return self.pm.hook.jobcore_execute_job(job=job, ctx=ctx)
 
     def bounded_result(self, job: Job, result: Any) -> Any:

@@ -10,36 +10,65 @@ calls the handler; each wrapper's teardown, innermost first, is sent the result 
 thrown the exception, and what it returns or raises is what the next one sees. A
 wrapper that does not yield, or yields twice, is the same `RuntimeError`. Anything
 else (an old-style `hookwrapper`, another implementation, hook call monitoring)
-goes through pluggy.
+goes through pluggy, and the plan is made again whenever the implementations or the
+manager's call loop change (`ExecutePlan.current`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pluggy
+from pluggy import HookImpl
 
 from jobcore.context import JobContext
 from jobcore.models import Job
 
 BUILTIN = "jobcore.builtin.execute"
 _ARGS = frozenset({"job", "ctx"})
+_PLAIN_CALLS = getattr(pluggy.PluginManager("jobcore-probe"), "_inner_hookexec", None)
 
 WrapperFunction = Callable[..., Generator[None, Any, Any]]
 Wrapper = tuple[WrapperFunction, tuple[str, ...]]
 
 
-def wrappers_only(pm: pluggy.PluginManager) -> list[Wrapper] | None:
-    """The hook's wrappers, outermost first, when they and the built-in implementation
-    are all of its implementations and pluggy calls them plainly; otherwise None."""
-    if getattr(pm, "_inner_hookexec", None) is not getattr(
-        pluggy.PluginManager("jobcore-probe"), "_inner_hookexec", ()
-    ):  # tracing or monitoring replaced the call loop: keep pluggy's
-        return None
+@dataclass(frozen=True)
+class ExecutePlan:
+    """How an executor calls the hook, for the implementations registered when it was made:
+    `direct` (the built-in one alone: the handler itself), `wrappers` (new-style wrappers
+    around it only: `call_wrapped`), else through pluggy. `current` says whether it still
+    holds: a plugin registered, unregistered or blocked since, or hook call monitoring
+    begun or ended, needs a new plan."""
+
+    impls: list[HookImpl]
+    calls: object  # the manager's call loop then (`_inner_hookexec`)
+    direct: bool
+    wrappers: list[Wrapper] | None
+
+    @classmethod
+    def of(cls, pm: pluggy.PluginManager) -> ExecutePlan:
+        impls = pm.hook.jobcore_execute_job.get_hookimpls()
+        calls = getattr(pm, "_inner_hookexec", None)
+        if calls is not _PLAIN_CALLS or _PLAIN_CALLS is None:  # tracing or monitoring
+            return cls(impls, calls, direct=False, wrappers=None)
+        direct = [impl.plugin_name for impl in impls] == [BUILTIN]
+        return cls(impls, calls, direct=direct, wrappers=None if direct else _wrappers(impls))
+
+    def current(self, pm: pluggy.PluginManager) -> bool:
+        return (
+            pm.hook.jobcore_execute_job.get_hookimpls() == self.impls  # by identity
+            and getattr(pm, "_inner_hookexec", None) is self.calls
+        )
+
+
+def _wrappers(impls: list[HookImpl]) -> list[Wrapper] | None:
+    """The wrappers, outermost first, when they and the built-in implementation are all of
+    `impls`; otherwise None."""
     wrappers: list[Wrapper] = []
     builtin = False
-    for impl in reversed(pm.hook.jobcore_execute_job.get_hookimpls()):  # pluggy's call order
+    for impl in reversed(impls):  # pluggy's call order
         if impl.plugin_name == BUILTIN and not (impl.wrapper or impl.hookwrapper):
             builtin = True
         elif (
@@ -107,4 +136,4 @@ def _wrapfail(teardown: Generator[None, Any, Any], problem: str) -> None:
     )
 
 
-__all__ = ["BUILTIN", "Wrapper", "call_wrapped", "wrappers_only"]
+__all__ = ["BUILTIN", "ExecutePlan", "Wrapper", "call_wrapped"]

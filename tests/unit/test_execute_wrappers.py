@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Callable, Generator
 from functools import partial
 from typing import Any
 
 import jobcore_test_plugin as tp
-import pluggy
 import pytest
 
 from jobcore import JobContext, Queue, hookimpl
-from jobcore.attempt import AttemptRunner
-from jobcore.execute_wrappers import call_wrapped, wrappers_only
+from jobcore.attempt import AttemptRunner, handler_traceback
+from jobcore.execute_wrappers import ExecutePlan, call_wrapped
+from jobcore.inflight import Attempt
+from jobcore.models import Completed, Lease, Retrying
 
 MakeQueue = Callable[..., Queue]
 
@@ -127,7 +129,7 @@ def both(
             request_heartbeat=lambda: None,
         )
         ctx.job_type = dataclasses.replace(ctx.job_type, handler=HANDLERS[handler]())
-        wrappers = wrappers_only(queue.pm)
+        wrappers = ExecutePlan.of(queue.pm).wrappers
         assert wrappers is not None and len(wrappers) == len(styles)
         if direct:
             call = partial(call_wrapped, wrappers, job, ctx)
@@ -163,13 +165,34 @@ def test_two_wrappers_nest_as_pluggy_nests_them(
     assert ours == theirs
 
 
-def test_a_worker_with_a_wrapper_calls_it_directly_and_other_shapes_through_pluggy(
+def attempt_on(queue: Queue, handler: Callable[..., Any] | None = None) -> Attempt:
+    job = queue.enqueue("noop", {}).job
+    job_type = queue.job_type("noop")
+    if handler is not None:
+        job_type = dataclasses.replace(job_type, handler=handler)
+    ctx = JobContext(
+        job=job,
+        job_type=job_type,
+        payload=None,
+        worker="w",
+        config=queue.config,
+        build_child=queue.build,
+        request_heartbeat=lambda: None,
+    )
+    return Attempt(
+        job=job, lease=Lease(job.id, "lease-" + job.id, "w", job), ctx=ctx, claimed_at=0.0
+    )
+
+
+def runner_of(queue: Queue) -> AttemptRunner:
+    return AttemptRunner(queue, max_result_bytes=1 << 20, max_retry_delay=60)
+
+
+def test_only_wrappers_around_the_built_in_one_are_called_directly(
     jobcore_make_queue: MakeQueue,
 ) -> None:
     seen: list[str] = []
-    wrapped = jobcore_make_queue(tp, make_wrapper("passes", "w", seen))
-    runner = AttemptRunner(wrapped, max_result_bytes=1 << 20, max_retry_delay=60)
-    assert runner._wrappers is not None
+    assert runner_of(jobcore_make_queue(tp, make_wrapper("passes", "w", seen))).plan().wrappers
 
     class OldStyle:
         @hookimpl(hookwrapper=True)
@@ -182,15 +205,76 @@ def test_a_worker_with_a_wrapper_calls_it_directly_and_other_shapes_through_plug
             return None
 
     for other in (OldStyle(), Another()):
-        queue = jobcore_make_queue(tp, make_wrapper("passes", "w", seen), other)
-        assert wrappers_only(queue.pm) is None
-    plain = jobcore_make_queue(tp)
-    assert wrappers_only(plain.pm) is None  # no wrapper: the handler is called directly
+        plan = ExecutePlan.of(jobcore_make_queue(tp, make_wrapper("passes", "w", seen), other).pm)
+        assert plan.wrappers is None and not plan.direct
+    plain = ExecutePlan.of(jobcore_make_queue(tp).pm)
+    assert plain.direct and plain.wrappers is None  # no wrapper: the handler is called directly
 
-    traced = jobcore_make_queue(tp, make_wrapper("passes", "w", seen))
-    undo = traced.pm.add_hookcall_monitoring(lambda *a: None, lambda *a: None)
+
+def test_plugins_registered_or_unregistered_later_are_called_as_pluggy_would(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    """The plan is made again when the hook's implementations change after the runner."""
+    seen: list[str] = []
+    wrapper = make_wrapper("passes", "w", seen)
+    queue = jobcore_make_queue(tp, wrapper)
+    runner = runner_of(queue)
+    assert runner.plan().wrappers
+    queue.pm.unregister(wrapper)
+    assert isinstance(runner._execute(attempt_on(queue)), Completed)
+    assert seen == []  # no longer registered: no longer called
+    assert runner.plan().direct
+
+    class Answers:
+        @hookimpl(tryfirst=True)
+        def jobcore_execute_job(self, job: Any, ctx: Any) -> Any:
+            return {"by": "late plugin"}
+
+    queue.pm.register(make_wrapper("changes result", "late wrapper", seen))
+    outcome = runner._execute(attempt_on(queue, handler_returning(1)))
+    assert isinstance(outcome, Completed) and outcome.result == {"by": "late wrapper", "was": 1}
+    queue.pm.register(Answers(), name="late")
+    outcome = runner._execute(attempt_on(queue))
+    assert isinstance(outcome, Completed)
+    assert outcome.result == {"by": "late wrapper", "was": {"by": "late plugin"}}
+
+
+def note(called: list[str], name: str, *_: Any) -> None:
+    called.append(name)
+
+
+def test_hook_call_monitoring_sees_every_call_even_when_begun_later(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    for plugins in ((), (make_wrapper("passes", "w", []),)):
+        queue = jobcore_make_queue(tp, *plugins)
+        runner = runner_of(queue)
+        called: list[str] = []
+        undo = queue.pm.add_hookcall_monitoring(partial(note, called), lambda *_: None)
+        try:
+            runner._execute(attempt_on(queue))
+        finally:
+            undo()
+        assert called == ["jobcore_execute_job"]
+        runner._execute(attempt_on(queue))  # monitoring over: called directly again
+        assert called == ["jobcore_execute_job"]
+
+
+def test_a_failed_handlers_logged_traceback_shows_no_jobcore_frames(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    queue = jobcore_make_queue(tp, make_wrapper("passes", "w", []))
+    runner = runner_of(queue)
+
+    def boom(payload: Any, ctx: JobContext) -> Any:
+        raise Boom("in the handler")
+
+    attempt = attempt_on(queue, boom)
     try:
-        assert wrappers_only(traced.pm) is None  # monitoring sees every call through pluggy
-    finally:
-        undo()
-    assert isinstance(traced.pm, pluggy.PluginManager)
+        runner.call_hook(attempt.job, attempt.ctx, runner.plan())
+    except Boom as exc:
+        text = handler_traceback(exc)
+    for plumbing in ("execute_wrappers.py", "attempt.py"):
+        assert os.path.join("jobcore", plumbing) not in text
+    assert "in the handler" in text and "def boom" not in text and "boom" in text
+    assert isinstance(runner._execute(attempt_on(queue, boom)), Retrying)
