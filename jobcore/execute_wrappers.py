@@ -23,10 +23,10 @@ from typing import Any, cast
 import pluggy
 from pluggy import HookImpl
 
+from jobcore.builtin import execute as builtin_execute
 from jobcore.context import JobContext
 from jobcore.models import Job
 
-BUILTIN = "jobcore.builtin.execute"
 _ARGS = frozenset({"job", "ctx"})
 _PLAIN_CALLS = getattr(pluggy.PluginManager("jobcore-probe"), "_inner_hookexec", None)
 
@@ -53,7 +53,7 @@ class ExecutePlan:
         calls = getattr(pm, "_inner_hookexec", None)
         if calls is not _PLAIN_CALLS or _PLAIN_CALLS is None:  # tracing or monitoring
             return cls(impls, calls, direct=False, wrappers=None)
-        direct = [impl.plugin_name for impl in impls] == [BUILTIN]
+        direct = len(impls) == 1 and _is_builtin(impls[0])
         return cls(impls, calls, direct=direct, wrappers=None if direct else _wrappers(impls))
 
     def current(self, pm: pluggy.PluginManager) -> bool:
@@ -69,7 +69,7 @@ def _wrappers(impls: list[HookImpl]) -> list[Wrapper] | None:
     wrappers: list[Wrapper] = []
     builtin = False
     for impl in reversed(impls):  # pluggy's call order
-        if impl.plugin_name == BUILTIN and not (impl.wrapper or impl.hookwrapper):
+        if _is_builtin(impl):
             builtin = True
         elif (
             impl.wrapper
@@ -82,6 +82,13 @@ def _wrappers(impls: list[HookImpl]) -> list[Wrapper] | None:
         else:
             return None
     return wrappers if builtin and wrappers else None
+
+
+def _is_builtin(impl: HookImpl) -> bool:
+    """Whether `impl` is the built-in implementation itself (not just one under its name)."""
+    return impl.function is builtin_execute.jobcore_execute_job and not (
+        impl.wrapper or impl.hookwrapper
+    )
 
 
 def call_wrapped(wrappers: list[Wrapper], job: Job, ctx: JobContext) -> Any:
@@ -136,4 +143,4 @@ def _wrapfail(teardown: Generator[None, Any, Any], problem: str) -> None:
     )
 
 
-__all__ = ["BUILTIN", "ExecutePlan", "Wrapper", "call_wrapped"]
+__all__ = ["ExecutePlan", "Wrapper", "call_wrapped"]

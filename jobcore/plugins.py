@@ -153,9 +153,19 @@ class JobcorePluginManager(pluggy.PluginManager):
         except Exception as exc:
             if source == "builtin":
                 raise
-            if self.get_plugin(name) is plugin:
-                self.unregister(plugin)
             reason = str(exc) if isinstance(exc, pluggy.PluginValidationError) else None
+            holder = self.get_plugin(name)
+            if holder is not None and holder is not plugin:  # the name is another plugin's
+                log.error(
+                    "plugin %s from %s not loaded: another plugin is registered under that"
+                    " name (%s); the one registered first stays",
+                    name,
+                    source,
+                    one_line(reason or f"{type(exc).__name__}: {exc}"),
+                )
+                return False
+            if holder is plugin:
+                self.unregister(plugin)
             self.mark_unavailable(name, one_line(reason or f"{type(exc).__name__}: {exc}"), version)
             return False
         if registered is None:  # blocked, or its jobcore_configure failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -299,3 +300,23 @@ def test_register_commands_failure_does_not_break_the_cli(
     result = CliRunner().invoke(cli, ["--help"], env={"JOBCORE_PLUGINS": "bad_commands"})
     assert result.exit_code == 0 and "enqueue" in result.stdout
     assert isinstance(cli, click.Group)
+
+
+def test_a_plugin_under_a_name_already_taken_leaves_that_plugin_registered(
+    jobcore_make_queue: MakeQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two plugins by one name (two distributions' entry points, or an application's object
+    named like a built-in): the second is refused and logged; the first keeps running."""
+    queue = jobcore_make_queue(tp)
+    builtin = queue.pm.get_plugin("jobcore.builtin.execute")
+    with caplog.at_level(logging.ERROR, logger="jobcore.plugins"):
+        assert not queue.pm.register_plugin(object(), "jobcore.builtin.execute", source="object")
+    assert queue.pm.get_plugin("jobcore.builtin.execute") is builtin
+    assert "another plugin is registered under that name" in caplog.text
+    job = queue.enqueue("noop", {}).job
+    drain(queue)
+    assert queue.get(job.id).status is JobStatus.COMPLETED
+    name = "jobcore_test_plugin"
+    assert queue.pm.infos[name].status == "loaded"
+    assert not queue.pm.register_plugin(object(), name, source="entry point")
+    assert queue.pm.infos[name].status == "loaded" and queue.pm.get_plugin(name) is tp

@@ -239,6 +239,26 @@ def test_plugins_registered_or_unregistered_later_are_called_as_pluggy_would(
     assert outcome.result == {"by": "late wrapper", "was": {"by": "late plugin"}}
 
 
+def test_an_implementation_registered_under_the_built_in_ones_name_is_called(
+    jobcore_make_queue: MakeQueue,
+) -> None:
+    """The built-in implementation is known by its function, not by its plugin's name."""
+    queue = jobcore_make_queue(tp)
+    runner = runner_of(queue)
+    assert runner.plan().direct
+
+    class Replacement:
+        @hookimpl
+        def jobcore_execute_job(self, job: Any, ctx: Any) -> Any:
+            return {"by": "replacement"}
+
+    queue.pm.unregister(name="jobcore.builtin.execute")
+    queue.pm.register(Replacement(), name="jobcore.builtin.execute")
+    outcome = runner._execute(attempt_on(queue, handler_returning("the handler")))
+    assert isinstance(outcome, Completed) and outcome.result == {"by": "replacement"}
+    assert not runner.plan().direct and runner.plan().wrappers is None
+
+
 def note(called: list[str], name: str, *_: Any) -> None:
     called.append(name)
 
