@@ -41,6 +41,12 @@ def measure(row: str, n: int, tmp: Path) -> dict[str, float]:
             spans = sink.span_count()
         finally:
             sink.close()
+        if spans < 2 * n:  # a `send` span at enqueue and a `process` span per job
+            raise RuntimeError(
+                f"the receiver got {spans:,} spans for {n:,} traced jobs, not {2 * n:,}: spans"
+                " were dropped (the batch processor's queue was full?), so the CPU per job"
+                " would read low; run it again on a quieter machine"
+            )
         return {"rate": drained.rate, "cpu_per_job": drained.cpu_per_job, "spans": spans}
     elif row == "normal":
         rate, _ = cases.jobcore_drain(tmp, "NORMAL", n, 1, 4)
