@@ -109,7 +109,11 @@ def jobcore_execute_job(job: Job, ctx: JobContext) -> Any:
     awaited: the worker calls its ``close()`` instead, if it has one, so a
     wrapper that holds something until the handler ends (a span) returns an
     awaitable whose ``close()`` lets go of it and closes the awaitable it
-    wraps (as the otel plugin's does).
+    wraps (as the otel plugin's does). When the built-in implementation and
+    such wrappers are all this hook has, jobcore calls them itself, in
+    pluggy's order and with its semantics (it costs less per job); another
+    implementation, an old-style ``hookwrapper`` or hook call monitoring
+    (``JOBCORE_TRACE_HOOKS``) puts every call back through pluggy.
     """
 
 
