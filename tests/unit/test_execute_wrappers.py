@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 from collections.abc import Callable, Generator
 from functools import partial
@@ -298,3 +299,19 @@ def test_a_failed_handlers_logged_traceback_shows_no_jobcore_frames(
         assert os.path.join("jobcore", plumbing) not in text
     assert "in the handler" in text and "def boom" not in text and "boom" in text
     assert isinstance(runner._execute(attempt_on(queue, boom)), Retrying)
+
+
+def test_jobcore_trace_hooks_logs_the_execute_call_on_every_path(
+    jobcore_make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`JOBCORE_TRACE_HOOKS=1` logs every hook call: with it the handler is not called
+    directly, with or without wrappers."""
+    monkeypatch.setenv("JOBCORE_TRACE_HOOKS", "1")
+    for plugins in ((), (make_wrapper("passes", "w", []),)):
+        queue = jobcore_make_queue(tp, *plugins)
+        runner = runner_of(queue)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jobcore.plugins"):
+            outcome = runner._execute(attempt_on(queue, handler_returning("done")))
+        assert isinstance(outcome, Completed) and outcome.result == "done"
+        assert "finish jobcore_execute_job --> done" in caplog.text
