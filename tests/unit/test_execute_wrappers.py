@@ -119,17 +119,8 @@ def both(
         seen: list[str] = []
         plugins = [make_wrapper(style, f"w{n}", seen) for n, style in enumerate(styles)]
         queue: Queue = jobcore_make_queue(tp, *plugins)
-        job = queue.enqueue("noop", {}).job
-        ctx = JobContext(
-            job=job,
-            job_type=queue.job_type("noop"),
-            payload=None,
-            worker="w",
-            config=queue.config,
-            build_child=queue.build,
-            request_heartbeat=lambda: None,
-        )
-        ctx.job_type = dataclasses.replace(ctx.job_type, handler=HANDLERS[handler]())
+        attempt = attempt_on(queue, HANDLERS[handler]())
+        job, ctx = attempt.job, attempt.ctx
         wrappers = ExecutePlan.of(queue.pm).wrappers
         assert wrappers is not None and len(wrappers) == len(styles)
         if direct:
