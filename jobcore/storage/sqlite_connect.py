@@ -21,7 +21,7 @@ def open_connection(path: str, synchronous: str, busy_timeout_ms: int) -> apsw.C
         conn.set_busy_handler(busy_waiter(busy_timeout_ms))  # signals still run
         mode = str(rows_of(conn, "PRAGMA journal_mode")[0][0]).lower()
         if mode != "wal":  # switching needs the write lock: only when not in WAL yet
-            mode = str(rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]).lower()
+            mode = _switch_to_wal(conn, busy_timeout_ms)
         if mode != "wal":
             raise StorageUnavailable(f"cannot put {path} in WAL mode (got {mode!r})")
         conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -33,3 +33,28 @@ def open_connection(path: str, synchronous: str, busy_timeout_ms: int) -> apsw.C
     except apsw.Error as exc:
         raise storage_error(exc, path, busy_timeout_ms) from exc
     return conn
+
+
+def _switch_to_wal(conn: apsw.Connection, busy_timeout_ms: int) -> str:
+    """`PRAGMA journal_mode=WAL`, tried again from the top while the file is busy.
+
+    Two connections switching a new file at once both start in a read, then both want the
+    write lock: SQLite answers one of them "busy" at once, without calling its busy
+    handler (waiting could deadlock), though the other's switch is over a moment later.
+    Tried again, the statement sees the file as the winner left it, already WAL. Waits
+    between tries follow the busy handler's schedule and total, so a file really held
+    (another program's write in rollback mode) is still waited for, up to the timeout.
+    """
+    wait = busy_waiter(busy_timeout_ms)
+    conn.set_busy_handler(None)
+    try:
+        tries = 0
+        while True:
+            try:
+                return str(rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]).lower()
+            except apsw.BusyError:
+                if not wait(tries):
+                    raise
+                tries += 1
+    finally:
+        conn.set_busy_handler(busy_waiter(busy_timeout_ms))

@@ -18,9 +18,6 @@ from jobcore.models import Completed, Lease
 @pytest.fixture
 def queue(tmp_path: Path) -> Iterator[Queue]:
     with Queue(str(tmp_path / "jobs.db"), config=Config(env={})) as q:
-        # Opened (WAL, schema) before the engine's connection: these tests are about the
-        # engine, not about two connections first opening a new file at once.
-        q.storage.count_by_status()
         yield q
 
 
