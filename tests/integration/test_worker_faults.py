@@ -16,6 +16,7 @@ from typing import Any
 import apsw
 import jobcore_test_plugin as tp
 import pytest
+from attempts import noop_attempt
 from pydantic import model_validator
 from testenv import wait_for
 
@@ -31,8 +32,8 @@ from jobcore import (
 )
 from jobcore.attempt import describe_error
 from jobcore.errors import StorageIOError
-from jobcore.inflight import Attempt, IllegalMove, InFlight, Phase
-from jobcore.models import Completed, Lease, Released
+from jobcore.inflight import IllegalMove, InFlight, Phase
+from jobcore.models import Completed, Released
 from jobcore.storage.sqlite import SQLiteStorage
 from jobcore.testing import HookRecorder
 from jobcore.timeutil import now_ms
@@ -289,32 +290,17 @@ def test_a_handler_that_ignores_stop_is_released_after_the_grace(
     assert released.status is JobStatus.PENDING and released.attempts == 0
 
 
-def _attempt(queue: Queue) -> Attempt:
-    job = queue.enqueue("noop", {}).job
-    lease = Lease(job.id, "lease-" + job.id, "w", job)
-    ctx = JobContext(
-        job=job,
-        job_type=queue.job_type("noop"),
-        payload=None,
-        worker="w",
-        config=queue.config,
-        build_child=queue.build,
-        request_heartbeat=lambda: None,
-    )
-    return Attempt(job=job, lease=lease, ctx=ctx, claimed_at=time.monotonic())
-
-
 def test_the_in_flight_table_lets_a_report_win_and_refuses_late_moves(queue: Queue) -> None:
     cond = threading.Condition()
     table = InFlight(cond)
     waiter = threading.Event()
     # a release decided first: the executor may no longer begin it
-    waiting = _attempt(queue)
+    waiting = noop_attempt(queue, claimed_at=time.monotonic())
     table.add(waiting)
     assert table.try_move(waiting, Phase.REPORTED, Released(lease=waiting.lease))
     assert not table.begin(waiting, waiter)
     # a report first: shutdown's stop and its fallback release change nothing
-    running = _attempt(queue)
+    running = noop_attempt(queue, claimed_at=time.monotonic())
     table.add(running)
     assert table.begin(running, waiter)
     assert table.start(running) is None  # its start marker has not committed yet
@@ -327,7 +313,7 @@ def test_the_in_flight_table_lets_a_report_win_and_refuses_late_moves(queue: Que
     assert not table.try_move(running, Phase.REPORTED, Released(lease=running.lease))
     assert running.outcome is done and running.ctx.stop_reason is None
     # asked to stop first: its own report still wins over the fallback
-    stopping = _attempt(queue)
+    stopping = noop_attempt(queue, claimed_at=time.monotonic())
     table.add(stopping)
     table.begin(stopping, waiter)
     table.marked([stopping], None)
@@ -346,19 +332,22 @@ def test_a_starting_attempt_runs_only_once_its_marker_took(queue: Queue) -> None
     the loop may still give it back; a marker that did not take (lease gone) never runs."""
     table = InFlight(threading.Condition())
     waiter = threading.Event()
-    given_back = _attempt(queue)
+    given_back = noop_attempt(queue, claimed_at=time.monotonic())
     table.add(given_back)
     assert table.begin(given_back, waiter) and not waiter.is_set()
     assert table.try_move(given_back, Phase.REPORTED, Released(lease=given_back.lease))
     assert waiter.is_set() and table.start(given_back) is False and not given_back.ran
     waiter.clear()
-    unheld = _attempt(queue)
+    unheld = noop_attempt(queue, claimed_at=time.monotonic())
     table.add(unheld)
     table.begin(unheld, waiter)
     assert table.marked([unheld], set()) == [unheld]
     assert table.start(unheld) is None and not unheld.start_marked
     # the next attempt is begun in the same step as the report of the previous one
-    first, second = _attempt(queue), _attempt(queue)
+    first, second = (
+        noop_attempt(queue, claimed_at=time.monotonic()),
+        noop_attempt(queue, claimed_at=time.monotonic()),
+    )
     table.add(first)
     table.add(second)
     table.begin(first, waiter)

@@ -3,7 +3,6 @@ of new-style wrapper: the result or exception, and each wrapper's view, in the s
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import os
@@ -13,12 +12,12 @@ from typing import Any
 
 import jobcore_test_plugin as tp
 import pytest
+from attempts import noop_attempt
 
 from jobcore import JobContext, Queue, hookimpl
 from jobcore.attempt import AttemptRunner, handler_traceback
 from jobcore.execute_wrappers import ExecutePlan, call_wrapped
-from jobcore.inflight import Attempt
-from jobcore.models import Completed, Lease, Retrying
+from jobcore.models import Completed, Retrying
 
 MakeQueue = Callable[..., Queue]
 
@@ -119,7 +118,7 @@ def both(
         seen: list[str] = []
         plugins = [make_wrapper(style, f"w{n}", seen) for n, style in enumerate(styles)]
         queue: Queue = jobcore_make_queue(tp, *plugins)
-        attempt = attempt_on(queue, HANDLERS[handler]())
+        attempt = noop_attempt(queue, HANDLERS[handler]())
         job, ctx = attempt.job, attempt.ctx
         wrappers = ExecutePlan.of(queue.pm).wrappers
         assert wrappers is not None and len(wrappers) == len(styles)
@@ -155,25 +154,6 @@ def test_two_wrappers_nest_as_pluggy_nests_them(
 ) -> None:
     theirs, ours = both(jobcore_make_queue, styles, handler)
     assert ours == theirs
-
-
-def attempt_on(queue: Queue, handler: Callable[..., Any] | None = None) -> Attempt:
-    job = queue.enqueue("noop", {}).job
-    job_type = queue.job_type("noop")
-    if handler is not None:
-        job_type = dataclasses.replace(job_type, handler=handler)
-    ctx = JobContext(
-        job=job,
-        job_type=job_type,
-        payload=None,
-        worker="w",
-        config=queue.config,
-        build_child=queue.build,
-        request_heartbeat=lambda: None,
-    )
-    return Attempt(
-        job=job, lease=Lease(job.id, "lease-" + job.id, "w", job), ctx=ctx, claimed_at=0.0
-    )
 
 
 def runner_of(queue: Queue) -> AttemptRunner:
@@ -213,7 +193,7 @@ def test_plugins_registered_or_unregistered_later_are_called_as_pluggy_would(
     runner = runner_of(queue)
     assert runner.plan().wrappers
     queue.pm.unregister(wrapper)
-    assert isinstance(runner._execute(attempt_on(queue)), Completed)
+    assert isinstance(runner._execute(noop_attempt(queue)), Completed)
     assert seen == []  # no longer registered: no longer called
     assert runner.plan().direct
 
@@ -223,10 +203,10 @@ def test_plugins_registered_or_unregistered_later_are_called_as_pluggy_would(
             return {"by": "late plugin"}
 
     queue.pm.register(make_wrapper("changes result", "late wrapper", seen))
-    outcome = runner._execute(attempt_on(queue, handler_returning(1)))
+    outcome = runner._execute(noop_attempt(queue, handler_returning(1)))
     assert isinstance(outcome, Completed) and outcome.result == {"by": "late wrapper", "was": 1}
     queue.pm.register(Answers(), name="late")
-    outcome = runner._execute(attempt_on(queue))
+    outcome = runner._execute(noop_attempt(queue))
     assert isinstance(outcome, Completed)
     assert outcome.result == {"by": "late wrapper", "was": {"by": "late plugin"}}
 
@@ -246,7 +226,7 @@ def test_an_implementation_registered_under_the_built_in_ones_name_is_called(
 
     queue.pm.unregister(name="jobcore.builtin.execute")
     queue.pm.register(Replacement(), name="jobcore.builtin.execute")
-    outcome = runner._execute(attempt_on(queue, handler_returning("the handler")))
+    outcome = runner._execute(noop_attempt(queue, handler_returning("the handler")))
     assert isinstance(outcome, Completed) and outcome.result == {"by": "replacement"}
     assert not runner.plan().direct and runner.plan().wrappers is None
 
@@ -264,11 +244,11 @@ def test_hook_call_monitoring_sees_every_call_even_when_begun_later(
         called: list[str] = []
         undo = queue.pm.add_hookcall_monitoring(partial(note, called), lambda *_: None)
         try:
-            runner._execute(attempt_on(queue))
+            runner._execute(noop_attempt(queue))
         finally:
             undo()
         assert called == ["jobcore_execute_job"]
-        runner._execute(attempt_on(queue))  # monitoring over: called directly again
+        runner._execute(noop_attempt(queue))  # monitoring over: called directly again
         assert called == ["jobcore_execute_job"]
 
 
@@ -281,7 +261,7 @@ def test_a_failed_handlers_logged_traceback_shows_no_jobcore_frames(
     def boom(payload: Any, ctx: JobContext) -> Any:
         raise Boom("in the handler")
 
-    attempt = attempt_on(queue, boom)
+    attempt = noop_attempt(queue, boom)
     try:
         runner.call_hook(attempt.job, attempt.ctx, runner.plan())
     except Boom as exc:
@@ -289,7 +269,7 @@ def test_a_failed_handlers_logged_traceback_shows_no_jobcore_frames(
     for plumbing in ("execute_wrappers.py", "attempt.py"):
         assert os.path.join("jobcore", plumbing) not in text
     assert "in the handler" in text and "def boom" not in text and "boom" in text
-    assert isinstance(runner._execute(attempt_on(queue, boom)), Retrying)
+    assert isinstance(runner._execute(noop_attempt(queue, boom)), Retrying)
 
 
 def test_jobcore_trace_hooks_logs_the_execute_call_on_every_path(
@@ -303,6 +283,6 @@ def test_jobcore_trace_hooks_logs_the_execute_call_on_every_path(
         runner = runner_of(queue)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="jobcore.plugins"):
-            outcome = runner._execute(attempt_on(queue, handler_returning("done")))
+            outcome = runner._execute(noop_attempt(queue, handler_returning("done")))
         assert isinstance(outcome, Completed) and outcome.result == "done"
         assert "finish jobcore_execute_job --> done" in caplog.text
