@@ -29,6 +29,7 @@ from typing import Any
 import apsw
 
 from jobcore.errors import JobcoreError
+from jobcore.storage.sqlite_connect import into_wal
 from jobcore.timeutil import now_ms
 
 SCHEMA = """
@@ -75,8 +76,8 @@ class Outbox:
         except apsw.Error as exc:
             raise self._unusable(exc) from None
         try:
-            self._db.setbusytimeout(30_000)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            # agents sharing a cache dir may create the file at once: `into_wal` copes
+            into_wal(self._db, 30_000)
             self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
                 self._db.execute(SCHEMA)

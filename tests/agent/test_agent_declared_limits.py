@@ -64,10 +64,14 @@ def test_a_type_only_agents_have_runs_under_its_declared_limit(
     try:
         tally = tmp_path / "tally.db"
         payload = {"tally": str(tally), "sleep": 0.2}
-        ids = _enqueue(hub, "limited", payload, 24)
         assert _limits(hub) == set()  # nothing declares them: the hub lacks these types
         for n in range(2):
             agents.append(Agent(hub, f"a{n}", env_extra=PLUGIN, extra=("--concurrency", "6")))
+        # the work arrives once both are waiting for it: a0 started first (each agent's token
+        # is made by a command) and could finish everything before a1 had started
+        for agent in agents:
+            wait_until(lambda agent=agent: "working for" in agent.log())
+        ids = _enqueue(hub, "limited", payload, 24)
         wait_until(lambda: all(hub.job(i)["status"] == "completed" for i in ids), timeout=240)
         assert {("type", "limited", 3, "declared"), ("key", "per_customer", 1, "declared")} <= (
             _limits(hub)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from jobcore_agent.outbox import Outbox
@@ -74,3 +75,36 @@ def test_a_batch_is_added_and_deleted_whole_and_survives_a_killed_writer(tmp_pat
     box.delete_many([f"L{i}" for i in range(0, 50, 2)])
     assert [p.lease_id for p in box.pending("a")] == [f"L{i}" for i in range(1, 50, 2)]
     box.close()
+
+
+def _open_together(folder: Path, count: int) -> tuple[list[Outbox], list[BaseException]]:
+    """`count` threads create an outbox in `folder` at once: what they opened and raised."""
+    start = threading.Barrier(count)
+    boxes: list[Outbox] = []
+    failures: list[BaseException] = []
+
+    def open_box() -> None:
+        start.wait()
+        try:
+            boxes.append(Outbox(folder))
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_box) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return boxes, failures
+
+
+def test_agents_sharing_a_new_cache_dir_open_the_outbox_at_once(tmp_path: Path) -> None:
+    # the second of two agents started together used to fail ("cannot open the agent's
+    # outbox ... database is locked"): SQLite refused its switch to WAL without waiting
+    failures: list[BaseException] = []
+    for attempt in range(40):
+        boxes, failed = _open_together(tmp_path / str(attempt), 2)
+        failures += failed
+        for box in boxes:
+            box.close()
+    assert failures == []
