@@ -32,6 +32,9 @@ from jobcore.errors import JobcoreError
 from jobcore.storage.sqlite_connect import into_wal
 from jobcore.timeutil import now_ms
 
+OPEN_TIMEOUT_MS = 30_000
+"""How long a statement waits for another agent's lock on a shared outbox file."""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outcomes (
     lease_id TEXT PRIMARY KEY,
@@ -77,15 +80,24 @@ class Outbox:
             raise self._unusable(exc) from None
         try:
             # agents sharing a cache dir may create the file at once: `into_wal` copes
-            into_wal(self._db, 30_000)
+            into_wal(self._db, OPEN_TIMEOUT_MS)
             self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
                 self._db.execute(SCHEMA)
         except apsw.Error as exc:
             self._db.close()
             raise self._unusable(exc) from None
+        except BaseException:  # a signal's exception while it waited for the lock
+            self._db.close()
+            raise
 
     def _unusable(self, exc: apsw.Error) -> JobcoreError:
+        if isinstance(exc, apsw.BusyError):
+            return JobcoreError(
+                f"the agent's outbox {self.path} stayed locked by another process for "
+                f"{OPEN_TIMEOUT_MS / 1000:g} s (agents sharing --cache-dir); start the agent "
+                "again, or give each agent its own --cache-dir"
+            )
         if isinstance(exc, (apsw.NotADBError, apsw.CorruptError)):
             return JobcoreError(
                 f"the agent's outbox {self.path} is not a usable SQLite database ({exc}); "

@@ -5,9 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+import apsw
+import pytest
+from jobcore_agent import outbox
 from jobcore_agent.outbox import Outbox
+
+from jobcore.errors import JobcoreError
 
 
 def test_outcomes_survive_a_restart_until_deleted(tmp_path: Path) -> None:
@@ -108,3 +114,20 @@ def test_agents_sharing_a_new_cache_dir_open_the_outbox_at_once(tmp_path: Path) 
         for box in boxes:
             box.close()
     assert failures == []
+
+
+def test_an_outbox_locked_by_another_process_for_too_long_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox, "OPEN_TIMEOUT_MS", 300)
+    holder = apsw.Connection(str(tmp_path / "outbox.db"))
+    holder.execute("BEGIN EXCLUSIVE; CREATE TABLE elsewhere(x)")
+    try:
+        began = time.monotonic()
+        with pytest.raises(JobcoreError, match=r"stayed locked by another process for 0\.3 s"):
+            Outbox(tmp_path)
+        assert time.monotonic() - began < 2
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    Outbox(tmp_path).close()  # free again: it opens
