@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import apsw
 import pytest
 from jobcore_agent import outbox
 from jobcore_agent.outbox import Outbox
+from together import at_once
 
 from jobcore.errors import JobcoreError
 
@@ -83,36 +83,17 @@ def test_a_batch_is_added_and_deleted_whole_and_survives_a_killed_writer(tmp_pat
     box.close()
 
 
-def _open_together(folder: Path, count: int) -> tuple[list[Outbox], list[BaseException]]:
-    """`count` threads create an outbox in `folder` at once: what they opened and raised."""
-    start = threading.Barrier(count)
-    boxes: list[Outbox] = []
-    failures: list[BaseException] = []
-
-    def open_box() -> None:
-        start.wait()
-        try:
-            boxes.append(Outbox(folder))
-        except BaseException as exc:  # reported by the test, not lost in the thread
-            failures.append(exc)
-
-    threads = [threading.Thread(target=open_box) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return boxes, failures
-
-
 def test_agents_sharing_a_new_cache_dir_open_the_outbox_at_once(tmp_path: Path) -> None:
     # the second of two agents started together used to fail ("cannot open the agent's
     # outbox ... database is locked"): SQLite refused its switch to WAL without waiting
     failures: list[BaseException] = []
     for attempt in range(40):
-        boxes, failed = _open_together(tmp_path / str(attempt), 2)
-        failures += failed
-        for box in boxes:
-            box.close()
+        folder = tmp_path / str(attempt)
+        for opened in at_once(2, lambda folder=folder: Outbox(folder)):
+            if isinstance(opened, Outbox):
+                opened.close()
+            else:
+                failures.append(opened)
     assert failures == []
 
 

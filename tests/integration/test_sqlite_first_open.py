@@ -10,6 +10,7 @@ from pathlib import Path
 
 import apsw
 import pytest
+from together import at_once
 
 from jobcore.errors import StorageBusy, StorageError
 from jobcore.storage.rows import rows_of
@@ -22,28 +23,17 @@ BUSY_TIMEOUT = 3.0
 
 def _open_together(path: Path, count: int) -> list[float | BaseException]:
     """`count` threads open `path` at once; each one's seconds, or what it raised."""
-    start = threading.Barrier(count)
-    results: list[float | BaseException] = [0.0] * count
 
-    def one(index: int) -> None:
-        start.wait()
+    def one() -> float:
         began = time.monotonic()
+        storage = SQLiteStorage(path, busy_timeout=BUSY_TIMEOUT)
         try:
-            storage = SQLiteStorage(path, busy_timeout=BUSY_TIMEOUT)
-            try:
-                storage.count_by_status()  # opens, switches to WAL, migrates
-            finally:
-                storage.close()
-            results[index] = time.monotonic() - began
-        except BaseException as exc:  # reported by the test, not lost in the thread
-            results[index] = exc
+            storage.count_by_status()  # opens, switches to WAL, migrates
+        finally:
+            storage.close()
+        return time.monotonic() - began
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
+    return at_once(count, one)
 
 
 def test_two_connections_opening_a_new_file_at_once_both_open_quickly(tmp_path: Path) -> None:
