@@ -16,6 +16,11 @@ from collections.abc import Callable
 DELAYS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
 
 
+def pause(calls: int) -> float:
+    """Seconds to sleep before trying a busy lock again, after `calls` tries."""
+    return DELAYS[min(calls, len(DELAYS) - 1)]
+
+
 def busy_waiter(timeout_ms: int) -> Callable[[int], bool]:
     """A busy handler for `apsw.Connection.set_busy_handler`: wait up to `timeout_ms` in all.
 
@@ -34,10 +39,10 @@ def busy_waiter(timeout_ms: int) -> Callable[[int], bool]:
         left = limit - (now - began)
         if left <= 0:
             return False
-        time.sleep(min(DELAYS[min(calls, len(DELAYS) - 1)], left))
+        time.sleep(min(pause(calls), left))
         return True
 
     return wait
 
 
-__all__ = ["busy_waiter"]
+__all__ = ["busy_waiter", "pause"]

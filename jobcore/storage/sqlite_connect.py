@@ -9,7 +9,7 @@ import apsw
 
 from jobcore.errors import StorageUnavailable
 from jobcore.storage.rows import rows_of
-from jobcore.storage.sqlite_busy import DELAYS, busy_waiter
+from jobcore.storage.sqlite_busy import busy_waiter, pause
 from jobcore.storage.sqlite_errors import storage_error
 
 STATEMENT_CACHE = 128
@@ -75,10 +75,10 @@ def _switch_to_wal(conn: apsw.Connection, deadline: float) -> str:
         try:
             return str(rows_of(conn, "PRAGMA journal_mode=WAL")[0][0]).lower()
         except apsw.BusyError:
-            pause = min(DELAYS[min(tries, len(DELAYS) - 1)], deadline - time.monotonic())
-            if pause <= 0:
+            wait = min(pause(tries), deadline - time.monotonic())
+            if wait <= 0:
                 raise
-            time.sleep(pause)
+            time.sleep(wait)
             tries += 1
 
 

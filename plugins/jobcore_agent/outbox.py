@@ -32,7 +32,7 @@ from jobcore.errors import JobcoreError
 from jobcore.storage.sqlite_connect import into_wal
 from jobcore.timeutil import now_ms
 
-OPEN_TIMEOUT_MS = 30_000
+LOCK_TIMEOUT_MS = 30_000
 """How long a statement waits for another agent's lock on a shared outbox file."""
 
 SCHEMA = """
@@ -80,7 +80,7 @@ class Outbox:
             raise self._unusable(exc) from None
         try:
             # agents sharing a cache dir may create the file at once: `into_wal` copes
-            into_wal(self._db, OPEN_TIMEOUT_MS)
+            into_wal(self._db, LOCK_TIMEOUT_MS)
             self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
                 self._db.execute(SCHEMA)
@@ -95,7 +95,7 @@ class Outbox:
         if isinstance(exc, apsw.BusyError):
             return JobcoreError(
                 f"the agent's outbox {self.path} stayed locked by another process for "
-                f"{OPEN_TIMEOUT_MS / 1000:g} s (agents sharing --cache-dir); start the agent "
+                f"{LOCK_TIMEOUT_MS / 1000:g} s (agents sharing --cache-dir); start the agent "
                 "again, or give each agent its own --cache-dir"
             )
         if isinstance(exc, (apsw.NotADBError, apsw.CorruptError)):

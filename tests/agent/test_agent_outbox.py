@@ -100,7 +100,7 @@ def test_agents_sharing_a_new_cache_dir_open_the_outbox_at_once(tmp_path: Path) 
 def test_an_outbox_locked_by_another_process_for_too_long_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(outbox, "OPEN_TIMEOUT_MS", 300)
+    monkeypatch.setattr(outbox, "LOCK_TIMEOUT_MS", 300)
     holder = apsw.Connection(str(tmp_path / "outbox.db"))
     holder.execute("BEGIN EXCLUSIVE; CREATE TABLE elsewhere(x)")
     try:
