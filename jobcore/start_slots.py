@@ -26,6 +26,8 @@ import socket
 import threading
 from pathlib import Path
 
+from jobcore import gil_pwrite
+
 log = logging.getLogger("jobcore.worker")
 
 SLOT = 64  # bytes per executor: "<lease id> <start ms>", padded, newline-terminated
@@ -133,7 +135,7 @@ class StartSlots:
             with self._lock:
                 if self._closed:
                     return False
-                written = os.pwrite(self._fd, data, slot * SLOT)
+                written = gil_pwrite.pwrite(self._fd, data, slot * SLOT)  # keeps the GIL
         except OSError as exc:
             if not self._warned:
                 self._warned = True
