@@ -48,8 +48,6 @@ LIBC_PWRITE, _get_errno = _libc_pwrite()
 
 def _held(fd: int, data: bytes, offset: int) -> int:
     """Write `data` at `offset` of `fd` without releasing the GIL; bytes written."""
-    if offset < 0:
-        raise ValueError("negative offset")
     while True:  # a signal's Python handler runs between tries, as with os.pwrite
         written: int = LIBC_PWRITE(fd, data, len(data), offset)
         if written >= 0:
