@@ -11,6 +11,7 @@ from jobcore.errors import StorageUnavailable
 from jobcore.storage.rows import rows_of
 from jobcore.storage.sqlite_busy import busy_waiter, pause
 from jobcore.storage.sqlite_errors import storage_error
+from jobcore.storage.sqlite_walindex import open_holding_shm
 
 STATEMENT_CACHE = 128
 """Prepared statements kept per connection (the generated ones outnumber APSW's default 16)."""
@@ -25,7 +26,9 @@ def open_connection(path: str, synchronous: str, busy_timeout_ms: int) -> apsw.C
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     conn: apsw.Connection | None = None
     try:
-        conn = apsw.Connection(path, flags=flags, statementcachesize=STATEMENT_CACHE)
+        conn = open_holding_shm(
+            path, lambda: apsw.Connection(path, flags=flags, statementcachesize=STATEMENT_CACHE)
+        )
         mode = into_wal(conn, busy_timeout_ms)
         if mode != "wal":
             raise StorageUnavailable(f"cannot put {path} in WAL mode (got {mode!r})")

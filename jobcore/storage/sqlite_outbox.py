@@ -12,6 +12,7 @@ from typing import Any
 import apsw
 
 from jobcore.errors import StorageError
+from jobcore.storage.sqlite_walindex import ShmFile, hold
 
 log = logging.getLogger("jobcore.storage")
 
@@ -49,6 +50,7 @@ class AppConnections:
             )
         if conn not in self._pending:
             self._pending[conn] = []
+            hold(conn, ShmFile.acquire(self.path))  # our -shm descriptor outlives it
             ref = weakref.ref(conn)
             conn.set_commit_hook(functools.partial(self._committed, ref), id=self._hook_id)
             conn.set_rollback_hook(functools.partial(self._rolled_back, ref), id=self._hook_id)
