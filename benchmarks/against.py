@@ -44,6 +44,7 @@ ROWS = {
         Row("cli-no-otel", "drain, CLI, otel plugin disabled, FULL", 20_000),
         Row("cli-otlp", "drain, CLI, otel exporting every trace over OTLP/HTTP", 20_000),
         Row("normal", "drain, 1 process x 4 threads, NORMAL", 20_000),
+        Row("idle", "idle worker (another process): its CPU, then enqueue->start", 200),
         Row("enqueue", "enqueue, 1 per transaction, FULL", 3000),
         Row("batch", "enqueue_many, 1000 per transaction, FULL", 50_000),
         Row("enqueue-normal", "enqueue, 1 per transaction, NORMAL", 3000),
@@ -226,6 +227,9 @@ def main(ref: str, rows: list[str], reps: int, n: int | None, out: Path) -> None
         for figure, unit, better in (
             ("rate", "jobs/s", "higher"),
             ("cpu_per_job", "us/job", "lower"),
+            ("idle_cpu", "% of a core", "lower"),
+            ("p50_ms", "ms", "lower"),
+            ("p99_ms", "ms", "lower"),
         ):
             ref_values = [f[figure] for f in figures[(row, "ref")] if figure in f]
             here_values = [f[figure] for f in figures[(row, "here")] if figure in f]

@@ -1,7 +1,8 @@
 """One repetition of one `--against` row, by whichever jobcore this interpreter imports.
 
 `python -m benchmarks.against_row ROW N DIR` prints one JSON line: the row's
-`rate` (jobs/s) and, for drains, `cpu_per_job` (µs of the draining process's CPU).
+`rate` (jobs/s) and, for drains, `cpu_per_job` (µs of the draining process's CPU);
+for `idle`, the idle worker's CPU (% of a core) and the p50/p99 enqueue->start (ms).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def measure(row: str, n: int, tmp: Path) -> dict[str, float]:
     elif row == "normal":
         rate, _ = cases.jobcore_drain(tmp, "NORMAL", n, 1, 4)
         return {"rate": rate}
+    elif row == "idle":  # n: jobs enqueued one at a time, each meeting an idle worker
+        p50, p99, idle = cases.jobcore_latency(tmp, n, 3.0)
+        return {"idle_cpu": idle, "p50_ms": p50, "p99_ms": p99}
     elif row in ENQUEUE_ROWS:
         return ENQUEUE_ROWS[row](tmp, "NORMAL" if row.endswith("-normal") else "FULL", n)
     else:
