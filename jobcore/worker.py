@@ -133,6 +133,7 @@ class Worker:
         self._committed_at = 0.0  # monotonic: when the loop's last commit ended
         self._woken = True
         self._external_change = False  # set by _wait when another connection committed
+        self._writes: powers.WriteWatch = powers.Polling()  # when _wait looks for commits
         self.executors = executors_for(self, async_concurrency)
         self.notifier = Notifier(self.pm)
         self.keeper = Keeper(
@@ -167,13 +168,8 @@ class Worker:
         self._claimed_total = 0
         self.finished = 0  # attempts that ended (recorded, or lost with their lease)
         self.exit_code = 0
-        self.stats: dict[str, int] = {
-            "completed": 0,
-            "retrying": 0,
-            "failed": 0,
-            "cancelled": 0,
-            "released": 0,
-        }
+        outcomes = ("completed", "retrying", "failed", "cancelled", "released")
+        self.stats: dict[str, int] = dict.fromkeys(outcomes, 0)
 
     # -- control -----------------------------------------------------------------
 
@@ -250,8 +246,10 @@ class Worker:
         )
         try:
             self.keeper.start()
+            self._writes = powers.write_watch(self.queue.storage, self._cond)
             self._loop()
         finally:
+            self._writes.close()
             self.keeper.stop(timeout=max(10.0, self.queue.config.core.busy_timeout + 1))
             wakeup.unsubscribe(key, self.wake)
             signals.restore(previous_handlers)
@@ -423,9 +421,9 @@ class Worker:
         """Sleep until a deadline, an in-process event, or another connection's commit.
 
         A store that `pushes_changes` (PostgreSQL's listener) wakes the loop through
-        `jobcore.wakeup`; other stores' commits are looked for every `wake_check_interval`
-        in this tight inner loop (one `Storage.wait_for_change(0)` call each), so an idle
-        worker costs little CPU yet notices new work within milliseconds.
+        `jobcore.wakeup`; other stores' commits are looked for in this inner loop (one
+        `Storage.wait_for_change(0)` each) every `wake_check_interval`, or as the store's
+        write watch says (SQLite: not at all while nobody writes; `sqlite_writewatch`).
         """
         self._gather()
         mono = time.monotonic()
@@ -450,7 +448,7 @@ class Worker:
             and not self._db_backoff
             and not powers.pushes_changes(self.queue.storage)
         )
-        cond = self._cond
+        cond, writes = self._cond, self._writes
         while True:
             with cond:
                 if self.inflight.has_news() or self.keeper.news or self._woken:
@@ -462,7 +460,9 @@ class Worker:
                 remaining = until - time.monotonic()
                 if remaining <= 0:
                     return
-                timeout = min(remaining, self.wake_check_interval) if watch else remaining
+                timeout = (
+                    writes.look_in(remaining, self.wake_check_interval) if watch else remaining
+                )
                 if cond.wait(None if math.isinf(timeout) else timeout):
                     return  # notified: an outcome, a wake-up, a lease report or a stop request
             if watch:

@@ -16,6 +16,8 @@ here (one place that knows the names), never by probing attributes of their own:
   (a trip to the server costs more per commit: larger batches pay off). PostgreSQL.
 - `KeepsHubState`: `hub_store()`, the hub's own state (`jobcore.storage.hub_state`)
   in this store. Every backend a hub runs on offers it (SQLite and PostgreSQL do).
+- `WatchesWrites`: `watch_writes(cond)`, a `WriteWatch` that tells a polling waiter
+  how long it may sleep and notifies `cond` when others write. SQLite on Linux.
 
 docs/storage-backends.md says what a backend implements in all; the conformance suite
 (`jobcore.testing.contract`) checks the powers a backend declares.
@@ -23,6 +25,7 @@ docs/storage-backends.md says what a backend implements in all; the conformance 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +60,37 @@ class Prefetches(Protocol):
 class KeepsHubState(Protocol):
     def hub_store(self) -> HubStore:
         """The hub's tokens, workers registry and job listing in this store."""
+
+
+class WriteWatch(Protocol):
+    def look_in(self, remaining: float, interval: float) -> float:
+        """Seconds until a waiter (holding the watch's `cond`) looks for a commit, given
+        `remaining` until its deadline and its polling `interval`."""
+
+    def close(self) -> None:
+        """Stop watching."""
+
+
+@runtime_checkable
+class WatchesWrites(Protocol):
+    def watch_writes(self, cond: threading.Condition) -> WriteWatch:
+        """A watch that notifies `cond` when a sleeping waiter should look again."""
+
+
+class Polling:
+    """The `WriteWatch` of a store that offers none: the waiter looks every interval."""
+
+    def look_in(self, remaining: float, interval: float) -> float:
+        return min(remaining, interval)
+
+    def close(self) -> None:
+        pass
+
+
+def write_watch(storage: Any, cond: threading.Condition) -> WriteWatch:
+    """`storage`'s `watch_writes(cond)`, or `Polling`."""
+    watch = getattr(storage, "watch_writes", None)
+    return watch(cond) if callable(watch) else Polling()
 
 
 def pushes_changes(storage: Any) -> bool:
@@ -95,12 +129,16 @@ def hub_store_of(storage: Any) -> HubStore | None:
 
 __all__ = [
     "KeepsHubState",
+    "Polling",
     "Prefetches",
     "PushesChanges",
     "ReadsAhead",
+    "WatchesWrites",
+    "WriteWatch",
     "change_look",
     "default_prefetch",
     "hub_store_of",
     "pushes_changes",
     "reads_ahead",
+    "write_watch",
 ]

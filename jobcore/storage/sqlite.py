@@ -35,6 +35,7 @@ from jobcore.models import (
     replace_job,
 )
 from jobcore.owned import own
+from jobcore.storage import powers
 from jobcore.storage import sqlite_statements as S
 from jobcore.storage.base import Claim, Inserted, Recorded, Swept
 from jobcore.storage.migrations import MIGRATIONS, SCHEMA_VERSION
@@ -67,6 +68,7 @@ from jobcore.storage.sqlite_statements import (
 )
 from jobcore.storage.sqlite_walindex import WalIndexHeader
 from jobcore.storage.sqlite_write import WriteTransaction
+from jobcore.storage.sqlite_writewatch import WalWriteWatch
 from jobcore.timeutil import now_ms
 
 log = logging.getLogger("jobcore.storage")
@@ -592,6 +594,15 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
         """Where `worker`'s executors note each start (`jobcore.start_slots`); None when its
         file cannot be made (the worker then marks starts in the database)."""
         return start_slots.StartSlots.open(self.path, worker)
+
+    def watch_writes(self, cond: threading.Condition) -> powers.WriteWatch:
+        """A watch of the WAL file that lets an idle worker sleep (`sqlite_writewatch`);
+        `powers.Polling` where it cannot be had (a warning says why)."""
+        try:
+            return WalWriteWatch.open(self._raw_state().conn.filename, cond)  # as SQLite named it
+        except Exception as exc:  # the store is unwell: the waiter polls, and learns why
+            log.warning("cannot watch %s for writes (%s); polling it", self.path, exc)
+            return powers.Polling()
 
     def _prune_events(self, conn: apsw.Connection, now: int) -> bool:
         """Delete one chunk of events older than the retention; True if more may remain."""

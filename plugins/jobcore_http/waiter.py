@@ -5,7 +5,9 @@ A single thread asks the store whether another connection committed
 `interval`, and is poked at once by commits in this process (`jobcore.wakeup`).
 A store that `pushes_changes` (PostgreSQL's listener) pokes it for every
 commit, by any process (`wakeup.every_change`): while it does, the thread only wakes when poked, or
-every `PUSHED_CHECK` seconds to look once anyway.
+every `PUSHED_CHECK` seconds to look once anyway. A store that watches its writes
+(`powers.WatchesWrites`, SQLite on Linux) lets it look only while someone writes,
+and every `PUSHED_CHECK` seconds otherwise.
 Every change calls each subscriber once; long-polls and event streams wait on
 it instead of running poll loops of their own. A subscriber may also ask to be
 called `every` so many seconds without a change.
@@ -36,7 +38,9 @@ class ChangeWaiter:
         self.generation = 0
         self._subscribers: list[Callable[[], None]] = []
         self._every: dict[Callable[[], None], float] = {}
-        self._poke = threading.Event()
+        self._cond = threading.Condition()
+        self._poked = False  # under _cond
+        self._writes: powers.WriteWatch = powers.Polling()  # the thread's: when to look
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hub-waiter", daemon=True)
 
@@ -47,7 +51,9 @@ class ChangeWaiter:
             self._every[callback] = every
 
     def poke(self) -> None:
-        self._poke.set()
+        with self._cond:
+            self._poked = True
+            self._cond.notify_all()
 
     def start(self) -> None:
         wakeup.subscribe(self.wake_key, self.poke)
@@ -58,16 +64,26 @@ class ChangeWaiter:
         wakeup.unsubscribe(self.wake_key, self.poke)
         wakeup.unsubscribe(wakeup.every_change(self.wake_key), self.poke)
         self._stop.set()
-        self._poke.set()
+        self.poke()
         if self._thread.is_alive():
             self._thread.join(5)
 
     def _run(self) -> None:
+        if not powers.pushes_changes(self.storage):
+            self._writes = powers.write_watch(self.storage, self._cond)
+        try:
+            self._watch()
+        finally:
+            self._writes.close()
+
+    def _watch(self) -> None:
         failures = 0
         last_called = dict.fromkeys(self._every, time.monotonic())
         while not self._stop.is_set():
-            poked = self._poke.wait(self._timeout(last_called))
-            self._poke.clear()
+            with self._cond:
+                if not self._poked:
+                    self._cond.wait(self._timeout(last_called))
+                poked, self._poked = self._poked, False
             try:
                 changed = self.storage.wait_for_change(0) or poked
                 failures = 0
@@ -92,12 +108,14 @@ class ChangeWaiter:
             self._call(due)
 
     def _timeout(self, last_called: dict[Callable[[], None], float]) -> float:
-        """How long to wait for a poke: `interval`, or longer while the store pushes."""
-        if not powers.pushes_changes(self.storage):
-            return self.interval
+        """How long to wait for a poke (`_cond` held): `interval`, or longer while the
+        store pushes its changes or its write watch says nobody writes."""
         now = time.monotonic()
         due = [last_called.get(cb, now) + every - now for cb, every in self._every.items()]
-        return max(self.interval, min([PUSHED_CHECK, *due]))
+        longest = max(self.interval, min([PUSHED_CHECK, *due]))
+        if powers.pushes_changes(self.storage):
+            return longest
+        return self._writes.look_in(longest, self.interval)
 
     @staticmethod
     def _call(callbacks: list[Callable[[], None]]) -> None:
