@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,31 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["JOBCORE_PLUGINS"] = "jobcore_test_plugin"
     env.update(extra)
     return env
+
+
+def enqueue_in_another_process(db: str) -> None:
+    """`jobcore enqueue noop {}` on `db`, in a process of its own (its commit is no in-process
+    wake-up: a worker hears of it only through the database)."""
+    subprocess.run(
+        [sys.executable, "-m", "jobcore", "enqueue", "noop", "{}"],
+        env=subprocess_env(JOBCORE_DB=db),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def count_looks(storage: Any) -> list[float]:
+    """Record when anyone calls `storage.wait_for_change` (looks for other processes' commits)."""
+    looks: list[float] = []
+    look = storage.wait_for_change
+
+    def counted(timeout: float) -> bool:
+        looks.append(time.monotonic())
+        return bool(look(timeout))
+
+    storage.wait_for_change = counted
+    return looks
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:

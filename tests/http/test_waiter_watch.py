@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from jobcore_http.waiter import PUSHED_CHECK, ChangeWaiter
-from testenv import subprocess_env, wait_for
+from testenv import count_looks, enqueue_in_another_process, wait_for
 
 from jobcore.storage import sqlite_writewatch
 from jobcore.storage.sqlite import SQLiteStorage
@@ -24,14 +22,7 @@ def test_an_idle_hub_sleeps_and_hears_another_process_commit(tmp_path: Path) -> 
     db = str(tmp_path / "hub.db")
     storage = SQLiteStorage(db)
     storage.migrate()
-    looks: list[float] = []
-    look = storage.wait_for_change
-
-    def counted(timeout: float) -> bool:
-        looks.append(time.monotonic())
-        return look(timeout)
-
-    storage.wait_for_change = counted  # type: ignore[method-assign]
+    looks = count_looks(storage)
     called: list[float] = []
     waiter = ChangeWaiter(storage, storage.wake_key)
     waiter.subscribe(lambda: called.append(time.monotonic()))
@@ -43,13 +34,7 @@ def test_an_idle_hub_sleeps_and_hears_another_process_commit(tmp_path: Path) -> 
         # every PUSHED_CHECK while nobody writes; polling would look every 3 ms (~330)
         assert len(looks) - before <= 1.0 / PUSHED_CHECK + 2
         assert called == []
-        subprocess.run(
-            [sys.executable, "-m", "jobcore", "enqueue", "noop", "{}"],
-            env=subprocess_env(JOBCORE_DB=db),
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        enqueue_in_another_process(db)
         wait_for(lambda: called, timeout=30)
     finally:
         waiter.stop()

@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 import jobcore_test_plugin as tp
 import pytest
-from testenv import subprocess_env, wait_for
+from testenv import count_looks, enqueue_in_another_process, wait_for
 
 from jobcore import JobStatus, Queue, Worker
 from jobcore.storage import powers, sqlite_writewatch
@@ -50,38 +50,15 @@ def start_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.Thread
     return worker, thread
 
 
-def count_looks(queue: Queue) -> list[float]:
-    """Record when the worker looks for other connections' commits."""
-    looks: list[float] = []
-    look = queue.storage.wait_for_change
-
-    def counted(timeout: float) -> bool:
-        looks.append(time.monotonic())
-        return look(timeout)
-
-    queue.storage.wait_for_change = counted  # type: ignore[method-assign]
-    return looks
-
-
 def completed(queue: Queue) -> int:
     return queue.storage.count_by_status().get("completed", 0)
-
-
-def enqueue_from_another_process(db: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "jobcore", "enqueue", "noop", "{}"],
-        env=subprocess_env(JOBCORE_DB=db),
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
 
 
 def test_an_idle_worker_stops_looking_for_commits_while_nobody_writes(
     jobcore_make_queue: MakeQueue,
 ) -> None:
     queue = jobcore_make_queue(tp, poll_interval=60.0)
-    looks = count_looks(queue)
+    looks = count_looks(queue.storage)
     worker, thread = start_worker(queue)
     time.sleep(QUIET_S + 0.5)  # started, claimed nothing, quiet
     before = len(looks)
@@ -101,7 +78,7 @@ def test_a_commit_by_another_process_wakes_a_sleeping_worker(
     worker, thread = start_worker(queue)
     time.sleep(QUIET_S + 0.5)
     for done in (1, 2):  # the second one meets a worker that ran a job and went quiet again
-        enqueue_from_another_process(jobcore_db)
+        enqueue_in_another_process(jobcore_db)
         wait_for(lambda: completed(queue) >= done, timeout=60)  # noqa: B023 - waited for here
         time.sleep(QUIET_S + 0.5)
     assert [job.status for job in queue.list_jobs()] == [JobStatus.COMPLETED] * 2
@@ -193,7 +170,7 @@ def test_without_an_inotify_instance_the_worker_polls_and_says_why(
         watch = queue.storage.watch_writes(threading.Condition())  # type: ignore[attr-defined]
     assert isinstance(watch, powers.Polling)
     assert "max_user_instances" in caplog.text
-    looks = count_looks(queue)
+    looks = count_looks(queue.storage)
     worker, thread = start_worker(queue)
     time.sleep(QUIET_S + 0.5)
     assert len(looks) > 20  # every wake_check_interval, as before the watch
