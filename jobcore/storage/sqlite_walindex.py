@@ -80,7 +80,7 @@ class ShmFile:
             del _open[self.path]
             fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # no storage of this process has the database open any more
+            os.close(fd)  # no connection of ours on the database is left to lose its locks
 
     def read(self) -> bytes | None:
         """The WAL-index header, or None when it cannot be read."""
