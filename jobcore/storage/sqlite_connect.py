@@ -47,6 +47,12 @@ def open_connection(path: str, synchronous: str, busy_timeout_ms: int) -> apsw.C
     return conn
 
 
+def open_existing(path: str) -> apsw.Connection:
+    """A plain read-write connection to the database at `path` (not created), holding the
+    process's -shm descriptor (`sqlite_walindex`) for as long as it lives."""
+    return open_holding_shm(path, lambda: apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE))
+
+
 def into_wal(conn: apsw.Connection, busy_timeout_ms: int) -> str:
     """Put `conn`'s file in WAL mode and say the mode it is in (`wal`, unless SQLite
     refused); an `apsw.BusyError` once waiting for locks took `busy_timeout_ms` in all.

@@ -30,9 +30,9 @@ from jobcore.storage.hub_state import (
     WorkerRecord,
 )
 from jobcore.storage.rows import row_to_job
+from jobcore.storage.sqlite_connect import open_existing
 from jobcore.storage.sqlite_errors import boundary, storage_error
 from jobcore.storage.sqlite_reads import in_filter
-from jobcore.storage.sqlite_walindex import open_holding_shm
 
 log = logging.getLogger("jobcore.http.store")
 
@@ -119,9 +119,7 @@ class SQLiteHubStore:
         conn: apsw.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             try:
-                conn = open_holding_shm(
-                    self.path, lambda: apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
-                )
+                conn = open_existing(self.path)
                 conn.set_busy_timeout(self.busy_timeout_ms)
             except apsw.Error as exc:
                 raise storage_error(exc, self.path, self.busy_timeout_ms) from None

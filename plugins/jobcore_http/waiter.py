@@ -69,8 +69,7 @@ class ChangeWaiter:
             self._thread.join(5)
 
     def _run(self) -> None:
-        if not powers.pushes_changes(self.storage):
-            self._writes = powers.write_watch(self.storage, self._cond)
+        self._writes = powers.write_watch(self.storage, self._cond)
         try:
             self._watch()
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -47,6 +48,16 @@ def count_looks(storage: Any) -> list[float]:
 
     storage.wait_for_change = counted
     return looks
+
+
+def open_fds_to(target: str) -> int:
+    """This process's descriptors whose link reads `target` (a path, or e.g.
+    `anon_inode:inotify`)."""
+    found = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            found += os.readlink(fd) == target
+    return found
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:

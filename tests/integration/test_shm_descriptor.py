@@ -7,12 +7,13 @@ of ours is mid-transaction.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from testenv import open_fds_to
 
 from jobcore.storage.sqlite import SQLiteStorage
 
@@ -73,11 +74,7 @@ def test_the_last_storage_to_close_closes_the_descriptor(tmp_path: Path) -> None
     shm = str(db) + "-shm"
 
     def open_on_shm() -> int:
-        found = 0
-        for fd in Path("/proc/self/fd").iterdir():
-            with contextlib.suppress(OSError):  # closed meanwhile
-                found += Path(fd).readlink() == Path(shm)
-        return found
+        return open_fds_to(shm)
 
     assert open_on_shm() >= 1
     storage.close()

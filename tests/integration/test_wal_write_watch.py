@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 import jobcore_test_plugin as tp
 import pytest
-from testenv import count_looks, enqueue_in_another_process, wait_for
+from testenv import count_looks, enqueue_in_another_process, open_fds_to, wait_for
 
 from jobcore import JobStatus, Queue, Worker
 from jobcore.storage import powers, sqlite_writewatch
@@ -32,15 +32,7 @@ MakeQueue = Callable[..., Queue]
 
 def inotify_fds() -> int:
     """This process's inotify instances."""
-    fds = Path("/proc/self/fd")
-    return sum(1 for fd in fds.iterdir() if _link(fd) == "anon_inode:inotify")
-
-
-def _link(fd: Path) -> str:
-    try:
-        return os.readlink(fd)
-    except OSError:  # closed meanwhile
-        return ""
+    return open_fds_to("anon_inode:inotify")
 
 
 def start_worker(queue: Queue, **options: Any) -> tuple[Worker, threading.Thread]:

@@ -3,6 +3,7 @@ declares (`jobcore.storage.powers`): what a backend a hub runs on must keep and 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -118,6 +119,13 @@ class HubStateRules(ContractBase):
             assert isinstance(storage, powers.ReadsAhead) and powers.reads_ahead(storage)
             seen = storage.scheduled_seen()
             assert seen is None or (isinstance(seen, tuple) and len(seen) == 2)
+        if hasattr(storage, "watch_writes"):
+            assert isinstance(storage, powers.WatchesWrites)
+            watch = powers.write_watch(storage, threading.Condition())
+            try:
+                assert 0 < watch.look_in(0.25, 0.003) <= 0.25  # never past the deadline
+            finally:
+                watch.close()
         if hasattr(storage, "default_prefetch"):
             prefetch = powers.default_prefetch(storage, -1)
             assert isinstance(prefetch, int) and prefetch >= 1

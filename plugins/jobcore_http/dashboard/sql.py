@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import apsw
 
 from jobcore.errors import StorageError
-from jobcore.storage.sqlite_walindex import open_holding_shm
+from jobcore.storage.sqlite_connect import open_existing
 
 
 class Sql(Protocol):
@@ -80,9 +80,7 @@ class SQLiteSql:
         self._watch_conn: apsw.Connection | None = None
 
     def _open(self) -> apsw.Connection:
-        conn = open_holding_shm(
-            self.path, lambda: apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
-        )
+        conn = open_existing(self.path)
         conn.set_busy_timeout(5000)
         return conn
 
