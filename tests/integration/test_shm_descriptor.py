@@ -73,13 +73,10 @@ def test_the_last_storage_to_close_closes_the_descriptor(tmp_path: Path) -> None
     look_from_a_thread_that_ends(storage)
     shm = str(db) + "-shm"
 
-    def open_on_shm() -> int:
-        return open_fds_to(shm)
-
-    assert open_on_shm() >= 1
+    assert open_fds_to(shm) >= 1
     storage.close()
     gc.collect()
-    assert open_on_shm() == 0
+    assert open_fds_to(shm) == 0
 
 
 def test_an_adopted_application_connection_keeps_its_locks_after_the_queue_closes(
