@@ -107,13 +107,14 @@ def progress(message: str) -> None:
 LIB = "drain, library Worker(...).run(), 4 threads"
 CLI = "drain, CLI jobcore run --until-empty, 4 threads"
 CLI_NO_OTEL = "drain, CLI, otel plugin disabled (JOBCORE_DISABLE_PLUGINS=otel)"
+CLI_QUIET = "drain, CLI, --log-level warning (no line per job)"
 CLI_OTLP = "drain, CLI, otel exporting OTLP/HTTP to a receiver on 127.0.0.1"
 CLI_OTLP_SAMPLED = "drain, CLI, otel exporting OTLP/HTTP, traces sampled 10%"
 SAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
 EVENTS_ON = "drain, library, events recorded"
 EVENTS_OFF = "drain, library, event triggers dropped"
 EVENTS_PLACEHOLDER = "drain, library, events recorded vs not"
-USER_ROWS = {LIB, CLI, CLI_NO_OTEL, CLI_OTLP, CLI_OTLP_SAMPLED, EVENTS_ON, EVENTS_OFF}
+USER_ROWS = {LIB, CLI, CLI_QUIET, CLI_NO_OTEL, CLI_OTLP, CLI_OTLP_SAMPLED, EVENTS_ON, EVENTS_OFF}
 USER_ROWS |= {name + " [CPU per job]" for name in USER_ROWS}
 CLAIM_B = (
     "claim on queue B, empty database",
@@ -141,6 +142,12 @@ def cli_section(sizes: Sizes, tmp: Path, results: Results) -> None:
     add_drain(results, CLI, cli, LIB)
     results.add("CLI start-up, spawn to first claim", "FULL", "jobcore", "s", cli.startup, False)
     results.note("log lines", f"CLI drain: {cli.log_lines} stderr lines for {n} jobs")
+    # the same drain without the two lifecycle lines a job logs at the default level: what
+    # those lines cost is the difference between this row and the one above
+    quiet = cli_cases.cli_drain(
+        tmp, cli_cases.drain_db(tmp, "cli.db", n), n, threads, JOBCORE_LOG_LEVEL="warning"
+    )
+    add_drain(results, CLI_QUIET, quiet, LIB)
     if cli_cases.otel_available():
         results.note("otel hooks", f"otel hooks registered, no exporter: {cli_cases.otel_hooks()}")
         off = cli_cases.cli_drain(
