@@ -17,7 +17,7 @@ import click
 from jobcore.cli.errors import errors_as_click
 from jobcore.config import Config
 from jobcore.install import DISTRIBUTION, missing_command_hint
-from jobcore.logs import configure_logging
+from jobcore.logs import configure_logging, one_line
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager
 from jobcore.queue import Queue
 
@@ -120,6 +120,24 @@ class JobcoreGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self.commands.get(cmd_name) or self._plugin_commands(ctx).get(cmd_name)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            raise _on_one_line(exc) from exc.__cause__
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            raise _on_one_line(exc) from exc.__cause__
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -129,6 +147,14 @@ class JobcoreGroup(click.Group):
             if hint is not None and not ctx.resilient_parsing:
                 ctx.fail(f"No such command {name!r}. {hint}")
         return super().resolve_command(ctx, args)
+
+
+def _on_one_line(exc: click.ClickException) -> click.ClickException:
+    """`exc` with control characters in its message escaped (`logs.one_line`): a payload
+    key, a job type or an argument holding a newline cannot add a forged `Error:` line
+    (DESIGN §8: one line)."""
+    exc.message = one_line(exc.message)  # type: ignore[misc]  # click types it Final
+    return exc
 
 
 def pass_state(fn: F) -> F:

@@ -226,6 +226,36 @@ def test_bad_enqueue_input_is_one_clear_line_and_writes_nothing(
     assert not db.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["enqueue", "noop", '{"colour\\nError: forged": 1}'], "colour\\nError: forged"),
+        (["enqueue", "tele\nError: forged", "{}"], "'tele\\nError: forged'"),
+        (["enqueue", "noop", "@no\rError: forged.json"], "no\\rError: forged.json"),
+    ],
+)
+def test_a_newline_from_the_input_cannot_forge_a_second_error_line(
+    run: Run, db: Path, args: list[str], fragment: str
+) -> None:
+    """DESIGN §8: one `Error:` line, whatever control characters a payload key, a job type
+    or a file name brings; they are shown escaped."""
+    assert_runtime_error(run(*args), fragment)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    "args", [["list", "--status", "a\nError: forged"], ["--no\nError: forged", "list"]]
+)
+def test_a_newline_in_a_bad_option_cannot_forge_an_error_line(
+    run: Run, db: Path, args: list[str]
+) -> None:
+    result = run(*args)
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and "\\nError: forged" in errors[0], result.stderr
+    assert not db.exists()
+
+
 def test_oversized_payload(run: Run, db: Path) -> None:
     env = {"JOBCORE_MAX_PAYLOAD_BYTES": "200"}
     big = json.dumps({"log": "x" * 300})
