@@ -8,7 +8,7 @@ import click
 
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, job_rows, short, table
-from jobcore.cli.params import DURATION
+from jobcore.cli.params import DURATION, TEXT
 from jobcore.models import JobStatus
 from jobcore.plugins import PluginInfo
 from jobcore.storage.base import Stats
@@ -157,7 +157,7 @@ def prune(state: CliState, older_than: float) -> None:
 
 
 @cli.command()
-@click.option("--type", "types", multiple=True, help="Only this type (repeatable).")
+@click.option("--type", "types", multiple=True, type=TEXT, help="Only this type (repeatable).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def reconcile(state: CliState, types: tuple[str, ...], as_json: bool) -> None:

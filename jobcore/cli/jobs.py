@@ -12,7 +12,15 @@ import click
 
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, job_detail, job_rows
-from jobcore.cli.params import DURATION, INT32, NON_EMPTY, POSITIVE_DURATION, POSITIVE_INT32, TIME
+from jobcore.cli.params import (
+    DURATION,
+    INT32,
+    NON_EMPTY,
+    POSITIVE_DURATION,
+    POSITIVE_INT32,
+    TEXT,
+    TIME,
+)
 from jobcore.errors import InvalidPayload, JobcoreError
 from jobcore.models import JobStatus
 
@@ -75,7 +83,7 @@ def read_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, dict[str, An
 
 
 @cli.command()
-@click.argument("job_type", metavar="TYPE")
+@click.argument("job_type", metavar="TYPE", type=TEXT)
 @click.argument("payload", required=False)
 @click.option(
     "--from",
@@ -156,8 +164,12 @@ STATUS_CHOICE = click.Choice([status.value for status in JobStatus])
 @click.option(
     "--status", multiple=True, type=STATUS_CHOICE, help="Only jobs in this status (repeatable)."
 )
-@click.option("--type", "types", multiple=True, help="Only jobs of this type (repeatable).")
-@click.option("--queue", "queues", multiple=True, help="Only jobs in this queue (repeatable).")
+@click.option(
+    "--type", "types", multiple=True, type=TEXT, help="Only jobs of this type (repeatable)."
+)
+@click.option(
+    "--queue", "queues", multiple=True, type=TEXT, help="Only jobs in this queue (repeatable)."
+)
 @click.option("--limit", type=POSITIVE_INT32, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
@@ -182,7 +194,7 @@ def list_jobs(
 
 
 @cli.command()
-@click.argument("job_id")
+@click.argument("job_id", type=TEXT)
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def show(state: CliState, job_id: str, as_json: bool) -> None:
@@ -195,9 +207,15 @@ def show(state: CliState, job_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, type=TEXT)
 @click.option("--failed", is_flag=True, help="Retry every failed job (narrow with --type).")
-@click.option("--type", "types", multiple=True, help="With --failed: only this type (repeatable).")
+@click.option(
+    "--type",
+    "types",
+    multiple=True,
+    type=TEXT,
+    help="With --failed: only this type (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def retry(
@@ -219,7 +237,7 @@ def retry(
 
 
 @cli.command()
-@click.argument("job_ids", nargs=-1, required=True)
+@click.argument("job_ids", nargs=-1, required=True, type=TEXT)
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def cancel(state: CliState, job_ids: tuple[str, ...], as_json: bool) -> None:

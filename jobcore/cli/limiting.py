@@ -7,6 +7,7 @@ import click
 from jobcore import operating
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, table
+from jobcore.cli.params import TEXT
 from jobcore.concurrency import checked_limit
 from jobcore.errors import InvalidPayload
 from jobcore.rates import format_period, parse_rate
@@ -20,8 +21,10 @@ def _whole(text: str) -> int:
 
 
 @cli.command()
-@click.argument("queue_name", metavar="QUEUE", required=False)
-@click.option("--type", "type_name", help="Limit this job type (in every queue) instead.")
+@click.argument("queue_name", metavar="QUEUE", required=False, type=TEXT)
+@click.option(
+    "--type", "type_name", type=TEXT, help="Limit this job type (in every queue) instead."
+)
 @click.option(
     "--per-key", is_flag=True, help="With --type: the limit holds per concurrency key instead."
 )

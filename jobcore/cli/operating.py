@@ -7,6 +7,7 @@ import click
 from jobcore import operating
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, short, table
+from jobcore.cli.params import TEXT
 
 
 def _target(queue_name: str | None, type_name: str | None) -> tuple[str, str]:
@@ -20,9 +21,11 @@ def _target(queue_name: str | None, type_name: str | None) -> tuple[str, str]:
 
 
 @cli.command()
-@click.argument("queue_name", metavar="QUEUE", required=False)
-@click.option("--type", "type_name", help="Pause this job type (in every queue) instead.")
-@click.option("--reason", default="", help="Why; shown by `jobcore queues` and `stats`.")
+@click.argument("queue_name", metavar="QUEUE", required=False, type=TEXT)
+@click.option(
+    "--type", "type_name", type=TEXT, help="Pause this job type (in every queue) instead."
+)
+@click.option("--reason", default="", type=TEXT, help="Why; shown by `jobcore queues` and `stats`.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def pause(
@@ -41,8 +44,8 @@ def pause(
 
 
 @cli.command()
-@click.argument("queue_name", metavar="QUEUE", required=False)
-@click.option("--type", "type_name", help="Resume this job type instead.")
+@click.argument("queue_name", metavar="QUEUE", required=False, type=TEXT)
+@click.option("--type", "type_name", type=TEXT, help="Resume this job type instead.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_state
 def resume(state: CliState, queue_name: str | None, type_name: str | None, as_json: bool) -> None:

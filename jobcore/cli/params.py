@@ -1,4 +1,4 @@
-"""Click parameter types for durations and times (bad values are usage errors, exit 2)."""
+"""Click parameter types for durations, times and names (bad values are usage errors, exit 2)."""
 
 from __future__ import annotations
 
@@ -54,13 +54,32 @@ class TimeType(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
-class NonEmptyType(click.ParamType):  # type: ignore[type-arg]
-    """A string that is not empty or blank (an unset shell variable is a mistake, not a name)."""
+class TextType(click.ParamType):  # type: ignore[type-arg]
+    """A name or an id: UTF-8 text. An argument of bytes that are not UTF-8 (the shell's
+    `$'q\\xff'`) reaches Python with lone surrogates, which no store can hold or look up."""
 
     name = "text"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError as exc:
+                bad = text[exc.start : exc.end].encode("utf-8", "surrogateescape")
+                self.fail(
+                    f"{text!r} holds bytes that are not UTF-8 ({bad!r}); give it as UTF-8 text",
+                    param,
+                    ctx,
+                )
+        return text
+
+
+class NonEmptyType(TextType):
+    """Text that is not empty or blank (an unset shell variable is a mistake, not a name)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
         if not text.strip():
             self.fail("must not be empty", param, ctx)
         return text
@@ -69,6 +88,7 @@ class NonEmptyType(click.ParamType):  # type: ignore[type-arg]
 DURATION = DurationType()
 POSITIVE_DURATION = DurationType(positive=True)
 TIME = TimeType()
+TEXT = TextType()
 NON_EMPTY = NonEmptyType()
 INT32 = click.IntRange(INT32_MIN, INT32_MAX)  # what every backend stores as an integer
 POSITIVE_INT32 = click.IntRange(1, INT32_MAX)

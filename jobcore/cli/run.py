@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from jobcore.cli import CliState, cli, pass_state
-from jobcore.cli.params import DURATION, NON_EMPTY, POSITIVE_DURATION
+from jobcore.cli.params import DURATION, NON_EMPTY, POSITIVE_DURATION, TEXT
 from jobcore.worker import Worker
 
 
@@ -20,8 +20,12 @@ from jobcore.worker import Worker
     type=click.IntRange(1, 100_000),
     help="async def handlers in flight on the event loop (default 100).",
 )
-@click.option("--queue", "queues", multiple=True, help="Only claim from this queue (repeatable).")
-@click.option("--type", "types", multiple=True, help="Only claim this job type (repeatable).")
+@click.option(
+    "--queue", "queues", multiple=True, type=TEXT, help="Only claim from this queue (repeatable)."
+)
+@click.option(
+    "--type", "types", multiple=True, type=TEXT, help="Only claim this job type (repeatable)."
+)
 @click.option(
     "--lease",
     type=POSITIVE_DURATION,

@@ -256,6 +256,45 @@ def test_a_newline_in_a_bad_option_cannot_forge_an_error_line(
     assert not db.exists()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list", "--queue", "q\udcff"],
+        ["list", "--type", "t\udcff"],
+        ["show", "id\udcff"],
+        ["cancel", "id\udcff"],
+        ["retry", "id\udcff"],
+        ["retry", "--failed", "--type", "t\udcff"],
+        ["run", "--until-empty", "--worker-id", "w\udcff"],
+        ["run", "--until-empty", "--queue", "q\udcff"],
+        ["run", "--until-empty", "--type", "t\udcff"],
+        ["enqueue", "noop\udcff"],
+        ["pause", "q\udcff"],
+        ["resume", "--type", "t\udcff"],
+        ["limit", "--type", "t\udcff", "--concurrency", "2"],
+        ["reconcile", "--type", "t\udcff"],
+    ],
+)
+def test_names_and_ids_of_bytes_that_are_not_utf8_are_usage_errors(
+    run: Run, db: Path, args: list[str]
+) -> None:
+    """A shell's `$'q\\xff'` reaches Python as a lone surrogate, which no store can hold or
+    look up: a usage error naming the option (it was a traceback, or a worker retrying a
+    "database error" for ever)."""
+    run("enqueue", "noop")
+    before = job_count(db)
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and "not UTF-8 (b'\\xff')" in errors[0], result.stderr
+    assert job_count(db) == before
+    storage = SQLiteStorage(db, create=False)
+    try:
+        assert [job.status.value for job in storage.list_jobs()] == ["pending"]
+    finally:
+        storage.close()
+
+
 def test_oversized_payload(run: Run, db: Path) -> None:
     env = {"JOBCORE_MAX_PAYLOAD_BYTES": "200"}
     big = json.dumps({"log": "x" * 300})
