@@ -1,4 +1,5 @@
-"""Classifying AWS failures: throttling, 5xx and network trouble retry; other 4xx are permanent."""
+"""Classifying AWS failures: throttling, a busy resource, 5xx and network trouble retry; other
+4xx are permanent."""
 
 from __future__ import annotations
 
@@ -35,10 +36,19 @@ THROTTLING = {
     "RequestTimeout",
     "RequestTimeoutException",
 }
+# the resource is busy with another operation, or a name is not yet free again: retried too
+BUSY = {
+    "OperationAborted",  # S3: a conflicting operation on the bucket is in progress
+    "ResourceInUseException",  # DynamoDB: the table is being created, updated or deleted
+    "TooManyUpdates",  # SSM: another change to the parameter is in progress
+    "ConcurrentAccessException",  # SNS: another tag operation on the topic
+    "AWS.SimpleQueueService.QueueDeletedRecently",  # SQS: the name is free 60s after a delete
+    "QueueDeletedRecently",
+}
 
 
 class AwsTransientError(Exception):
-    """Throttling, a 5xx or a network failure: retried with backoff."""
+    """Throttling, a busy resource, a 5xx or a network failure: retried with backoff."""
 
 
 def error_code(exc: ClientError) -> str:
@@ -58,7 +68,7 @@ def classified(what: str) -> Iterator[None]:
         code, status = error_code(exc), http_status(exc)
         message = exc.response.get("Error", {}).get("Message", "") or str(exc)
         text = f"{what}: {code or status}: {message}"
-        if code in THROTTLING or status >= 500 or status == 429:
+        if code in THROTTLING or code in BUSY or status >= 500 or status == 429:
             raise AwsTransientError(text) from None
         raise PermanentError(text) from None
     except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
@@ -67,6 +77,17 @@ def classified(what: str) -> Iterator[None]:
         raise PermanentError(f"{what}: {exc}") from None
     except BotoCoreError as exc:  # endpoint unreachable, timeouts, broken responses
         raise AwsTransientError(f"{what}: {exc}") from None
+
+
+def exists_on(codes: frozenset[str] | set[str], call: Callable[[], T]) -> T | None:
+    """`call()` (a create), or None when it fails with one of `codes`: the resource already
+    exists and is ours (another job created it since we looked), so the caller converges it."""
+    try:
+        return call()
+    except ClientError as exc:
+        if error_code(exc) in codes:
+            return None
+        raise
 
 
 def absent_on(codes: frozenset[str] | set[str], call: Callable[[], T]) -> T | None:

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from jobcore import Payload
 
@@ -28,26 +36,67 @@ class AwsSettings(BaseModel):
 
 # A field left out (or null) leaves that part of the resource as it is: `tags: {}` removes
 # every tag, a missing `tags` keeps them; `attributes` sets the attributes it names only.
+# Where AWS needs a value to create the resource (`type`, `billing_mode`), the default
+# applies on create only; an update without the field keeps what the resource has.
+
+# S3, SQS and SNS share these tag rules; checked at enqueue so that a tag AWS refuses
+# never fails a job half-way (after the bucket was created or the attributes were set).
+MAX_TAGS = 50
+MAX_TAG_KEY = 128
+MAX_TAG_VALUE = 256
+
+
+def _tag_problem(tags: dict[str, str]) -> str | None:
+    if len(tags) > MAX_TAGS:
+        return f"{len(tags)} tags given; AWS allows at most {MAX_TAGS}: remove some"
+    for key, value in tags.items():
+        shown = key if len(key) <= 40 else key[:40] + "…"
+        if not key:
+            return "a tag key is empty; give every tag a key of 1-128 characters"
+        if key[:4].lower() == "aws:":
+            return (
+                f"tag key {shown!r} starts with 'aws:', a prefix AWS reserves for its own "
+                "tags: choose a key without it"
+            )
+        if len(key) > MAX_TAG_KEY:
+            return f"tag key {shown!r} has {len(key)} characters; shorten it to {MAX_TAG_KEY}"
+        if len(value) > MAX_TAG_VALUE:
+            return (
+                f"the value of tag {shown!r} has {len(value)} characters; "
+                f"shorten it to {MAX_TAG_VALUE}"
+            )
+    return None
+
+
+def _valid_tags(tags: dict[str, str]) -> dict[str, str]:
+    problem = _tag_problem(tags)
+    if problem:
+        raise PydanticCustomError("aws_tags", problem)
+    return tags
+
+
+Tags = Annotated[dict[str, str], AfterValidator(_valid_tags)]
 
 
 class S3BucketConfig(Payload):
-    tags: dict[str, str] | None = None  # None: leave the tags as they are
+    tags: Tags | None = None  # None: leave the tags as they are
     versioning: bool | None = None  # None: leave versioning as it is
 
 
 class SqsQueueConfig(Payload):
     attributes: dict[str, str] | None = None  # the attributes named are set, others kept
-    tags: dict[str, str] | None = None
+    tags: Tags | None = None
 
 
 class SnsTopicConfig(Payload):
     attributes: dict[str, str] | None = None
-    tags: dict[str, str] | None = None
+    tags: Tags | None = None
 
 
 class SsmParameterConfig(Payload):
     value: str
-    type: Literal["String", "StringList", "SecureString"] = "String"
+    # None: String on create; an update keeps the parameter's type (a SecureString stays one)
+    type: Literal["String", "StringList", "SecureString"] | None = None
 
 
 class KeyElement(Payload):
@@ -68,7 +117,8 @@ class Throughput(Payload):
 class DynamoDbTableConfig(Payload):
     key_schema: list[KeyElement] = Field(min_length=1, max_length=2)
     attribute_definitions: list[AttributeDefinition] = Field(min_length=1)
-    billing_mode: Literal["PAY_PER_REQUEST", "PROVISIONED"] = "PAY_PER_REQUEST"
+    # None: PAY_PER_REQUEST on create; an update keeps the table's billing mode
+    billing_mode: Literal["PAY_PER_REQUEST", "PROVISIONED"] | None = None
     provisioned_throughput: Throughput | None = None
 
     @model_validator(mode="after")
@@ -114,7 +164,11 @@ class SyncAws(Payload):
                 f"{'unknown field' if e['type'] == 'extra_forbidden' else e['msg']}"
                 for e in exc.errors()
             )
-            raise ValueError(f"config for {self.resource_type}: {problems}") from None
+            raise PydanticCustomError(  # no "Value error, " before the field names
+                "aws_config",
+                "config for {kind}: {problems}",
+                {"kind": self.resource_type, "problems": problems},
+            ) from None
         # only what the producer gave: a default stored here would later read as an order
         self.config = parsed.model_dump(mode="json", exclude_unset=True)
         return self

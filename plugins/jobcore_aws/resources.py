@@ -1,7 +1,9 @@
 """Converging one AWS resource to its config: each `upsert` returns the changes it made.
 
 Running `upsert` twice makes no change the second time; `delete` of an
-absent resource succeeds with no change.
+absent resource succeeds with no change. Two jobs may work on one resource at
+once: a create that finds the resource made since we looked goes on to converge
+it, and a delete that finds it gone has nothing left to do.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
+
 from jobcore import PermanentError
-from jobcore_aws.errors import absent_on
+from jobcore_aws.errors import AwsTransientError, absent_on, error_code, exists_on
 from jobcore_aws.models import (
     DynamoDbTableConfig,
     S3BucketConfig,
@@ -55,8 +59,11 @@ class S3Bucket:
                 if region in (None, "us-east-1")
                 else {"CreateBucketConfiguration": {"LocationConstraint": region}}
             )
-            client.create_bucket(Bucket=name, **extra)
-            changes.append("created bucket")
+            # BucketAlreadyOwnedByYou: another job made it since we looked; converge it
+            if exists_on(
+                {"BucketAlreadyOwnedByYou"}, lambda: client.create_bucket(Bucket=name, **extra)
+            ):
+                changes.append("created bucket")
         tagging = absent_on(
             {"NoSuchTagSet", "NoSuchTagSetError"}, lambda: client.get_bucket_tagging(Bucket=name)
         )
@@ -81,11 +88,17 @@ class S3Bucket:
     def delete(self, client: Client, name: str) -> list[str]:
         if not self.exists(client, name):
             return []
-        client.delete_bucket(Bucket=name)  # BucketNotEmpty is a permanent failure
-        return ["deleted bucket"]
+        gone = absent_on(  # BucketNotEmpty is a permanent failure
+            {"NoSuchBucket", "404"}, lambda: client.delete_bucket(Bucket=name)
+        )
+        return [] if gone is None else ["deleted bucket"]
 
 
 SQS_MISSING = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+# the queue exists with other attributes (CreateQueue with the same ones returns its URL)
+SQS_EXISTS = frozenset(
+    {"QueueAlreadyExists", "QueueNameExists", "AWS.SimpleQueueService.QueueNameExists"}
+)
 
 
 class SqsQueue:
@@ -100,12 +113,24 @@ class SqsQueue:
 
     def upsert(self, client: Client, name: str, config: SqsQueueConfig) -> list[str]:
         url = self._url(client, name)
-        if url is None:
-            client.create_queue(
-                QueueName=name, Attributes=config.attributes or {}, tags=config.tags or {}
-            )
-            return ["created queue"]
         changes = []
+        if url is None:
+            created = exists_on(
+                SQS_EXISTS,
+                lambda: client.create_queue(
+                    QueueName=name, Attributes=config.attributes or {}, tags=config.tags or {}
+                ),
+            )
+            if created is not None:
+                # CreateQueue also answers with the URL of a queue another job has just made
+                # with the same attributes; its tags are checked below
+                return [
+                    "created queue",
+                    *self._converge_tags(client, str(created["QueueUrl"]), config),
+                ]
+            url = self._url(client, name)
+            if url is None:  # made and deleted again since
+                raise AwsTransientError(f"queue {name} was created and deleted meanwhile")
         if config.attributes:
             current = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]).get(
                 "Attributes", {}
@@ -114,8 +139,11 @@ class SqsQueue:
             if differing:
                 client.set_queue_attributes(QueueUrl=url, Attributes=differing)
                 changes.append(f"set attributes {sorted(differing)}")
+        return changes + self._converge_tags(client, url, config)
+
+    def _converge_tags(self, client: Client, url: str, config: SqsQueueConfig) -> list[str]:
         if config.tags is None:
-            return changes
+            return []
         to_set, to_remove = _tag_diff(
             client.list_queue_tags(QueueUrl=url).get("Tags", {}), config.tags
         )
@@ -123,16 +151,14 @@ class SqsQueue:
             client.tag_queue(QueueUrl=url, Tags=to_set)
         if to_remove:
             client.untag_queue(QueueUrl=url, TagKeys=to_remove)
-        if to_set or to_remove:
-            changes.append("set tags")
-        return changes
+        return ["set tags"] if to_set or to_remove else []
 
     def delete(self, client: Client, name: str) -> list[str]:
         url = self._url(client, name)
         if url is None:
             return []
-        client.delete_queue(QueueUrl=url)
-        return ["deleted queue"]
+        gone = absent_on(SQS_MISSING, lambda: client.delete_queue(QueueUrl=url))
+        return [] if gone is None else ["deleted queue"]
 
 
 class SnsTopic:
@@ -152,8 +178,27 @@ class SnsTopic:
         arn = self._arn(client, name)
         if arn is None:
             tags = [{"Key": k, "Value": v} for k, v in sorted((config.tags or {}).items())]
-            client.create_topic(Name=name, Attributes=config.attributes or {}, Tags=tags)
-            return ["created topic"]
+            try:
+                created = client.create_topic(
+                    Name=name, Attributes=config.attributes or {}, Tags=tags
+                )
+            except ClientError as exc:
+                # AWS: "Topic already exists with different tags/attributes": another job
+                # made it since we looked
+                if error_code(exc) != "InvalidParameter" or "already exists" not in str(exc):
+                    raise
+                arn = self._arn(client, name)
+                if arn is None:  # made and deleted again since
+                    raise AwsTransientError(
+                        f"topic {name} was created and deleted meanwhile"
+                    ) from None
+                return self._converge(client, arn, config)
+            # CreateTopic also answers with the ARN of a topic another job has just made (and
+            # then leaves its attributes and tags as they are): converge those
+            return ["created topic", *self._converge(client, str(created["TopicArn"]), config)]
+        return self._converge(client, arn, config)
+
+    def _converge(self, client: Client, arn: str, config: SnsTopicConfig) -> list[str]:
         changes = []
         if config.attributes:
             current = client.get_topic_attributes(TopicArn=arn).get("Attributes", {})
@@ -199,14 +244,26 @@ class SsmParameter:
 
     def upsert(self, client: Client, name: str, config: SsmParameterConfig) -> list[str]:
         current = self._get(client, name)
-        if (
-            current is not None
-            and current.get("Value") == config.value
-            and current.get("Type") == config.type
-        ):
+        if current is None:
+            # no Overwrite: a parameter another job made since we looked is updated below,
+            # never overwritten with this create's default type
+            created = exists_on(
+                {"ParameterAlreadyExists"},
+                lambda: client.put_parameter(
+                    Name=name, Value=config.value, Type=config.type or "String", Overwrite=False
+                ),
+            )
+            if created is not None:
+                return ["created parameter"]
+            current = self._get(client, name)
+            if current is None:  # made and deleted again since
+                raise AwsTransientError(f"parameter {name} was created and deleted meanwhile")
+        if current.get("Value") == config.value and config.type in (None, current.get("Type")):
             return []
-        client.put_parameter(Name=name, Value=config.value, Type=config.type, Overwrite=True)
-        return ["created parameter" if current is None else "updated parameter"]
+        # without `type`, Type is left out and the parameter keeps its own
+        extra = {"Type": config.type} if config.type else {}
+        client.put_parameter(Name=name, Value=config.value, Overwrite=True, **extra)
+        return ["updated parameter"]
 
     def delete(self, client: Client, name: str) -> list[str]:
         gone = absent_on({"ParameterNotFound"}, lambda: client.delete_parameter(Name=name))
@@ -233,14 +290,23 @@ class DynamoDbTable:
         )
         if table is None:
             extra = {"ProvisionedThroughput": throughput} if throughput else {}
-            client.create_table(
-                TableName=name,
-                KeySchema=wanted_keys,
-                AttributeDefinitions=[a.model_dump() for a in config.attribute_definitions],
-                BillingMode=config.billing_mode,
-                **extra,
+            # ResourceInUseException: a table of that name exists (another job made it since
+            # we looked) or is being deleted; converge the one there, or retry
+            created = exists_on(
+                {"ResourceInUseException"},
+                lambda: client.create_table(
+                    TableName=name,
+                    KeySchema=wanted_keys,
+                    AttributeDefinitions=[a.model_dump() for a in config.attribute_definitions],
+                    BillingMode=config.billing_mode or "PAY_PER_REQUEST",
+                    **extra,
+                ),
             )
-            return ["created table"]
+            if created is not None:
+                return ["created table"]
+            table = self._describe(client, name)
+            if table is None or table.get("TableStatus") == "DELETING":
+                raise AwsTransientError(f"table {name} is being deleted; create it again later")
         if sorted(map(str, table.get("KeySchema", []))) != sorted(map(str, wanted_keys)):
             raise PermanentError(
                 f"table {name} has key schema {table.get('KeySchema')}; a key schema cannot be "
@@ -251,6 +317,8 @@ class DynamoDbTable:
             k: table.get("ProvisionedThroughput", {}).get(k)
             for k in ("ReadCapacityUnits", "WriteCapacityUnits")
         }
+        if config.billing_mode is None:  # left out: the table keeps its billing mode
+            return []
         if current_mode != config.billing_mode or (throughput and current_throughput != throughput):
             extra = {"ProvisionedThroughput": throughput} if throughput else {}
             client.update_table(TableName=name, BillingMode=config.billing_mode, **extra)

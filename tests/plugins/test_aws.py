@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -393,3 +395,295 @@ def test_a_parameter_boto_refuses_fails_permanently_at_once(queue: Queue) -> Non
     )
     assert job["status"] == "failed" and job["attempts"] == 1, job["errors"]
     assert "Parameter validation failed" in job["last_error"]
+
+
+def plugin_client(service: str, endpoint: str) -> Any:
+    """The cached boto3 client the plugin's jobs use for this endpoint (same cache key)."""
+    from jobcore_aws.clients import client
+    from jobcore_aws.models import AwsSettings
+
+    return client(service, AwsSettings(endpoint_url=endpoint, region=REGION))
+
+
+@contextmanager
+def before_call(
+    service: str,
+    endpoint: str,
+    operation: str,
+    act: Callable[[], object] = lambda: None,
+    answer: tuple[Any, dict[str, Any]] | None = None,
+) -> Iterator[None]:
+    """Run `act` once, just before the plugin's client sends `operation`: e.g. another job
+    creating the resource between the plugin's look-up and its create (a deterministic race).
+    With `answer` (http response, parsed), that call gets it instead of the emulator's."""
+    done: list[bool] = []
+
+    def hook(**_: Any) -> Any:
+        if done:
+            return None
+        done.append(True)
+        act()
+        return answer
+
+    events = plugin_client(service, endpoint).meta.events
+    event = f"before-call.{service}.{operation}"
+    events.register(event, hook, unique_id="jc-test-before-call")
+    try:
+        yield
+    finally:
+        events.unregister(event, unique_id="jc-test-before-call")
+    assert done, f"{operation} was never called"
+
+
+def test_ssm_upsert_without_type_keeps_the_parameter_type(queue: Queue, endpoint: str) -> None:
+    """A SecureString stays one when `type` is left out; only an explicit type changes it."""
+    ssm = aws("ssm", endpoint)
+    ssm.put_parameter(Name="/jc/secret", Value="hunter2", Type="SecureString")
+    job = sync(queue, "ssm_parameter", "/jc/secret", value="rotated")
+    assert changes(job) == ["updated parameter"] and job["payload"]["config"] == {
+        "value": "rotated"
+    }
+    found = ssm.get_parameter(Name="/jc/secret", WithDecryption=True)["Parameter"]
+    assert (found["Type"], found["Value"]) == ("SecureString", "rotated")
+    assert changes(sync(queue, "ssm_parameter", "/jc/secret", value="rotated")) == []
+    assert changes(sync(queue, "ssm_parameter", "/jc/secret", value="rotated", type="String")) == [
+        "updated parameter"
+    ]
+    assert ssm.get_parameter(Name="/jc/secret")["Parameter"]["Type"] == "String"
+    assert changes(sync(queue, "ssm_parameter", "/jc/new", value="v")) == ["created parameter"]
+    assert ssm.get_parameter(Name="/jc/new")["Parameter"]["Type"] == "String"  # create's default
+
+
+def test_dynamodb_upsert_without_billing_mode_keeps_it(queue: Queue, endpoint: str) -> None:
+    ddb = aws("dynamodb", endpoint)
+    keys = {
+        "key_schema": [{"AttributeName": "id", "KeyType": "HASH"}],
+        "attribute_definitions": [{"AttributeName": "id", "AttributeType": "S"}],
+    }
+    ddb.create_table(
+        TableName="jc-provisioned",
+        KeySchema=keys["key_schema"],
+        AttributeDefinitions=keys["attribute_definitions"],
+        BillingMode="PROVISIONED",
+        ProvisionedThroughput={"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+    )
+    assert changes(sync(queue, "dynamodb_table", "jc-provisioned", **keys)) == []
+    table = ddb.describe_table(TableName="jc-provisioned")["Table"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PROVISIONED"
+    assert table["ProvisionedThroughput"]["ReadCapacityUnits"] == 5
+    assert changes(sync(queue, "dynamodb_table", "jc-on-demand", **keys)) == ["created table"]
+    table = ddb.describe_table(TableName="jc-on-demand")["Table"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"  # create's default
+
+
+def test_a_bucket_made_since_the_check_is_converged(queue: Queue, endpoint: str) -> None:
+    s3 = aws("s3", endpoint)
+
+    def other_job() -> None:
+        s3.create_bucket(Bucket="jc-race", CreateBucketConfiguration={"LocationConstraint": REGION})
+
+    with before_call("s3", endpoint, "CreateBucket", other_job):
+        job = sync(queue, "s3_bucket", "jc-race", tags={"a": "1"}, versioning=True)
+    assert job["attempts"] == 1 and changes(job) == ["set tags", "versioning enabled"]
+    assert s3.get_bucket_tagging(Bucket="jc-race")["TagSet"] == [{"Key": "a", "Value": "1"}]
+
+
+def test_a_table_made_since_the_check_is_converged(queue: Queue, endpoint: str) -> None:
+    ddb = aws("dynamodb", endpoint)
+    keys = {
+        "key_schema": [{"AttributeName": "id", "KeyType": "HASH"}],
+        "attribute_definitions": [{"AttributeName": "id", "AttributeType": "S"}],
+    }
+
+    def other_job() -> None:
+        ddb.create_table(
+            TableName="jc-race",
+            KeySchema=keys["key_schema"],
+            AttributeDefinitions=keys["attribute_definitions"],
+            BillingMode="PROVISIONED",
+            ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+        )
+
+    with before_call("dynamodb", endpoint, "CreateTable", other_job):
+        job = sync(queue, "dynamodb_table", "jc-race", **keys, billing_mode="PAY_PER_REQUEST")
+    assert job["attempts"] == 1 and changes(job) == ["billing mode PAY_PER_REQUEST"]
+    table = ddb.describe_table(TableName="jc-race")["Table"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_a_queue_made_since_the_check_is_converged(queue: Queue, endpoint: str) -> None:
+    sqs = aws("sqs", endpoint)
+
+    def other_job() -> None:
+        sqs.create_queue(
+            QueueName="jc-race", Attributes={"VisibilityTimeout": "30"}, tags={"x": "y"}
+        )
+
+    with before_call("sqs", endpoint, "CreateQueue", other_job):
+        job = sync(
+            queue, "sqs_queue", "jc-race", attributes={"VisibilityTimeout": "45"}, tags={"a": "1"}
+        )
+    assert job["attempts"] == 1
+    assert changes(job) == ["set attributes ['VisibilityTimeout']", "set tags"]
+    url = sqs.get_queue_url(QueueName="jc-race")["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])[
+        "Attributes"
+    ] == {"VisibilityTimeout": "45"}
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"a": "1"}
+
+
+def test_a_topic_made_since_the_check_is_converged(queue: Queue, endpoint: str) -> None:
+    sns = aws("sns", endpoint)
+
+    def other_job() -> None:
+        sns.create_topic(Name="jc-race")
+
+    with before_call("sns", endpoint, "CreateTopic", other_job):
+        job = sync(
+            queue, "sns_topic", "jc-race", attributes={"DisplayName": "Race"}, tags={"a": "1"}
+        )
+    # CreateTopic answers with the existing topic's ARN and leaves it as it was
+    assert job["attempts"] == 1
+    assert changes(job) == ["created topic", "set attribute DisplayName", "set tags"]
+    arn = sns.create_topic(Name="jc-race")["TopicArn"]
+    assert sns.get_topic_attributes(TopicArn=arn)["Attributes"]["DisplayName"] == "Race"
+    assert sns.list_tags_for_resource(ResourceArn=arn)["Tags"] == [{"Key": "a", "Value": "1"}]
+
+
+def test_a_secure_string_made_since_the_check_is_not_downgraded(
+    queue: Queue, endpoint: str
+) -> None:
+    ssm = aws("ssm", endpoint)
+
+    def other_job() -> None:
+        ssm.put_parameter(Name="/jc/race", Value="first", Type="SecureString")
+
+    with before_call("ssm", endpoint, "PutParameter", other_job):
+        job = sync(queue, "ssm_parameter", "/jc/race", value="second")
+    assert job["attempts"] == 1 and changes(job) == ["updated parameter"]
+    found = ssm.get_parameter(Name="/jc/race", WithDecryption=True)["Parameter"]
+    assert (found["Type"], found["Value"]) == ("SecureString", "second")
+
+
+@pytest.mark.parametrize(
+    ("resource_type", "name", "operation", "delete"),
+    [
+        (
+            "s3_bucket",
+            "jc-gone",
+            "DeleteBucket",
+            lambda e: aws("s3", e).delete_bucket(Bucket="jc-gone"),
+        ),
+        (
+            "sqs_queue",
+            "jc-gone",
+            "DeleteQueue",
+            lambda e: aws("sqs", e).delete_queue(
+                QueueUrl=aws("sqs", e).get_queue_url(QueueName="jc-gone")["QueueUrl"]
+            ),
+        ),
+    ],
+)
+def test_a_resource_deleted_since_the_check_is_a_success(
+    queue: Queue,
+    endpoint: str,
+    resource_type: str,
+    name: str,
+    operation: str,
+    delete: Callable[[str], Any],
+) -> None:
+    assert changes(sync(queue, resource_type, name))[0].startswith("created")
+    service = resource_type.split("_")[0]
+    with before_call(service, endpoint, operation, lambda: delete(endpoint)):
+        job = sync(queue, resource_type, name, "delete")
+    assert job["attempts"] == 1 and changes(job) == []
+
+
+@pytest.mark.parametrize(
+    ("resource_type", "name", "config", "code"),
+    [
+        (
+            "dynamodb_table",
+            "jc-busy",
+            {
+                "key_schema": [{"AttributeName": "id", "KeyType": "HASH"}],
+                "attribute_definitions": [{"AttributeName": "id", "AttributeType": "S"}],
+            },
+            "ResourceInUseException",
+        ),
+        ("ssm_parameter", "/jc/busy", {"value": "v"}, "TooManyUpdates"),
+        ("sqs_queue", "jc-busy", {}, "AWS.SimpleQueueService.QueueDeletedRecently"),
+    ],
+)
+def test_a_busy_resource_is_retried(
+    jobcore_make_queue: MakeQueue,
+    endpoint: str,
+    resource_type: str,
+    name: str,
+    config: dict[str, Any],
+    code: str,
+) -> None:
+    proxy = FlakyProxy(endpoint)
+    try:
+        proxy.failures = [(400, code)]
+        queue = jobcore_make_queue(
+            jobcore_aws, plugin_settings={"aws": {"endpoint_url": proxy.url, "region": REGION}}
+        )
+        job = sync(queue, resource_type, name, **config)
+        assert job["status"] == "completed" and job["attempts"] == 2, job["errors"]
+        assert code in job["errors"][0]["error"]
+    finally:
+        proxy.close()
+
+
+def test_a_conflicting_bucket_operation_is_retried(queue: Queue, endpoint: str) -> None:
+    # the emulator never answers OperationAborted: the first CreateBucket gets S3's answer
+    answer = {
+        "Error": {"Code": "OperationAborted", "Message": "A conflicting conditional operation"},
+        "ResponseMetadata": {"HTTPStatusCode": 409},
+    }
+    with before_call(
+        "s3", endpoint, "CreateBucket", answer=(SimpleNamespace(status_code=409), answer)
+    ):
+        job = sync(queue, "s3_bucket", "jc-aborted")
+    assert job["status"] == "completed" and job["attempts"] == 2, job["errors"]
+    assert "OperationAborted" in job["errors"][0]["error"]
+
+
+LONG_KEY, LONG_VALUE = "k" * 129, "v" * 257
+
+
+@pytest.mark.parametrize("resource_type", ["s3_bucket", "sqs_queue", "sns_topic"])
+@pytest.mark.parametrize(
+    ("tags", "message"),
+    [
+        ({"aws:owner": "x"}, r"tags: tag key 'aws:owner' starts with 'aws:'.*choose a key without"),
+        ({"AWS:Owner": "x"}, r"tags: tag key 'AWS:Owner' starts with 'aws:'"),
+        ({LONG_KEY: "x"}, r"tags: tag key 'k+…' has 129 characters; shorten it to 128"),
+        ({"k": LONG_VALUE}, r"tags: the value of tag 'k' has 257 characters; shorten it to 256"),
+        ({"": "x"}, r"tags: a tag key is empty"),
+        ({f"k{i}": "v" for i in range(51)}, r"tags: 51 tags given; AWS allows at most 50"),
+    ],
+)
+def test_tags_aws_refuses_are_refused_at_enqueue(
+    queue: Queue, endpoint: str, resource_type: str, tags: dict[str, str], message: str
+) -> None:
+    """Before, S3 created the bucket and then refused the tags: a failed job that changed AWS."""
+    payload = {
+        "resource_type": resource_type,
+        "resource_id": "jc-badtags",
+        "config": {"tags": tags},
+    }
+    with pytest.raises(InvalidPayload, match=rf"config for {resource_type}: {message}"):
+        queue.enqueue("sync_aws", payload)
+    assert "jc-badtags" not in [b["Name"] for b in aws("s3", endpoint).list_buckets()["Buckets"]]
+
+
+def test_tags_at_the_limits_are_accepted(queue: Queue) -> None:
+    tags = {"k" * 128: "v" * 256, "empty": "", **{f"k{i}": "v" for i in range(48)}}
+    for resource_type in ("s3_bucket", "sqs_queue", "sns_topic"):
+        config = {"tags": tags}
+        job = queue.enqueue(
+            "sync_aws", {"resource_type": resource_type, "resource_id": "jc-ok", "config": config}
+        ).job
+        assert job.payload["config"] == config
