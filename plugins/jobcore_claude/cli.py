@@ -22,7 +22,7 @@ from collections.abc import Callable
 from jobcore_shell.runner import Finished, run_command
 
 from jobcore import PermanentError
-from jobcore_claude.backends import TransientClaudeError, retryable_status
+from jobcore_claude.backends import TransientClaudeError, redact, retryable_status, scrub
 from jobcore_claude.settings import ClaudeSettings
 
 # Every option jobcore passes; nothing from the payload is ever among them.
@@ -106,13 +106,16 @@ def _answer(program: str, finished: Finished, output: bytes) -> str:
                 "confine it: upgrade Claude Code (@anthropic-ai/claude-code 2.1 or later)"
             ) from None
         raise TransientClaudeError(
-            f"claude exited {finished.exit_code} without JSON output; stderr: {stderr[-500:]}"
+            f"claude exited {finished.exit_code} without JSON output; stderr: "
+            + scrub(stderr, os.environ.get("ANTHROPIC_API_KEY"))[-500:]
         ) from None
     if not isinstance(answer, dict):
         raise TransientClaudeError(f"claude printed JSON that is not an object: {answer!r:.200}")
     if answer.get("is_error") or finished.exit_code != 0:
         status = answer.get("api_error_status")
-        text = f"claude failed (status {status}): {str(answer.get('result'))[:500]}"
+        # a gateway may quote the key (the CLI inherits ANTHROPIC_API_KEY) back in its error
+        result = redact(str(answer.get("result")), os.environ.get("ANTHROPIC_API_KEY"))
+        text = f"claude failed (status {status}): {result}"
         if isinstance(status, int) and not retryable_status(status):
             raise PermanentError(text)
         raise TransientClaudeError(text)

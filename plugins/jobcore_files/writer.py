@@ -329,8 +329,10 @@ def check_place(place: Place) -> None:
             place.guard.refuse(place.shown, dir_stat, place.name, entry)
             if entry is not None and not stat.S_ISREG(entry.st_mode):
                 raise PermanentError(not_regular(place.shown, entry))
-    except NotADirectoryError:
-        return  # the write itself reports it (and may be retried)
+    except NotADirectoryError as exc:  # a file (or FIFO …) where a folder must be: never writable
+        raise PermanentError(
+            f"{exc.filename} is not a folder, so {place.shown} cannot be written below it"
+        ) from None
 
 
 # -- the API other plugins use (jobcore_claude writes `target_path` through these) -------

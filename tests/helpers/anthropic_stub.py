@@ -6,13 +6,23 @@ Answers `POST /v1/messages` with plain JSON or, when the request asks for
 makes message answers wait (a slow API; a stream sends `ping` events meanwhile)
 until `release()` or the stub stops;
 `answered` counts the message answers sent (or refused by a client that hung up).
+
+Hostile answers, one per `*_next` call: `huge_next` (an answer of any size,
+written a piece at a time), `error_body_next` (a huge error page),
+`stream_error_next` (`event: error` after a 200), `cut_next` (a stream cut
+before `message_stop`), `reply_next(stop_reason=…)`, `echo_key_next` (an error
+quoting the request's credentials) and `gzip_next` (a compressed answer);
+`sent` is how many body bytes the last of them got out before the client hung up.
 """
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import threading
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,12 +38,21 @@ ERROR_TYPES = {
 }
 
 
+PIECE = 1 << 20  # bytes of a huge answer written at a time (never held whole)
+
+
 @dataclass
 class Scripted:
     status: int
     retry_after: str | None = None
     text: str | None = None
     raw: bytes | None = None  # sent as it is, as application/json
+    stop_reason: str = "end_turn"
+    hostile: str | None = None  # huge, error_body, stream_error, cut, echo_key, gzip
+    size: int = 0  # bytes of text (huge, gzip) or of the body (error_body)
+    length: bool = True  # huge: send a content-length (else the body ends with the connection)
+    error_type: str = ""  # stream_error
+    chunked: bool = False  # cut: a chunked body cut inside a chunk
 
 
 @dataclass
@@ -52,6 +71,7 @@ class StubState:
     held: bool = False
     released: threading.Event = field(default_factory=threading.Event)
     answered: int = 0
+    sent: int = 0  # body bytes of the last hostile answer the client took
 
 
 def prompt_of(body: dict[str, Any]) -> str:
@@ -128,6 +148,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         if state.held:
             state.released.wait()
+        if scripted is not None and scripted.hostile is not None:
+            try:
+                Hostile(self, scripted, body).send()
+            except OSError:
+                pass  # the client hung up: what `sent` counts is what it took
+            finally:
+                with state.lock:
+                    state.answered += 1
+            return
         if scripted is not None and scripted.raw is not None:
             self._send(scripted.status, scripted.raw, "application/json")
             return
@@ -154,7 +183,7 @@ class Handler(BaseHTTPRequestHandler):
             "role": "assistant",
             "model": model,
             "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "stop_reason": scripted.stop_reason if scripted is not None else "end_turn",
             "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": max(1, len(text) // 4)},
         }
@@ -237,7 +266,7 @@ class Handler(BaseHTTPRequestHandler):
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                     "usage": {"output_tokens": message["usage"]["output_tokens"]},
                 },
             ),
@@ -246,6 +275,160 @@ class Handler(BaseHTTPRequestHandler):
         return "".join(
             f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events
         ).encode()
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _message(text: str, stop_reason: str | None = "end_turn") -> dict[str, Any]:
+    return {
+        "id": "msg_stub",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-stub",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+
+
+_START = _event(
+    "message_start",
+    {"type": "message_start", "message": {**_message(""), "content": [], "stop_reason": None}},
+)
+_BLOCK = _event(
+    "content_block_start",
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+)
+
+
+def _delta(text: str) -> bytes:
+    data = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": text},
+    }
+    return _event("content_block_delta", data)
+
+
+_END = (
+    _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    + _event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 1},
+        },
+    )
+    + _event("message_stop", {"type": "message_stop"})
+)
+
+
+def _pieces(size: int, byte: bytes = b"A") -> Iterator[bytes]:
+    while size > 0:
+        yield byte * min(PIECE, size)
+        size -= PIECE
+
+
+class Hostile:
+    """One hostile answer (see `Scripted.hostile`), written a piece at a time."""
+
+    def __init__(self, handler: Handler, scripted: Scripted, body: dict[str, Any]) -> None:
+        self.handler, self.scripted, self.body = handler, scripted, body
+        self.state = handler.server.state
+        with self.state.lock:
+            self.state.sent = 0
+
+    def send(self) -> None:
+        getattr(self, self.scripted.hostile or "")()
+
+    def _head(self, status: int, content_type: str, **headers: str) -> None:
+        handler = self.handler
+        handler.send_response(status)
+        handler.send_header("content-type", content_type)
+        for key, value in headers.items():
+            handler.send_header(key.replace("_", "-"), value)
+        if "content_length" not in headers:
+            handler.close_connection = True  # the body ends with the connection
+            handler.send_header("connection", "close")
+        handler.end_headers()
+
+    def _write(self, pieces: Iterable[bytes]) -> None:
+        for piece in pieces:
+            self.handler.wfile.write(piece)
+            with self.state.lock:
+                self.state.sent += len(piece)
+        self.handler.wfile.flush()
+
+    def huge(self) -> None:
+        """A complete answer whose text is `size` bytes."""
+        size = self.scripted.size
+        if self.body.get("stream"):
+            self._head(200, "text/event-stream")
+            step = PIECE // 2
+            deltas = (_delta("A" * min(step, size - at)) for at in range(0, size, step))
+            self._write(itertools.chain([_START + _BLOCK], deltas, [_END]))
+            return
+        before, after = json.dumps(_message("@@")).encode().split(b"@@")
+        length = {"content_length": str(len(before) + size + len(after))}
+        self._head(200, "application/json", **(length if self.scripted.length else {}))
+        self._write(itertools.chain([before], _pieces(size), [after]))
+
+    def error_body(self) -> None:
+        """An error whose body is `size` bytes of a proxy's HTML page."""
+        status, size = self.scripted.status, self.scripted.size
+        self._head(status, "text/html", content_length=str(size))
+        self._write(_pieces(size, b"E"))
+
+    def stream_error(self) -> None:
+        """A 200 stream that starts, then sends `event: error` of `error_type`."""
+        error = {"type": self.scripted.error_type, "message": f"stub {self.scripted.error_type}"}
+        self._head(200, "text/event-stream")
+        self._write(
+            [
+                _START,
+                _BLOCK,
+                _delta("REQ-1: half"),
+                _event("error", {"type": "error", "error": error}),
+            ]
+        )
+
+    def cut(self) -> None:
+        """A stream whose connection closes before `message_stop` (a proxy's idle timeout)."""
+        data = _START + _BLOCK + _delta("REQ-1: the first half of the answ")
+        if not self.scripted.chunked:
+            self._head(200, "text/event-stream")
+            self._write([data])
+            return
+        self._head(200, "text/event-stream", transfer_encoding="chunked")
+        self._write([b"%x\r\n" % (len(data) + 100) + data])  # 100 bytes of the chunk never come
+
+    def echo_key(self) -> None:
+        """An error whose message quotes the credentials the request came with."""
+        headers = self.handler.headers
+        quoted = headers.get("x-api-key") or headers.get("authorization") or ""
+        bare = quoted.removeprefix("Bearer ")
+        message = (
+            f"invalid credentials: {quoted}; key {bare} unknown "
+            "(Authorization: Bearer gw-token-42) " + "x" * 5000
+        )
+        error = json.dumps(
+            {"type": "error", "error": {"type": "authentication_error", "message": message}}
+        ).encode()
+        self._head(self.scripted.status, "application/json", content_length=str(len(error)))
+        self._write([error])
+
+    def gzip(self) -> None:
+        """A complete answer of `size` bytes of text, gzip-compressed (a few KiB on the wire)."""
+        before, after = json.dumps(_message("@@")).encode().split(b"@@")
+        packed = gzip.compress(before + b"A" * self.scripted.size + after, compresslevel=9)
+        self._head(
+            200, "application/json", content_encoding="gzip", content_length=str(len(packed))
+        )
+        self._write([packed])
 
 
 class StubServer(ThreadingHTTPServer):
@@ -273,9 +456,43 @@ class StubServer(ThreadingHTTPServer):
         with self.state.lock:
             self.state.script.extend(Scripted(status, retry_after) for _ in range(times))
 
-    def reply_next(self, text: str) -> None:
+    def reply_next(self, text: str, stop_reason: str = "end_turn") -> None:
         with self.state.lock:
-            self.state.script.append(Scripted(200, text=text))
+            self.state.script.append(Scripted(200, text=text, stop_reason=stop_reason))
+
+    def _hostile_next(self, scripted: Scripted) -> None:
+        with self.state.lock:
+            self.state.script.append(scripted)
+
+    def huge_next(self, size: int, *, length: bool = True) -> None:
+        """The next answer's text is `size` bytes (JSON with or without a content-length, or
+        a stream, as asked); it is written a piece at a time."""
+        self._hostile_next(Scripted(200, hostile="huge", size=size, length=length))
+
+    def error_body_next(self, status: int, size: int) -> None:
+        """The next answer is `status` with a `size`-byte HTML page (a proxy's)."""
+        self._hostile_next(Scripted(status, hostile="error_body", size=size))
+
+    def stream_error_next(self, error_type: str) -> None:
+        """The next (streamed) answer starts, then an `event: error` of `error_type` comes."""
+        self._hostile_next(Scripted(200, hostile="stream_error", error_type=error_type))
+
+    def cut_next(self, *, chunked: bool = False) -> None:
+        """The next (streamed) answer's connection closes before `message_stop`."""
+        self._hostile_next(Scripted(200, hostile="cut", chunked=chunked))
+
+    def echo_key_next(self, status: int = 401) -> None:
+        """The next answer is an error quoting the request's credentials (a gateway's)."""
+        self._hostile_next(Scripted(status, hostile="echo_key"))
+
+    def gzip_next(self, size: int) -> None:
+        """The next answer is gzip-compressed JSON holding `size` bytes of text."""
+        self._hostile_next(Scripted(200, hostile="gzip", size=size))
+
+    @property
+    def sent(self) -> int:
+        with self.state.lock:
+            return self.state.sent
 
     def raw_next(self, body: bytes, status: int = 200) -> None:
         """The next message request is answered with `body` as it is (malformed answers)."""
