@@ -11,7 +11,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anthropic
-import httpx2
+
+try:  # the HTTP client under the SDK: httpx2 since anthropic 2, httpx before
+    import httpx2
+except ImportError:  # pragma: no cover - an older anthropic
+    import httpx as httpx2  # type: ignore[no-redef]
 
 from jobcore import Interrupted, JobcoreError, PermanentError, RetryAfter
 from jobcore_claude.settings import ClaudeSettings
