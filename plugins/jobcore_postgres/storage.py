@@ -145,6 +145,16 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
+_UNSTORABLE = (
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,  # class 54: e.g. a key over the btree entry limit
+    TypeError,
+    ValueError,
+)
+"""What a completion's children may raise that is theirs, not the store's (DESIGN §6)."""
+
+
 _INSERT_PARAMS = (
     *("ids", "types", "queues", "payloads", "priorities", "max_attempts", "run_ats"),
     *("delays", "timeouts", "keys", "parents", "metas", "limit_keys"),
@@ -1140,7 +1150,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                     return Recorded(outcome, None, state="stale")
                 children = tuple(self._insert_on(conn, outcome.children))
                 return Recorded(outcome, done[0], children=children)
-        except (psycopg.DataError, psycopg.IntegrityError, TypeError, ValueError) as exc:
+        except _UNSTORABLE as exc:  # this outcome alone: its parent fails, the batch goes on
             log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
             fallback = Failed(outcome.lease, f"could not record outcome: {exc}")
             done = self._apply(conn, [fallback])
