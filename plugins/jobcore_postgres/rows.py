@@ -97,5 +97,13 @@ def event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str,
 
 
 def clean_text(value: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL characters; show them instead of failing."""
-    return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
+    """Text PostgreSQL can store: a NUL (text cannot hold one) is shown as `\\x00` and a
+    lone surrogate (not UTF-8: an undecodable file name in an exception) as `\\udcff`,
+    instead of failing the statement that carries it (SQLite's `clean_text` does the same)."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
