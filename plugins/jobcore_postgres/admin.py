@@ -16,7 +16,7 @@ from jobcore.storage.base import Claim, Swept
 from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
 from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
-from jobcore_postgres.rows import json_strict, row_to_job
+from jobcore_postgres.rows import clean_text, json_strict, jsonb_text, row_to_job
 from jobcore_postgres.schema import channel
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
 
@@ -58,14 +58,25 @@ class PostgresAdmin:
         if replace:
             updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_COLUMNS[1:])
             sql += f" ON CONFLICT (id) DO UPDATE SET {updates}"
+        # error texts as outcomes store them (`clean_text`): a store that took a NUL or a
+        # lone surrogate in them (SQLite) does not fail the copy
+        cleaners: dict[str, Callable[[Any], Any]] = {
+            **dict.fromkeys(("payload", "result", "meta"), json_strict),
+            **dict.fromkeys(("errors", "history"), jsonb_text),
+            "last_error": clean_text,
+            "status": str,
+        }
         rows = [
             tuple(
-                json_strict(value) if name in casts else str(value) if name == "status" else value
-                for name, value in ((n, getattr(job, n)) for n in JOB_COLUMNS)
+                value if clean is None else clean(value)
+                for value, clean in ((getattr(job, n), cleaners.get(n)) for n in JOB_COLUMNS)
             )
             for job in jobs
         ]
-        with self._write() as conn, conn.cursor() as cursor:
+        # inside a caller's transaction (`jobcore copy`) its connection, with no savepoint
+        # per batch: a copy of many batches would otherwise use a subtransaction for each
+        within = getattr(getattr(self, "_local", None), "tx", None) is not None
+        with self._connection() if within else self._write() as conn, conn.cursor() as cursor:
             cursor.executemany(sql, rows)
             # whole rows append no event, so no trigger notifies: wake the idle workers,
             # which otherwise find the copied pending jobs only at their next poll
@@ -215,7 +226,7 @@ class PostgresAdmin:
                     kind=kind,
                     job_id=job_id,
                     worker_id=worker_id,
-                    data=None if data is None else json_strict(data),
+                    data=None if data is None else jsonb_text(data),
                 ),
             ).fetchone()
         assert row is not None

@@ -107,3 +107,23 @@ def clean_text(value: str | None) -> str | None:
     if not value.isascii():
         value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
+
+
+def clean_json(value: Any) -> Any:
+    """`value` with every string in it (object keys too) made `clean_text`."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_json(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_json(key): clean_json(item) for key, item in value.items()}
+    return value
+
+
+def jsonb_text(value: Any) -> str:
+    """`value` as JSON a jsonb column takes: jsonb refuses `\\u0000` and lone surrogate
+    escapes (a json column keeps them as written), so such strings are `clean_text`."""
+    text = json_strict(value)
+    if "\\u0000" in text or "\\ud" in text:  # non-ASCII is escaped: surrogates show as \\udXXX
+        text = json_strict(clean_json(value))
+    return text
