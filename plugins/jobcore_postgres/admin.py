@@ -181,11 +181,29 @@ class PostgresAdmin:
         results: list[Job | None] = [None] * len(job_ids)
         with self._write() as conn:
             for i in in_id_order(job_ids):
-                job = self._by_id(conn, CANCEL_WAITING, job_ids[i])
-                if job is None:
-                    job = self._by_id(conn, REQUEST_CANCEL, job_ids[i])
-                results[i] = job
+                results[i] = self._cancel_one(conn, job_ids[i])
         return results
+
+    def _cancel_one(self, conn: Conn, job_id: str) -> Job | None:
+        """Cancel a waiting job, or request the cancel of a claimed one.
+
+        Each statement sees the row as last committed: a claimed job released or retried
+        by its worker between the two (claimed, then pending) matched neither. If neither
+        matched, the row is locked and, while unfinished, both are tried again: it can no
+        longer move, so the cancel of an unfinished job always lands.
+        """
+        for locked in (False, True):
+            job = self._by_id(conn, CANCEL_WAITING, job_id)
+            if job is None:
+                job = self._by_id(conn, REQUEST_CANCEL, job_id)
+            if job is not None or locked:
+                return job
+            row = conn.execute(
+                f"SELECT status FROM {self._d.table('jobs')} WHERE id = %s FOR UPDATE", (job_id,)
+            ).fetchone()
+            if row is None or row[0] not in ("scheduled", "pending", "claimed"):
+                return None
+        return None  # pragma: no cover - the loop returns
 
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
         """Delete finished jobs in bounded batches (short transactions, no long row locks)."""
