@@ -83,6 +83,8 @@ _CONNECT_FAILURES: tuple[tuple[str, str], ...] = (
     ("could not translate host name", "fix the host name in the URL"),
     ("invalid connection option", "remove the unknown parameter from the URL"),
     ("invalid dsn", "fix the URL"),
+    ("unrecognized configuration parameter", "fix the URL's options (or PGOPTIONS)"),
+    ("invalid value for parameter", "fix the URL's options (or PGOPTIONS)"),
 )
 
 

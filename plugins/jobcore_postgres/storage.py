@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import secrets
 import threading
 import time
@@ -109,7 +110,11 @@ _PLANNER = (
 _SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
 
 
-def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None = None) -> str:
+def _session_options(
+    lock_timeout_ms: int | None, synchronous_commit: str | None = None, users: str = ""
+) -> str:
+    """jobcore's `-c` settings, then `users` (the URL's `options`, else `PGOPTIONS`, which
+    this keyword would otherwise replace): given last, the user's settings win."""
     settings = list(_PLANNER)
     if lock_timeout_ms is not None:
         settings.append(f"lock_timeout={int(lock_timeout_ms)}")
@@ -120,7 +125,7 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
                 f"not {synchronous_commit!r}"
             )
         settings.append(f"synchronous_commit={synchronous_commit}")
-    return " ".join(f"-c {setting}" for setting in settings)
+    return " ".join([*(f"-c {setting}" for setting in settings), *([users] if users else [])])
 
 
 class _Pooled(psycopg.Connection[tuple[Any, ...]]):
@@ -300,7 +305,13 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             **(
                 {}
                 if self.poll_only
-                else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
+                else {
+                    "options": _session_options(
+                        lock_timeout_ms,
+                        synchronous_commit,
+                        self.target.options or os.environ.get("PGOPTIONS", ""),
+                    )
+                }
             ),
         }
         """The pooled connections' settings, the async pool's (`AsyncPostgres`) as well."""
