@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from jobcore.concurrency import key_of
 from jobcore.errors import InvalidPayload
+from jobcore.limits import MAX_KEY_BYTES, check_bytes
 from jobcore.models import NewJob, new_job_from_fields
 from jobcore.payload_codec import PayloadCodec
 from jobcore.registry import JobType
@@ -50,6 +51,7 @@ class Settled:
         key = self.idempotency_key
         if key is None and self.job_type.idempotency_key is not None:
             key = self.job_type.idempotency_key(model)
+            check_bytes("idempotency_key", key, MAX_KEY_BYTES)
         by = self.job_type.concurrency_key
         limit_key = None if by is None else key_of(type, by, model)
         return new_job_from_fields(

@@ -12,6 +12,10 @@ INT32_MAX = 2**31 - 1  # priority and max_attempts: what every backend stores as
 LONGEST_SECONDS = 100 * 365 * 86400.0  # delay and timeout; longer would overflow ms times
 SHORTEST_TIMEOUT_SECONDS = 0.001  # the store's resolution
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# Text a store indexes, in UTF-8 bytes: PostgreSQL refuses a btree entry over 2704 bytes
+# (error class 54), and (type, idempotency_key) share one entry; both stores take the same.
+MAX_NAME_BYTES = 1000  # type, queue, parent_id
+MAX_KEY_BYTES = 1600  # idempotency_key
 
 
 def check_enqueue_options(
@@ -29,6 +33,7 @@ def check_enqueue_options(
     if queue is not None and (not isinstance(queue, str) or not queue.strip()):
         raise InvalidPayload(f"queue must be a non-empty string, not {queue!r}")
     check_text("queue", queue)
+    check_bytes("queue", queue, MAX_NAME_BYTES)
     _check_int("priority", priority, INT32_MIN, INT32_MAX)
     _check_int("max_attempts", max_attempts, 1, INT32_MAX)
     _check_int("run_at", run_at, 0, MAX_TIME_MS, "a time in ms since 1970 up to year 9999")
@@ -38,6 +43,7 @@ def check_enqueue_options(
         if value is not None and not isinstance(value, str):
             raise InvalidPayload(f"{name} must be a string, not {type(value).__name__}")
         check_text(name, value)
+        check_bytes(name, value, MAX_KEY_BYTES if name == "idempotency_key" else MAX_NAME_BYTES)
     if delay is not None and run_at is not None:
         raise InvalidPayload("give either delay or run_at, not both")
 
@@ -56,6 +62,15 @@ def check_text(name: str, value: str | None) -> None:
             raise InvalidPayload(
                 f"{name} holds a lone surrogate (\\uD800-\\uDFFF); use valid Unicode text"
             ) from None
+
+
+def check_bytes(name: str, value: str | None, limit: int) -> None:
+    """Raise `InvalidPayload` if the text field `name` is over `limit` bytes as UTF-8."""
+    if value is None or len(value) * 4 <= limit:  # at most 4 bytes a character
+        return
+    size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidPayload(f"{name} is {size} bytes as UTF-8; at most {limit}")
 
 
 def _check_int(name: str, value: Any, low: int, high: int, what: str = "") -> None:

@@ -32,7 +32,7 @@ from jobcore.job_build import (
     validated,
 )
 from jobcore.json_values import check_finite, check_meta, encode_finite, probe_finite
-from jobcore.limits import check_enqueue_options, check_text
+from jobcore.limits import MAX_NAME_BYTES, check_bytes, check_enqueue_options, check_text
 from jobcore.models import FINISHED, Job, JobStatus, NewJob
 from jobcore.payload_codec import PayloadCodec, codec_for
 from jobcore.plugins import JobcorePluginManager, make_plugin_manager, notify
@@ -131,6 +131,7 @@ class Queue:
             return job_type
         if self.config.core.allow_unregistered_types:
             check_text("type", name)
+            check_bytes("type", name, MAX_NAME_BYTES)
             return JobType(name=name, payload_model=_AnyPayload, handler=_unregistered)
         raise UnknownJobType(self.pm.unknown_job_type(name, (t.name for t in self.registry)))
 

@@ -16,7 +16,7 @@ from jobcore.storage.base import Claim, Swept
 from jobcore.transitions import CANCEL_WAITING, OPERATOR_RETRY, REQUEST_CANCEL, SWEEP, Transition
 from jobcore_postgres.event_order import prune_sql
 from jobcore_postgres.reads import filters
-from jobcore_postgres.rows import json_strict, row_to_job
+from jobcore_postgres.rows import clean_text, json_strict, jsonb_text, row_to_job
 from jobcore_postgres.schema import channel
 from jobcore_postgres.statements import JOB_COLUMNS, Dialect, by_id_statement, sweep_statement
 
@@ -58,14 +58,25 @@ class PostgresAdmin:
         if replace:
             updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_COLUMNS[1:])
             sql += f" ON CONFLICT (id) DO UPDATE SET {updates}"
+        # error texts as outcomes store them (`clean_text`): a store that took a NUL or a
+        # lone surrogate in them (SQLite) does not fail the copy
+        cleaners: dict[str, Callable[[Any], Any]] = {
+            **dict.fromkeys(("payload", "result", "meta"), json_strict),
+            **dict.fromkeys(("errors", "history"), jsonb_text),
+            "last_error": clean_text,
+            "status": str,
+        }
         rows = [
             tuple(
-                json_strict(value) if name in casts else str(value) if name == "status" else value
-                for name, value in ((n, getattr(job, n)) for n in JOB_COLUMNS)
+                value if clean is None else clean(value)
+                for value, clean in ((getattr(job, n), cleaners.get(n)) for n in JOB_COLUMNS)
             )
             for job in jobs
         ]
-        with self._write() as conn, conn.cursor() as cursor:
+        # inside a caller's transaction (`jobcore copy`) its connection, with no savepoint
+        # per batch: a copy of many batches would otherwise use a subtransaction for each
+        within = getattr(getattr(self, "_local", None), "tx", None) is not None
+        with self._connection() if within else self._write() as conn, conn.cursor() as cursor:
             cursor.executemany(sql, rows)
             # whole rows append no event, so no trigger notifies: wake the idle workers,
             # which otherwise find the copied pending jobs only at their next poll
@@ -170,11 +181,29 @@ class PostgresAdmin:
         results: list[Job | None] = [None] * len(job_ids)
         with self._write() as conn:
             for i in in_id_order(job_ids):
-                job = self._by_id(conn, CANCEL_WAITING, job_ids[i])
-                if job is None:
-                    job = self._by_id(conn, REQUEST_CANCEL, job_ids[i])
-                results[i] = job
+                results[i] = self._cancel_one(conn, job_ids[i])
         return results
+
+    def _cancel_one(self, conn: Conn, job_id: str) -> Job | None:
+        """Cancel a waiting job, or request the cancel of a claimed one.
+
+        Each statement sees the row as last committed: a claimed job released or retried
+        by its worker between the two (claimed, then pending) matched neither. If neither
+        matched, the row is locked and, while unfinished, both are tried again: it can no
+        longer move, so the cancel of an unfinished job always lands.
+        """
+        for locked in (False, True):
+            job = self._by_id(conn, CANCEL_WAITING, job_id)
+            if job is None:
+                job = self._by_id(conn, REQUEST_CANCEL, job_id)
+            if job is not None or locked:
+                return job
+            row = conn.execute(
+                f"SELECT status FROM {self._d.table('jobs')} WHERE id = %s FOR UPDATE", (job_id,)
+            ).fetchone()
+            if row is None or row[0] not in ("scheduled", "pending", "claimed"):
+                return None
+        return None  # pragma: no cover - the loop returns
 
     def prune(self, *, before: int, statuses: Sequence[str] = (), types: Sequence[str] = ()) -> int:
         """Delete finished jobs in bounded batches (short transactions, no long row locks)."""
@@ -215,7 +244,7 @@ class PostgresAdmin:
                     kind=kind,
                     job_id=job_id,
                     worker_id=worker_id,
-                    data=None if data is None else json_strict(data),
+                    data=None if data is None else jsonb_text(data),
                 ),
             ).fetchone()
         assert row is not None

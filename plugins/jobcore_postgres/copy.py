@@ -1,7 +1,10 @@
 """`jobcore copy --from URL --to URL`: every job, with its error and attempt history, between stores.
 
 Rows are copied as they are (ids, statuses, times, results, history), in
-batches, so a team moving from SQLite to PostgreSQL keeps its past. A target
+batches inside one transaction on the target (a failed copy writes nothing), so a
+team moving from SQLite to PostgreSQL keeps its past. Error texts PostgreSQL
+cannot hold as they are (NUL, lone surrogates) arrive shown escaped, as outcomes
+store them. A target
 that already holds jobs is refused unless `--force` (then rows with the same
 id are overwritten). Stop the workers on the source first: a job claimed
 while copying arrives claimed and is reclaimed by the target's sweep once its
@@ -72,15 +75,19 @@ def copy_jobs(source: Storage, target: Storage, *, force: bool = False) -> int:
         )
     copied = 0
     batch: list[Job] = []
-    for job in source.scan(batch=BATCH):
-        batch.append(job)
-        if len(batch) >= BATCH:
+    # one transaction on the target: a copy that fails (a row the target refuses, a lost
+    # connection) writes nothing, so it can be run again. Rows are read and written a
+    # batch at a time, so memory stays one batch whatever the size of the store.
+    with target.transaction():
+        for job in source.scan(batch=BATCH):
+            batch.append(job)
+            if len(batch) >= BATCH:
+                import_jobs(target, batch, replace=force)
+                copied += len(batch)
+                batch = []
+        if batch:
             import_jobs(target, batch, replace=force)
             copied += len(batch)
-            batch = []
-    if batch:
-        import_jobs(target, batch, replace=force)
-        copied += len(batch)
     return copied
 
 

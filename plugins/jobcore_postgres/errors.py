@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,6 +12,7 @@ import psycopg_pool
 from jobcore.errors import (
     IllegalTransition,
     NotADatabase,
+    PermanentStorageError,
     StorageBusy,
     StorageConnectionLost,
     StorageError,
@@ -47,6 +49,31 @@ _CLASSES: dict[str, tuple[type[StorageError], str]] = {
     "58": (StorageIOError, "the server reported an I/O error; check its logs"),
 }
 
+# class 54 (program_limit_exceeded): a value too large for the server, not a lost
+# connection; retrying the same value fails the same way. The index names the field.
+_TOO_LARGE = "54"
+_INDEXED_FIELDS = {
+    "jobs_idempotency": "type and idempotency_key",
+    "jobs_claim_queue": "queue",
+    "jobs_claim_type": "type",
+    "jobs_claim_keyed": "type and concurrency key",
+    "jobs_held_keyed": "type and concurrency key",
+    "jobs_parent": "parent_id",
+    "jobs_claimed_by": "worker id",
+}
+_INDEX_NAME = re.compile(r'for index "([^"]+)"')
+
+
+def _too_large(exc: BaseException, where: str) -> StorageError:
+    """A class 54 error as a permanent one naming the field behind the index it names."""
+    found = _INDEX_NAME.search(str(exc))
+    field = _INDEXED_FIELDS.get(found.group(1)) if found else None
+    what = f"the {field} of a job" if field else "a value"
+    return PermanentStorageError(
+        f"PostgreSQL at {where}: {what} is too large to store ({first_line(exc)}); "
+        "use a shorter value (not retried)"
+    )
+
 
 # connection failures carry no SQLSTATE in psycopg: recognise the permanent ones by message
 _CONNECT_FAILURES: tuple[tuple[str, str], ...] = (
@@ -56,6 +83,8 @@ _CONNECT_FAILURES: tuple[tuple[str, str], ...] = (
     ("could not translate host name", "fix the host name in the URL"),
     ("invalid connection option", "remove the unknown parameter from the URL"),
     ("invalid dsn", "fix the URL"),
+    ("unrecognized configuration parameter", "fix the URL's options (or PGOPTIONS)"),
+    ("invalid value for parameter", "fix the URL's options (or PGOPTIONS)"),
 )
 
 
@@ -81,6 +110,8 @@ def translate(exc: BaseException, where: str) -> StorageError:
     if isinstance(exc, psycopg_pool.PoolClosed):
         return StorageError(f"the storage for {where} was closed")
     sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate and sqlstate.startswith(_TOO_LARGE):
+        return _too_large(exc, where)
     kind_fix = None
     if sqlstate:
         kind_fix = _EXACT.get(sqlstate) or _CLASSES.get(sqlstate[:2])

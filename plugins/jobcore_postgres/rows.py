@@ -97,5 +97,33 @@ def event_data(data: Any, type_name: str | None, queue: str | None) -> dict[str,
 
 
 def clean_text(value: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL characters; show them instead of failing."""
-    return value.replace("\x00", "\\x00") if value is not None and "\x00" in value else value
+    """Text PostgreSQL can store: a NUL (text cannot hold one) is shown as `\\x00` and a
+    lone surrogate (not UTF-8: an undecodable file name in an exception) as `\\udcff`,
+    instead of failing the statement that carries it (SQLite's `clean_text` does the same)."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def clean_json(value: Any) -> Any:
+    """`value` with every string in it (object keys too) made `clean_text`."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_json(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_json(key): clean_json(item) for key, item in value.items()}
+    return value
+
+
+def jsonb_text(value: Any) -> str:
+    """`value` as JSON a jsonb column takes: jsonb refuses `\\u0000` and lone surrogate
+    escapes (a json column keeps them as written), so such strings are `clean_text`."""
+    text = json_strict(value)
+    if "\\u0000" in text or "\\ud" in text:  # non-ASCII is escaped: surrogates show as \\udXXX
+        text = json_strict(clean_json(value))
+    return text

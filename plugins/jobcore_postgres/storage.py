@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import secrets
 import threading
 import time
@@ -109,7 +110,11 @@ _PLANNER = (
 _SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
 
 
-def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None = None) -> str:
+def _session_options(
+    lock_timeout_ms: int | None, synchronous_commit: str | None = None, users: str = ""
+) -> str:
+    """jobcore's `-c` settings, then `users` (the URL's `options`, else `PGOPTIONS`, which
+    this keyword would otherwise replace): given last, the user's settings win."""
     settings = list(_PLANNER)
     if lock_timeout_ms is not None:
         settings.append(f"lock_timeout={int(lock_timeout_ms)}")
@@ -120,7 +125,7 @@ def _session_options(lock_timeout_ms: int | None, synchronous_commit: str | None
                 f"not {synchronous_commit!r}"
             )
         settings.append(f"synchronous_commit={synchronous_commit}")
-    return " ".join(f"-c {setting}" for setting in settings)
+    return " ".join([*(f"-c {setting}" for setting in settings), *([users] if users else [])])
 
 
 class _Pooled(psycopg.Connection[tuple[Any, ...]]):
@@ -143,6 +148,16 @@ def _configure(conn: Conn) -> None:
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+
+
+_UNSTORABLE = (
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,  # class 54: e.g. a key over the btree entry limit
+    TypeError,
+    ValueError,
+)
+"""What a completion's children may raise that is theirs, not the store's (DESIGN §6)."""
 
 
 _INSERT_PARAMS = (
@@ -290,7 +305,13 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
             **(
                 {}
                 if self.poll_only
-                else {"options": _session_options(lock_timeout_ms, synchronous_commit)}
+                else {
+                    "options": _session_options(
+                        lock_timeout_ms,
+                        synchronous_commit,
+                        self.target.options or os.environ.get("PGOPTIONS", ""),
+                    )
+                }
             ),
         }
         """The pooled connections' settings, the async pool's (`AsyncPostgres`) as well."""
@@ -1140,7 +1161,7 @@ class PostgresStorage(PostgresReads, PostgresAdmin, PostgresPauses, PostgresLimi
                     return Recorded(outcome, None, state="stale")
                 children = tuple(self._insert_on(conn, outcome.children))
                 return Recorded(outcome, done[0], children=children)
-        except (psycopg.DataError, psycopg.IntegrityError, TypeError, ValueError) as exc:
+        except _UNSTORABLE as exc:  # this outcome alone: its parent fails, the batch goes on
             log.error("could not record outcome for job %s: %s", outcome.lease.job_id, exc)
             fallback = Failed(outcome.lease, f"could not record outcome: {exc}")
             done = self._apply(conn, [fallback])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from jobcore.errors import ConfigError
 
@@ -33,6 +33,9 @@ class PostgresTarget:
     conninfo: str
     schema: str
     poll_only: bool
+    options: str = ""
+    """The URL's own `options` (libpq's `-c name=value …`), which jobcore's session
+    options are given before (`PostgresStorage`), so the URL's win."""
 
     @property
     def display(self) -> str:
@@ -62,6 +65,7 @@ def parse_url(url: str, *, schema: str = "jobcore", poll_only: bool = False) -> 
     """Split jobcore's parameters off `url`; the URL's values win over the defaults given."""
     parts = urlsplit(url)
     kept: list[tuple[str, str]] = []
+    options = ""
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key == "schema":
             schema = value
@@ -69,9 +73,13 @@ def parse_url(url: str, *, schema: str = "jobcore", poll_only: bool = False) -> 
             poll_only = _flag(value, "--db URL")
         else:
             kept.append((key, value))
+            if key == "options":
+                options = value
     check_schema_name(schema, "--db URL")
-    conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
-    return PostgresTarget(conninfo=conninfo, schema=schema, poll_only=poll_only)
+    # percent-encoded, as libpq decodes a URI's query: urlencode's default would write
+    # a space as `+`, which libpq keeps (`application_name=my+app`, broken `options`)
+    conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
+    return PostgresTarget(conninfo=conninfo, schema=schema, poll_only=poll_only, options=options)
 
 
 def redact(url: str) -> str:

@@ -85,3 +85,35 @@ def test_a_slow_search_stops_at_its_budget_on_postgresql(pg_hub: Hub, idle_queue
         found, pages, first = search_pages(reader, q=NEEDLE, queue="budget", limit=50)
     assert found == [match]
     assert first is not None and pages >= 2, (pages, first)
+
+
+def test_a_key_over_the_stores_byte_limit_is_400_on_postgresql(pg_hub: Hub) -> None:
+    """1,000 CJK characters pass the hub's 1,000-character check but are 3,000 bytes, over
+    PostgreSQL's btree entry limit: a 400 naming the field, not a 503."""
+    key = "漢" * 1000
+    with pg_hub.client() as client:
+        answer = client.post(
+            "/api/jobs", json={"type": "record", "payload": {"log": "x"}, "idempotency_key": key}
+        )
+        assert answer.status_code == 400, answer.text
+        assert "idempotency_key is 3000 bytes" in answer.json()["error"]
+        header = client.post(  # read as latin-1: 1,000 characters, 2,000 bytes of UTF-8
+            "/api/jobs",
+            json={"type": "record", "payload": {"log": "x"}},
+            headers={"Idempotency-Key": b"\xe9" * 1000},
+        )
+        assert header.status_code == 400, header.text
+        assert "idempotency_key is 2000 bytes" in header.json()["error"]
+        fine = client.post("/api/jobs", json={"type": "record", "payload": {"log": "x"}})
+        assert fine.status_code == 201, fine.text
+        batch = client.post(
+            "/api/jobs/batch",
+            json={
+                "jobs": [
+                    {"type": "record", "payload": {"log": "x"}, "queue": "漢" * 200},
+                    {"type": "record", "payload": {"log": "x"}, "idempotency_key": key},
+                ]
+            },
+        )
+        assert batch.status_code == 400, batch.text
+        assert len(client.get("/api/jobs").json()["jobs"]) == 1  # the batch wrote nothing
