@@ -70,7 +70,9 @@ def check_bytes(name: str, value: str | None, limit: int) -> None:
         return
     size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
     if size > limit:
-        raise InvalidPayload(f"{name} is {size} bytes as UTF-8; at most {limit}")
+        raise InvalidPayload(
+            f"{name} is {size} bytes as UTF-8, over the {limit}-byte limit; shorten it"
+        )
 
 
 def _check_int(name: str, value: Any, low: int, high: int, what: str = "") -> None:

@@ -32,7 +32,10 @@ CJK = "漢"  # 3 bytes in UTF-8: 1,000 of them pass a 1,000-character check
     ],
 )
 def test_enqueue_refuses_text_over_its_byte_limit(queue: Queue, option: str, value: str) -> None:
-    with pytest.raises(InvalidPayload, match=rf"^{option} is \d+ bytes as UTF-8; at most"):
+    with pytest.raises(
+        InvalidPayload,
+        match=rf"^{option} is \d+ bytes as UTF-8, over the \d+-byte limit; shorten it",
+    ):
         queue.enqueue("noop", {}, **{option: value})
     with pytest.raises(InvalidPayload, match=option):
         queue.enqueue_many("noop", [{}], **{option: value})
