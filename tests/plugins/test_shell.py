@@ -264,3 +264,19 @@ def test_what_is_kept_of_a_stream_is_bounded_by_max_result_bytes(
     assert finished.stdout.limit == runner.MAX_OUTPUT_LIMIT and finished.stdout.truncated
     assert max(held) <= runner.MAX_OUTPUT_LIMIT
 
+
+@pytest.mark.parametrize("name", ["-greet", "+greet", "--greet"])
+def test_a_command_starting_with_a_dash_or_plus_is_the_command_not_shell_options(
+    queue: Queue, tmp_path: Path, name: str
+) -> None:
+    """`/bin/sh -c -x…` read the command as options (`Illegal option`, or none left to run)."""
+    script = tmp_path / name
+    script.write_text('#!/bin/sh\necho "hello $1"\n')
+    script.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    job = run_one(queue, {"command": f"{name} world", "env": env, "cwd": str(tmp_path)})
+    assert job["status"] == "completed", job
+    assert job["result"]["stdout"] == "hello world\n" and job["result"]["stderr"] == ""
+    # $0 is still the shell and no positional parameter appears; no option was turned on
+    shell = run_one(queue, {"command": 'echo "$0|$#"; case $- in *x*) echo xtrace;; esac'})
+    assert shell["result"]["stdout"] == "/bin/sh|0\n", shell
