@@ -307,5 +307,6 @@ def _close(ends: tuple[IO[bytes] | None, ...]) -> None:
 
 
 def shell_args(command: str) -> list[str]:
-    """The argv that runs `command` through /bin/sh, as `subprocess` does for shell=True."""
-    return ["/bin/sh", "-c", command]
+    """The argv that runs `command` through /bin/sh, as `subprocess` does for shell=True, with
+    `--` so a command starting with `-` or `+` is the command, not options (`$0` stays sh)."""
+    return ["/bin/sh", "-c", "--", command]

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from jobcore_shell.runner import run_command
-from pydantic import Field
+from jobcore_shell.runner import check_output_limit, kept_bytes, run_command
+from pydantic import Field, field_validator
 
 from jobcore import Interrupted, JobContext, JobType, Payload, PermanentError
 from jobcore.errors import JobcoreError
@@ -36,7 +36,17 @@ class ExecPayload(Payload):
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 of the executable")
     params: Any = Field(default_factory=dict, description="passed as --params JSON")
     args: list[str] = Field(default_factory=list, description="extra arguments after --params")
-    output_limit: int = Field(default=65536, ge=0, description="bytes kept per stream (the tail)")
+    output_limit: int = Field(
+        default=65536,
+        ge=0,
+        description="bytes kept per stream (the tail); at most 16 MiB, and at run time "
+        "no more than max_result_bytes",
+    )
+
+    @field_validator("output_limit")
+    @classmethod
+    def _output_limit(cls, value: int) -> int:
+        return check_output_limit(value)
 
 
 class DownloadFailed(JobcoreError):
@@ -107,7 +117,7 @@ def run_exec(payload: ExecPayload, ctx: JobContext) -> Any:
             cwd=workdir,
             env=None,
             timeout=timeout,
-            output_limit=payload.output_limit,
+            output_limit=kept_bytes(payload.output_limit, ctx.config.core.max_result_bytes),
             should_stop=lambda: ctx.stop_reason,
         )
     except OSError as exc:

@@ -25,7 +25,11 @@ from jobcore import PermanentError
 
 Resolver = Literal["auto", "openat2", "walk"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_O_PATH = getattr(os, "O_PATH", 0)  # Linux: a descriptor that opens nothing, only holds it
+_HOLD_FLAGS = _O_PATH | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_PROC_FD = "/proc/self/fd"
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
@@ -205,24 +209,67 @@ def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
 def open_regular(dir_fd: int, name: str, shown: str) -> tuple[int, os.stat_result] | None:
     """Open `name` in `dir_fd` for reading, only if it is a regular file; None if absent.
 
-    `O_NOFOLLOW | O_NONBLOCK` then `fstat`: a symlink, FIFO, socket or device is a
-    `PermanentError` and never blocks.
+    Nothing but a regular file is ever opened for reading, so no device is opened
+    (no controlling terminal acquired, no open side effect), no FIFO blocks and no
+    socket answers ENXIO: the entry is held first with `O_PATH | O_NOFOLLOW` (which
+    opens neither a device nor what a symlink names) and `fstat`ed; a symlink, FIFO,
+    socket or device is a `PermanentError`. Only a regular file is then opened
+    read-only: the very inode held, through /proc/self/fd, else by its name in the held
+    folder, checked to be the same inode. Without `O_PATH` the entry is looked at
+    with `fstatat` first. Every open has `O_NOCTTY`.
     """
+    for _ in range(_RETRIES):
+        held = -1
+        try:
+            if _O_PATH:
+                try:
+                    held = os.open(name, _HOLD_FLAGS, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    return None
+                info = os.fstat(held)
+            else:
+                found = lstat_at(dir_fd, name)
+                if found is None:
+                    return None
+                info = found
+            if not stat.S_ISREG(info.st_mode):
+                raise PermanentError(not_regular(shown, info))
+            fd = _reopen(held, dir_fd, name, shown, info)
+        finally:
+            if held >= 0:
+                os.close(held)
+        if fd is not None:
+            return fd, os.fstat(fd)
+    raise PermanentError(f"{shown} keeps being replaced while it is opened")
+
+
+def _reopen(held: int, dir_fd: int, name: str, shown: str, info: os.stat_result) -> int | None:
+    """`name`, a regular file of inode `info`, opened read-only; None if it was replaced."""
+    proc = f"{_PROC_FD}/{held}"
+    try:  # stat, never open, to learn that this /proc is ours and names the held inode
+        ours = held >= 0 and _same_inode(os.stat(proc), info)
+    except OSError:
+        ours = False
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        if ours:
+            fd = os.open(proc, _READ_FLAGS & ~os.O_NOFOLLOW)  # the magic link is the point
+        else:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        return None
+        return None  # removed meanwhile: looked at again
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PermanentError(symlink_refused(shown)) from None
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            return None  # a symlink or a socket swapped in: looked at again
         raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise PermanentError(not_regular(shown, info))
-    return fd, info
+    opened = os.fstat(fd)
+    if _same_inode(opened, info) and stat.S_ISREG(opened.st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _same_inode(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
 def not_regular(shown: str, info: os.stat_result) -> str:

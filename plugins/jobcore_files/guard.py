@@ -4,13 +4,18 @@ Compared by what is on disk, not by the path a job gave: a folder entered or
 an entry touched is refused when its device and inode are those of an owned
 file or folder, or when it is an owned name in the owned file's folder (the
 database's `-wal`, `-shm`, `-journal` and other `NAME-…` files SQLite makes,
-which may not exist yet, and the hub's artifact store `NAME.artifacts`).
+which may not exist yet, and the hub's artifact store `NAME.artifacts`). A files root
+at or inside an owned folder (the agent's cache, the hub's artifact store beside the
+database or named by `[plugins.http] artifacts_dir`) is refused.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from jobcore import Config, PermanentError
 from jobcore.config import DEFAULT_CONFIG_FILE
@@ -33,6 +38,21 @@ def per_user_folders() -> list[str]:
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")
     return [os.path.join(cache, "jobcore"), os.path.join(state, "jobcore")]
+
+
+class _HubArtifacts(BaseModel):
+    """The one `[plugins.http]` setting the files plugin reads (the http plugin owns the rest)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    artifacts_dir: Any = None
+
+
+def hub_artifacts_dir(config: Config) -> str | None:
+    """The hub's artifact store when `[plugins.http] artifacts_dir` (or
+    `JOBCORE_HTTP_ARTIFACTS_DIR`) names one; the http plugin judges the value itself."""
+    value = config.plugin_settings("http", _HubArtifacts).artifacts_dir
+    return value if isinstance(value, str) and value and "\0" not in value else None
 
 
 @dataclass
@@ -62,6 +82,9 @@ class Guard:
                 sources.append((db, "database"))
             if config.file_name:
                 sources.append((config.file_name, "config"))
+            store = hub_artifacts_dir(config)
+            if store:
+                sources.append((store, "folder"))
         sources.extend((folder, "folder") for folder in per_user_folders())
         sources.extend(owned())
         for path, kind in sources:
@@ -79,8 +102,10 @@ class Guard:
             "folder": "jobcore's own folder",
         }[kind]
         folder, name = os.path.split(path)
-        if kind == "folder" and os.path.realpath(path) not in self.folders:
-            self.folders.append(os.path.realpath(path))
+        if kind == "folder":
+            self._own_folder(path)
+        elif kind == "database":  # the hub's artifact store beside it: no root inside it
+            self._own_folder(path + ".artifacts")
         try:
             where = os.stat(folder)
         except OSError:
@@ -101,6 +126,11 @@ class Guard:
             except OSError:
                 continue
             self.inodes[(info.st_dev, info.st_ino)] = f"{what} {path}"
+
+    def _own_folder(self, path: str) -> None:
+        real = os.path.realpath(path)
+        if real not in self.folders:
+            self.folders.append(real)
 
     def refuse(
         self, shown: str, parent: os.stat_result, name: str, entry: os.stat_result | None

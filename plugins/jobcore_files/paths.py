@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from jobcore import Config, InvalidPayload, PermanentError
 
@@ -24,6 +24,19 @@ class FilesSettings(BaseModel):
     root: str = DEFAULT_ROOT
     # how paths are walked: openat2 where the kernel has it, else an O_NOFOLLOW walk
     resolve: Literal["auto", "openat2", "walk"] = "auto"
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        if not value:  # e.g. FILES_ROOT=${UNSET} in a unit file: never the working directory
+            raise ValueError(
+                "is empty; set it to a folder (an empty root would be the worker's working "
+                "directory, where jobcore.db and jobcore.toml live), or leave it unset for "
+                f"the default ./{DEFAULT_ROOT}"
+            )
+        if "\0" in value:
+            raise ValueError("contains a NUL character, which no path can hold")
+        return value
 
 
 def files_root(config: Config) -> Path:

@@ -5,7 +5,8 @@ Every action is relative to a folder descriptor held from the root down (see
 `.jc-<random>.tmp`) in the target folder, fsync, then `link` (never clobbers)
 or `rename` (overwrite, from a temp name it gets once complete) into place and
 an fsync of the folder. Only regular files are read, replaced or deleted; symlinks, FIFOs,
-sockets, devices and jobcore's own files fail permanently.
+sockets, devices and jobcore's own files fail permanently, and only a regular file is ever
+opened for reading (`confined.open_regular`); every open has `O_NOCTTY`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from jobcore_files.confined import Walker, lstat_at, not_regular, open_regular
 from jobcore_files.guard import Guard
 from jobcore_files.paths import DEFAULT_ROOT, FilesSettings, files_root, relative_parts
 
-_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOCTTY | os.O_CLOEXEC
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)  # Linux: a file with no name until linked
 _PROC_FD = "/proc/self/fd"
 _CHUNK = 1 << 20
@@ -130,7 +131,7 @@ def _same_content(dir_fd: int, name: str, shown: str, data: bytes) -> tuple[bool
 
 def _write_temp(dir_fd: int, data: bytes, mode: int | None) -> str:
     """A fsynced temp file in `dir_fd` holding `data`; `mode` None means 0666 & ~umask."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
     while True:
         temp = _temp_name()
         try:
@@ -172,7 +173,7 @@ def _write_unnamed(dir_fd: int, data: bytes, mode: int | None) -> int | None:
     try:
         fd = os.open(
             ".",
-            _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC,
+            _O_TMPFILE | os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC,
             0o600 if mode is not None else 0o666,
             dir_fd=dir_fd,
         )

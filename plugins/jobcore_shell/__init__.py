@@ -19,7 +19,7 @@ from jobcore import (
     hookimpl,
 )
 from jobcore.timeutil import parse_duration
-from jobcore_shell.runner import run_command
+from jobcore_shell.runner import check_output_limit, kept_bytes, run_command
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
@@ -47,7 +47,17 @@ class ShellPayload(Payload):
         default=None, description="added to the worker's environment"
     )
     timeout: Duration | None = None
-    output_limit: int = Field(default=65536, ge=0, description="bytes kept per stream (the tail)")
+    output_limit: int = Field(
+        default=65536,
+        ge=0,
+        description="bytes kept per stream (the tail); at most 16 MiB, and at run time "
+        "no more than max_result_bytes",
+    )
+
+    @field_validator("output_limit")
+    @classmethod
+    def _output_limit(cls, value: int) -> int:
+        return check_output_limit(value)
 
     @field_validator("command")
     @classmethod
@@ -105,7 +115,7 @@ def run_shell(payload: ShellPayload, ctx: JobContext) -> dict[str, Any]:
             cwd=payload.cwd,
             env=payload.env,
             timeout=payload.timeout,
-            output_limit=payload.output_limit,
+            output_limit=kept_bytes(payload.output_limit, ctx.config.core.max_result_bytes),
             should_stop=lambda: ctx.stop_reason,
         )
     except FileNotFoundError as exc:

