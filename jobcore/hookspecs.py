@@ -23,7 +23,11 @@ Hooks are synchronous, also for `async def` handlers (DESIGN §15). Only
 and `jobcore_enqueue_meta` runs there when a handler enqueues children or an
 application enqueues from async code: neither may block (no network or disk
 waits; a blocked loop stalls every async job of the worker and is logged with
-their ids). Notifications run on the worker's notifier thread, never on the loop.
+their ids). Notifications run off the loop: the built-in event log's on the
+worker's notifier thread, each other plugin's on a thread of its own, in commit
+order for that plugin; one stuck in a hook holds up only itself, is reported by
+name, and has at most `jobcore.notifier.BACKLOG` notifications waiting (newer
+ones for it are dropped and counted) -- see `jobcore.notifier`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import TYPE_CHECKING, Any, Literal
@@ -542,21 +544,44 @@ def make_plugin_manager(
     return pm
 
 
+NoticeSink = Callable[[pluggy.PluginManager, str, dict[str, Any]], bool]
+# set by a worker's `Notifier` around calls it is handed: notices go to its delivery
+_notice_sink: ContextVar[NoticeSink | None] = ContextVar("jobcore_notice_sink", default=None)
+
+
 def notify(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
     """Call a notification hook; an implementation that raises is logged with its plugin's name.
 
     Each implementation runs even if an earlier one failed, and nothing propagates.
+    Inside `capturing_notices(sink)` the notice goes to `sink` instead if it takes it.
     """
-    caller = getattr(pm.hook, hook_name)
-    for impl in reversed(caller.get_hookimpls()):
-        try:
-            if len(impl.argnames) == len(kwargs):  # it takes every argument (pluggy checked
-                impl.function(**kwargs)  # its names against the spec): pass them as they are
-            else:
-                impl.function(**{name: kwargs[name] for name in impl.argnames})
-        except BaseException as exc:  # SystemExit from a plugin must not end the notifier
-            if isinstance(exc, KeyboardInterrupt) and (
-                threading.current_thread() is threading.main_thread()
-            ):
-                raise  # Ctrl-C at a prompt
-            log.exception("plugin %s failed in %s", impl.plugin_name, hook_name)
+    sink = _notice_sink.get()
+    if sink is not None and sink(pm, hook_name, kwargs):
+        return
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        call_notification(impl, hook_name, kwargs)
+
+
+def call_notification(impl: pluggy.HookImpl, hook_name: str, kwargs: dict[str, Any]) -> None:
+    """Call one implementation of a notification hook; what it raises is logged, not raised."""
+    try:
+        if len(impl.argnames) == len(kwargs):  # it takes every argument (pluggy checked
+            impl.function(**kwargs)  # its names against the spec): pass them as they are
+        else:
+            impl.function(**{name: kwargs[name] for name in impl.argnames})
+    except BaseException as exc:  # SystemExit from a plugin must not end the notifier
+        if isinstance(exc, KeyboardInterrupt) and (
+            threading.current_thread() is threading.main_thread()
+        ):
+            raise  # Ctrl-C at a prompt
+        log.exception("plugin %s failed in %s", impl.plugin_name, hook_name)
+
+
+@contextmanager
+def capturing_notices(sink: NoticeSink) -> Iterator[None]:
+    """Within this block (this thread or task), `notify` hands notices to `sink` first."""
+    token = _notice_sink.set(sink)
+    try:
+        yield
+    finally:
+        _notice_sink.reset(token)
