@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -12,6 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from jobcore_http.auth import hub_of, principal_of, require
 from jobcore_http.errors import ApiError
+from jobcore_http.events import SseEvent
 from jobcore_http.hub import Hub
 from jobcore_http.models import ErrorOut
 
@@ -58,6 +59,25 @@ async def _still_reads(request: Request) -> bool:
     return principal is not None and principal.allows("read")
 
 
+PIECE_BYTES = 64 * 1024
+"""Events are sent in pieces of about this many bytes (a larger event alone)."""
+
+
+def _pieces(batch: list[SseEvent]) -> Iterator[tuple[str, int]]:
+    """The batch's text in pieces of about `PIECE_BYTES`, each with its last event's seq."""
+    parts: list[str] = []
+    size = previous = 0
+    for event in batch:
+        if parts and size + event.size > PIECE_BYTES:
+            yield "".join(parts), previous
+            parts, size = [], 0
+        parts.append(event.encode())
+        size += event.size
+        previous = event.seq
+    if parts:
+        yield "".join(parts), previous
+
+
 async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterator[str]:
     feed = hub.feed
     latest = await run_in_threadpool(feed.join)
@@ -78,8 +98,12 @@ async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterat
             if batch is None:
                 batch = await run_in_threadpool(feed.load, position, 1000)
             if batch:
-                yield "".join(event.encode() for event in batch)
-                position = batch[-1].seq
+                # piece by piece: each send waits while the client does not take the last
+                # (the transport holds one piece at most), and a client that takes nothing
+                # for the guard's write timeout is dropped (it resumes with Last-Event-ID)
+                for piece, last in _pieces(batch):
+                    yield piece
+                    position = last
                 quiet_since = time.monotonic()
                 continue
             wait = min(next_check, quiet_since + keepalive) - time.monotonic()
