@@ -69,6 +69,48 @@ def _flat(data: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+class StreamSlot:
+    """One open event stream of one caller; `ended` says it was replaced by a newer one."""
+
+    __slots__ = ("connection", "ended")
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection  # the guard's protocol (`guard.CONNECTION`), if any
+        self.ended = False
+
+
+class StreamSlots:
+    """Each caller's open streams, oldest first (used on the event loop only).
+
+    A caller (a token; a dashboard session or, without auth, a client address) keeps at
+    most `limit` streams: opening one more ends its oldest, which resumes elsewhere with
+    `Last-Event-ID`. Without the bound one read token took every connection of the hub."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, list[StreamSlot]] = {}
+
+    def open(self, caller: str, connection: Any, limit: int) -> tuple[StreamSlot, list[StreamSlot]]:
+        """A new stream of `caller`; returns its slot and the slots it replaces."""
+        slots = self._open.setdefault(caller, [])
+        slot = StreamSlot(connection)
+        slots.append(slot)
+        replaced = slots[: max(0, len(slots) - limit)]
+        del slots[: len(replaced)]
+        for old in replaced:
+            old.ended = True
+        return slot, replaced
+
+    def close(self, caller: str, slot: StreamSlot) -> None:
+        slots = self._open.get(caller, [])
+        if slot in slots:
+            slots.remove(slot)
+        if not slots:
+            self._open.pop(caller, None)
+
+    def count(self, caller: str) -> int:
+        return len(self._open.get(caller, ()))
+
+
 class EventFeed:
     def __init__(
         self,
@@ -93,6 +135,7 @@ class EventFeed:
         self._epoch = 0  # counts resets: a read begun before one is dropped
         self._lock = threading.Lock()
         self._listeners = 0
+        self.slots = StreamSlots()
 
     # -- listeners -------------------------------------------------------------------
 

@@ -24,7 +24,14 @@ length. So, per connection:
 - an answer the client does not take (its socket stays full) for `write_timeout`
   seconds closes the connection: such a connection was never idle, so it could not be
   evicted, and a thousand of them (anonymous, asking for `/openapi.json` and never
-  reading) cut every other client off. Such a connection is evicted like an idle one.
+  reading) cut every other client off. Such a connection is evicted like an idle one;
+- an event stream (`EVENT_PATHS`) being answered is closed to make room when no other
+  kind is left, oldest first: its client resumes with `Last-Event-ID`. Long-poll claims
+  and other requests being answered are never closed for a new connection. (Streams per
+  caller are bounded by the events route, `max_streams_per_token`.)
+
+Each request's ASGI scope holds its connection under `CONNECTION`: a route may end it
+(`drop_if_stalled`).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ class Limits:
 
 
 MAX_PIPELINE = 32  # requests read ahead of the one being answered, per connection
+EVENT_PATHS = ("/api/events", "/api/jobs/events")  # streams: evicted last, never refused for
+CONNECTION = "jobcore.connection"  # the scope key of a request's connection (`_Guarded`)
 
 
 def _answer(status: str, message: str) -> bytes:
@@ -118,6 +127,7 @@ class _Guarded(HttpToolsProtocol):
         waiting: list[_Guarded] = []
         idle: list[_Guarded] = []  # idle keep-alive, or not taking its answer
         receiving: list[_Guarded] = []
+        streams: list[_Guarded] = []  # event streams: they resume with Last-Event-ID
         for other in self.connections:
             if other is self or not isinstance(other, _Guarded) or other.transport.is_closing():
                 continue
@@ -127,7 +137,9 @@ class _Guarded(HttpToolsProtocol):
                 idle.append(other)
             elif other.cycle.more_body:
                 receiving.append(other)  # its body is still coming (read before any token)
-        victims = waiting or idle or receiving
+            elif other.cycle.scope.get("path") in EVENT_PATHS and other.cycle.response_started:
+                streams.append(other)
+        victims = waiting or idle or receiving or streams
         if not victims:
             return False
         oldest = min(victims, key=lambda other: other._since)
@@ -136,6 +148,12 @@ class _Guarded(HttpToolsProtocol):
         else:
             oldest.transport.close()
         return True
+
+    def drop_if_stalled(self) -> None:
+        """Close the connection now if its client is not taking what was sent (a route's
+        own end of the answer would wait behind it)."""
+        if self.flow.write_paused and not self.transport.is_closing():
+            self.transport.abort()
 
     def _arm(self) -> None:
         self._disarm()
@@ -248,6 +266,7 @@ class _Guarded(HttpToolsProtocol):
             self._pipelined_over = True
             self.cycle.keep_alive = False
             raise _TooManyPipelined  # stops the parser (uvicorn calls send_400_response)
+        self.scope[CONNECTION] = self  # type: ignore[literal-required]
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:

@@ -12,9 +12,11 @@ from fastapi.responses import StreamingResponse
 
 from jobcore_http.auth import hub_of, principal_of, require
 from jobcore_http.errors import ApiError
-from jobcore_http.events import SseEvent
+from jobcore_http.events import EventFeed, SseEvent, StreamSlot
+from jobcore_http.guard import CONNECTION
 from jobcore_http.hub import Hub
 from jobcore_http.models import ErrorOut
+from jobcore_http.tokens import ANONYMOUS_ADMIN, Principal
 
 router = APIRouter(prefix="/api")
 
@@ -78,9 +80,42 @@ def _pieces(batch: list[SseEvent]) -> Iterator[tuple[str, int]]:
         yield "".join(parts), previous
 
 
-async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterator[str]:
+SHARED_PRINCIPALS = (ANONYMOUS_ADMIN.name, "(dashboard session)")
+"""Principals that are not one caller: their streams are counted per client address."""
+
+
+def _caller(principal: Principal, request: Request) -> str:
+    if principal.name in SHARED_PRINCIPALS:
+        host = request.client.host if request.client else "?"
+        return f"{principal.name} {host}"
+    return f"token {principal.name}"
+
+
+def _replace(feed: EventFeed, replaced: list[StreamSlot]) -> None:
+    """End streams a newer one of their caller replaces: at once if the client is not
+    taking its stream (its writes are paused), else at the stream's next turn."""
+    for slot in replaced:
+        drop = getattr(slot.connection, "drop_if_stalled", None)
+        if callable(drop):
+            drop()
+    if replaced:
+        feed.signal.fire()
+
+
+async def _stream(
+    hub: Hub, cursor: int | None, request: Request, principal: Principal
+) -> AsyncIterator[str]:
     feed = hub.feed
-    latest = await run_in_threadpool(feed.join)
+    caller = _caller(principal, request)
+    slot, replaced = feed.slots.open(
+        caller, request.scope.get(CONNECTION), hub.settings.max_streams_per_token
+    )
+    _replace(feed, replaced)
+    try:
+        latest = await run_in_threadpool(feed.join)
+    except BaseException:
+        feed.slots.close(caller, slot)
+        raise
     try:
         position = latest if cursor is None else cursor
         retry_ms = int(hub.settings.sse_retry * 1000)
@@ -88,6 +123,9 @@ async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterat
         keepalive = hub.settings.sse_keepalive
         quiet_since = next_check = time.monotonic()
         while not hub.stopping.is_set():
+            if slot.ended:
+                yield _REPLACED.format(limit=hub.settings.max_streams_per_token)
+                return
             if time.monotonic() >= next_check:
                 if not await _still_reads(request):
                     yield ": the token was revoked or the session ended\n\n"
@@ -102,6 +140,8 @@ async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterat
                 # (the transport holds one piece at most), and a client that takes nothing
                 # for the guard's write timeout is dropped (it resumes with Last-Event-ID)
                 for piece, last in _pieces(batch):
+                    if slot.ended:
+                        break
                     yield piece
                     position = last
                 quiet_since = time.monotonic()
@@ -113,18 +153,29 @@ async def _stream(hub: Hub, cursor: int | None, request: Request) -> AsyncIterat
                 quiet_since = time.monotonic()
         yield f"retry: {retry_ms}\n: the hub is shutting down; reconnect with Last-Event-ID\n\n"
     finally:
+        feed.slots.close(caller, slot)
         feed.leave()
+
+
+_REPLACED = (
+    ": this token opened more than max_streams_per_token={limit} event streams; "
+    "its oldest ends (reconnect with Last-Event-ID)\n\n"
+)
+
+
+_READ = require("read")
 
 
 def _events(
     request: Request,
+    principal: Annotated[Principal, Depends(_READ)],
     last_event_id: Annotated[str | None, Header(max_length=40)] = None,
     since: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
 ) -> StreamingResponse:
     hub = hub_of(request)
     cursor = _cursor(last_event_id, since)
     return StreamingResponse(
-        _stream(hub, cursor, request),
+        _stream(hub, cursor, request, principal),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -141,7 +192,6 @@ router.add_api_route(
     methods=["GET"],
     response_class=StreamingResponse,
     responses=RESPONSES,
-    dependencies=[Depends(require("read"))],
     summary="Server-sent events",
 )
 router.add_api_route(
@@ -150,7 +200,6 @@ router.add_api_route(
     methods=["GET"],
     response_class=StreamingResponse,
     responses=RESPONSES,
-    dependencies=[Depends(require("read"))],
     summary="Server-sent events (the fleet hub's path)",
     operation_id="job_events_alias",
 )
