@@ -25,6 +25,11 @@ length. So, per connection:
   seconds closes the connection: such a connection was never idle, so it could not be
   evicted, and a thousand of them (anonymous, asking for `/openapi.json` and never
   reading) cut every other client off. Such a connection is evicted like an idle one;
+- bytes that begin no request between two requests (the parser skips CRLFs without
+  beginning one, and uvicorn stops its keep-alive timer on any byte) start a head's time
+  as the first byte of a request does; a request answered before its body came (a 401 to
+  an upload, which reads its own body) ends its connection, which the rest of the body
+  held for as long as the client took to dribble it;
 - an event stream (`EVENT_PATHS`) being answered is closed to make room when no other
   kind is left, oldest first: its client resumes with `Last-Event-ID`. Long-poll claims
   and other requests being answered are never closed for a new connection. (Streams per
@@ -202,6 +207,19 @@ class _Guarded(HttpToolsProtocol):
             return
         in_head, begun = self._in_head, self._head_count
         super().data_received(data)
+        if (
+            not self._in_head
+            and begun == self._head_count
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and not self.transport.is_closing()
+        ):
+            # bytes between requests that begin none (the parser skips CRLFs): uvicorn
+            # stopped its keep-alive timer on them, so they start a head's time
+            self._in_head = True
+            self._since = time.monotonic()
+            self._arm()
+            return
         if self._in_head and in_head and begun == self._head_count:
             self._head_bytes += len(data)  # the whole chunk was part of one unfinished head
             if self._head_bytes > self.LIMITS.max_header_bytes and not self.transport.is_closing():
@@ -270,7 +288,13 @@ class _Guarded(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        unread = self.cycle is not None and self.cycle.more_body
         super().on_response_complete()
+        if unread and not self.transport.is_closing():
+            # answered before its body came (a 401 to an upload): the rest of the body would
+            # hold the connection for as long as the client dribbles it
+            self.transport.close()
+            return
         if self.pipeline or self._pipelined_over:  # uvicorn reads on after each answer:
             self.flow.pause_reading()  # not while requests wait
         self._since = time.monotonic()  # idle from now (uvicorn's keep-alive timeout runs)
