@@ -24,7 +24,19 @@ length. So, per connection:
 - an answer the client does not take (its socket stays full) for `write_timeout`
   seconds closes the connection: such a connection was never idle, so it could not be
   evicted, and a thousand of them (anonymous, asking for `/openapi.json` and never
-  reading) cut every other client off. Such a connection is evicted like an idle one.
+  reading) cut every other client off. Such a connection is evicted like an idle one;
+- bytes that begin no request between two requests (the parser skips CRLFs without
+  beginning one, and uvicorn stops its keep-alive timer on any byte) start a head's time
+  as the first byte of a request does; a request answered before its body came (a 401 to
+  an upload, which reads its own body) ends its connection, which the rest of the body
+  held for as long as the client took to dribble it;
+- an event stream (`EVENT_PATHS`) being answered is closed to make room when no other
+  kind is left, oldest first: its client resumes with `Last-Event-ID`. Long-poll claims
+  and other requests being answered are never closed for a new connection. (Streams per
+  caller are bounded by the events route, `max_streams_per_token`.)
+
+Each request's ASGI scope holds its connection under `CONNECTION`: a route may end it
+(`drop_if_stalled`).
 """
 
 from __future__ import annotations
@@ -53,6 +65,8 @@ class Limits:
 
 
 MAX_PIPELINE = 32  # requests read ahead of the one being answered, per connection
+EVENT_PATHS = ("/api/events", "/api/jobs/events")  # streams: evicted last, never refused for
+CONNECTION = "jobcore.connection"  # the scope key of a request's connection (`_Guarded`)
 
 
 def _answer(status: str, message: str) -> bytes:
@@ -118,6 +132,7 @@ class _Guarded(HttpToolsProtocol):
         waiting: list[_Guarded] = []
         idle: list[_Guarded] = []  # idle keep-alive, or not taking its answer
         receiving: list[_Guarded] = []
+        streams: list[_Guarded] = []  # event streams: they resume with Last-Event-ID
         for other in self.connections:
             if other is self or not isinstance(other, _Guarded) or other.transport.is_closing():
                 continue
@@ -127,7 +142,9 @@ class _Guarded(HttpToolsProtocol):
                 idle.append(other)
             elif other.cycle.more_body:
                 receiving.append(other)  # its body is still coming (read before any token)
-        victims = waiting or idle or receiving
+            elif other.cycle.scope.get("path") in EVENT_PATHS and other.cycle.response_started:
+                streams.append(other)
+        victims = waiting or idle or receiving or streams
         if not victims:
             return False
         oldest = min(victims, key=lambda other: other._since)
@@ -136,6 +153,12 @@ class _Guarded(HttpToolsProtocol):
         else:
             oldest.transport.close()
         return True
+
+    def drop_if_stalled(self) -> None:
+        """Close the connection now if its client is not taking what was sent (a route's
+        own end of the answer would wait behind it)."""
+        if self.flow.write_paused and not self.transport.is_closing():
+            self.transport.abort()
 
     def _arm(self) -> None:
         self._disarm()
@@ -184,6 +207,19 @@ class _Guarded(HttpToolsProtocol):
             return
         in_head, begun = self._in_head, self._head_count
         super().data_received(data)
+        if (
+            not self._in_head
+            and begun == self._head_count
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and not self.transport.is_closing()
+        ):
+            # bytes between requests that begin none (the parser skips CRLFs): uvicorn
+            # stopped its keep-alive timer on them, so they start a head's time
+            self._in_head = True
+            self._since = time.monotonic()
+            self._arm()
+            return
         if self._in_head and in_head and begun == self._head_count:
             self._head_bytes += len(data)  # the whole chunk was part of one unfinished head
             if self._head_bytes > self.LIMITS.max_header_bytes and not self.transport.is_closing():
@@ -248,10 +284,17 @@ class _Guarded(HttpToolsProtocol):
             self._pipelined_over = True
             self.cycle.keep_alive = False
             raise _TooManyPipelined  # stops the parser (uvicorn calls send_400_response)
+        self.scope[CONNECTION] = self  # type: ignore[literal-required]
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        unread = self.cycle is not None and self.cycle.more_body
         super().on_response_complete()
+        if unread and not self.transport.is_closing():
+            # answered before its body came (a 401 to an upload): the rest of the body would
+            # hold the connection for as long as the client dribbles it
+            self.transport.close()
+            return
         if self.pipeline or self._pipelined_over:  # uvicorn reads on after each answer:
             self.flow.pause_reading()  # not while requests wait
         self._since = time.monotonic()  # idle from now (uvicorn's keep-alive timeout runs)

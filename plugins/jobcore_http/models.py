@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -28,6 +29,38 @@ def _plain(text: str) -> str:
     return _no_surrogates(text)
 
 
+MAX_PROGRESS_DEPTH = 32  # nesting of a heartbeat's `progress`
+MAX_PROGRESS_BYTES = 64 * 1024  # its JSON encoding
+
+
+def json_depth(value: Any, limit: int) -> bool:
+    """Whether `value` (parsed JSON) nests at most `limit` arrays and objects deep; walked
+    without recursion, so any depth is answered."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _progress(value: Any) -> Any:
+    """A heartbeat's `progress` is kept in memory and shown by `GET /api/workers` to every
+    reader: small and shallow, or the listing itself failed (500) for everyone."""
+    if value is None:
+        return value
+    if not json_depth(value, MAX_PROGRESS_DEPTH):
+        raise ValueError(f"nests deeper than {MAX_PROGRESS_DEPTH} arrays or objects")
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > MAX_PROGRESS_BYTES:
+        raise ValueError(f"is {size} bytes of JSON, over the limit of {MAX_PROGRESS_BYTES}")
+    return value
+
+
+Progress = Annotated[Any, AfterValidator(_progress)]
 Text = Annotated[str, AfterValidator(_plain)]
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_plain)]
 LongText = Annotated[str, Field(max_length=65536), AfterValidator(_no_surrogates)]
@@ -131,7 +164,7 @@ class ClaimIn(Strict):
 class HeartbeatIn(Strict):
     worker_id: Name
     lease_id: Name | None = None
-    progress: Any = None
+    progress: Progress = None
 
 
 class ResultIn(Strict):
@@ -183,7 +216,7 @@ class ReportIn(Strict):
     retryable: bool = True
     retry_in: Annotated[float, Field(ge=0, le=TEN_YEARS)] | None = None
     hold_limit: Annotated[float, Field(gt=0, le=86_400), Number] | None = None
-    progress: Any = None
+    progress: Progress = None
 
 
 class ReportsIn(Strict):

@@ -54,6 +54,9 @@ class HttpSettings(BaseModel):
     timeout_check_interval: PositiveSeconds = 1.0  # how often remote claims' runtime is checked
     sse_retry: PositiveSeconds = 2.0  # the `retry:` hint of event streams
     sse_keepalive: PositiveSeconds = 15.0  # comment lines on idle streams
+    # open event streams per token (dashboard sessions and no-auth: per client address);
+    # one more ends the oldest
+    max_streams_per_token: Annotated[int, Field(ge=1, le=100_000)] = 8
     shutdown_timeout: PositiveSeconds = 30.0  # wait for in-flight requests at SIGTERM
     # bounds on what any client can hold (README, "Limits"): open connections, time to send
     # a request head (request line and headers) and to send a body, size of a head

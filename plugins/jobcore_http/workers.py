@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from jobcore.timeutil import iso
+from jobcore_http.models import MAX_PROGRESS_DEPTH, json_depth
 from jobcore_http.store import HubStore, WorkerRecord
 
 log = logging.getLogger("jobcore.http.workers")
@@ -122,11 +123,21 @@ class Registry:
                     "last_seen": iso(last_seen),
                     "state": state,
                     "current_jobs": current,
-                    "progress": {i: self.progress[i] for i in current if i in self.progress},
+                    "progress": {
+                        i: self.progress[i]
+                        for i in current
+                        if i in self.progress and _shown(self.progress[i])
+                    },
                     "draining": record.drain,
                 }
             )
         return out
+
+
+def _shown(progress: Any) -> bool:
+    """Whether a progress can be answered: one too deep for the answer's encoder is left
+    out, never a 500 for every reader (routes check progress on input too)."""
+    return json_depth(progress, MAX_PROGRESS_DEPTH)
 
 
 def worker_data(record: WorkerRecord) -> dict[str, Any]:

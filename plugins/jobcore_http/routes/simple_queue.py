@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from jobcore.models import Completed, Failed, Job, JobStatus, Lease, Outcome
+from jobcore.models import Completed, Failed, Job, JobStatus, Lease, Outcome, compact_json
 from jobcore_http.auth import agent_id_of, hub_of, require
 from jobcore_http.authorize import caller, claimable, may_enqueue
 from jobcore_http.engine import settle
@@ -104,6 +104,13 @@ async def update_job(
 ) -> dict[str, bool]:
     """`PUT /api/queue/{id}` once its input is validated (the route's and the hot lane's):
     the job is read, checked and its outcome recorded in one round of the hub's writer."""
+    if body.status == "completed":  # the result's size, as `/result` and reports check it
+        size = len(compact_json(body.result))
+        limit = hub.queue.config.core.max_result_bytes
+        if size > limit:
+            raise ApiError(
+                413, f"result is {size} bytes, over the {limit}-byte limit (max_result_bytes)"
+            )
 
     def outcome_of(job: Job) -> Outcome:
         if job.status is not JobStatus.CLAIMED:
