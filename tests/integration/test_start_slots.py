@@ -43,8 +43,8 @@ def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
     tmp_path: Path,
 ) -> None:
     storage, clock, (ran, waited) = claimed_pair(tmp_path)
-    slots = StartSlots(storage.path, "dead")
-    assert slots.note(0, ran.lease_id, clock.ms)  # the worker died in this handler
+    slots = StartSlots(storage.path, "dead")  # held by this (live) process: read, not taken
+    assert slots.note(0, ran.lease_id, clock.ms)  # the worker's lease ran out in this handler
     clock.ms += LEASE_MS + 1
     swept = {item.job.id: item.action for item in storage.sweep(force=True)}
     assert swept == {ran.job_id: "reclaimed", waited.job_id: "released"}
@@ -53,6 +53,8 @@ def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
     assert (charged.attempts, [e["error"] for e in charged.errors]) == (1, ["lease expired"])
     assert charged.history[-1]["started_at"] == clock.ms - LEASE_MS - 1
     assert (free.attempts, free.errors) == (0, [])
+    assert slots.path.exists()  # its process lives: only it deletes its file
+    slots.close()
     storage.close()
 
 
@@ -68,8 +70,8 @@ def test_without_a_start_slot_every_claim_of_a_dead_worker_is_released_uncharged
 
 def test_a_slot_naming_an_older_lease_or_garbage_charges_nothing(tmp_path: Path) -> None:
     storage, clock, leases = claimed_pair(tmp_path)
-    path = start_slots.file_of(storage.path, "dead")
-    path.parent.mkdir(exist_ok=True)
+    path = start_slots.folder(storage.path) / f"{start_slots.digest('dead')}-0"  # nobody's
+    path.parent.mkdir()
     older = start_slots.encode("0" * 32, clock.ms)  # a previous claim's lease
     assert older is not None
     torn = leases[0].lease_id[:10].encode()  # a write cut short by the crash
@@ -77,6 +79,7 @@ def test_a_slot_naming_an_older_lease_or_garbage_charges_nothing(tmp_path: Path)
     clock.ms += LEASE_MS + 1
     swept = {item.job.id: item.action for item in storage.sweep(force=True)}
     assert swept == {lease.job_id: "released" for lease in leases}
+    assert not path.exists()  # a dead process's file, whose claims are all handled
     storage.close()
 
 
@@ -122,7 +125,7 @@ def test_a_handler_begins_only_once_its_slot_names_its_attempt(
         entry = job.history[-1]
         assert job.started_at is not None and entry["started_at"] == job.started_at
         assert entry["started_at"] <= entry["ended_at"]
-    assert not start_slots.file_of(db, worker_ids[0]).exists()
+    assert not start_slots.files_of(db, worker_ids[0])
     assert not start_slots.folder(db).exists()
 
 
@@ -155,11 +158,13 @@ def test_a_slot_is_one_aligned_write_per_start(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert start_slots.read(db, "w") == {f"lease{slot}": 499 for slot in range(4)}
-    assert os.path.getsize(start_slots.file_of(db, "w")) == 4 * SLOT
+    assert os.path.getsize(slots.path) == 4 * SLOT
     slots.close()
 
 
-def test_start_slots_are_private_and_never_written_through_a_symlink(tmp_path: Path) -> None:
+def test_start_slots_are_private_and_never_written_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = str(tmp_path / "jobs.db")
     slots = StartSlots(db, "w1")
     try:
@@ -169,8 +174,9 @@ def test_start_slots_are_private_and_never_written_through_a_symlink(tmp_path: P
         slots.close()
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
-    planted = start_slots.file_of(db, "w2")
-    planted.parent.mkdir(exist_ok=True)
+    monkeypatch.setattr(start_slots.os, "urandom", lambda n: b"\1" * n)  # a name foreseen
+    planted = start_slots.folder(db) / f"{start_slots.digest('w2')}-{'01' * 6}"
+    planted.parent.mkdir()
     planted.symlink_to(victim)
     assert StartSlots.open(db, "w2") is None  # refused (logged): starts go to the database
     assert victim.read_text() == "keep me\n"
