@@ -1,8 +1,8 @@
-"""Start slots: where a worker's executors note the attempt each is about to run.
+"""Start slots: where a worker's executors note the attempts they begin.
 
 One small file per worker process beside the SQLite database (`<db>-starts/`),
-one fixed-size slot per executor. Before a handler begins, its executor writes
-the attempt's lease id (and the start time) into its own slot: one `pwrite`, no
+made of fixed-size entries. Before a handler begins, its executor writes the
+attempt's lease id (and the start time) into a free entry: one `pwrite`, no
 fsync. The page cache outlives the process, so when a handler takes its worker
 down (SIGKILL, a segfault, the OOM killer) the sweep reads there which
 attempts had begun and charges exactly those; a prefetched attempt that no
@@ -10,13 +10,23 @@ executor took is in no entry and costs nothing (DESIGN §6, crash accounting).
 A machine that loses power loses the file with it: its attempts are then
 released uncharged, which is right, since no handler caused that.
 
+An entry stays taken until the attempt it names is done: its outcome committed,
+or its lease lost (`InFlight.remove` frees it). Executors run ahead of the
+loop's commits, so an attempt whose handler returned may wait for its commit
+while its executor runs others; had its entry been reused, a crash in that
+window would release it as never started, though its handler ran. A worker
+holds at most `concurrency + prefetch` attempts, and so that many entries; past
+`MAX_ENTRIES` a start is marked in the database instead (slower, as correct).
+A freed entry keeps its old lease id until reused: harmless, since a lease id
+names one claim, and that claim is over.
+
 Each process makes a file of its own (`<digest of the worker id>-<nonce>`) and
 holds an exclusive `flock` on it while it lives: a worker restarted with the
 same `--worker-id` never overwrites what its crashed predecessor noted. A file
 nobody holds belongs to a dead process: the sweep marks started every claim it
 names that is still claimed (those handlers began), and deletes it once that
 commits (`jobcore.storage.sqlite_starts`). At a clean exit a worker deletes its
-own file.
+own file, unless attempts it noted are still unrecorded: those the sweep charges.
 
 This is the crash-accounting rule for stores on this machine's disk; a store
 without start slots (PostgreSQL, the hub's agents) marks starts in a group
@@ -39,7 +49,8 @@ from jobcore import gil_pwrite
 
 log = logging.getLogger("jobcore.worker")
 
-SLOT = 64  # bytes per executor: "<lease id> <start ms>", padded, newline-terminated
+SLOT = 64  # bytes per entry: "<lease id> <start ms>", padded, newline-terminated
+MAX_ENTRIES = 16384  # per process (1 MiB): more than `concurrency + prefetch` (<= 10,000)
 
 
 def folder(db_path: str) -> Path:
@@ -185,6 +196,8 @@ class StartSlots:
         self._warned = False
         self._lock = threading.Lock()  # no write after `close` (the fd number may be reused)
         self._closed = False
+        self._free: list[int] = []  # entries whose attempt is done
+        self._used = 0  # entries ever taken: 0 .. _used-1
 
     @classmethod
     def open(cls, db_path: str, worker: str) -> StartSlots | None:
@@ -200,43 +213,76 @@ class StartSlots:
             )
             return None
 
-    def note(self, slot: int, lease_id: str, started_ms: int) -> bool:
-        """Write the attempt about to begin into executor `slot`'s place; False if it could
-        not be written (the caller then marks the start in the database instead)."""
+    def note(self, lease_id: str, started_ms: int) -> int | None:
+        """Write the attempt about to begin into a free entry: the entry, to `free` once
+        the attempt is done; None if it could not be written (the caller then marks the
+        start in the database instead)."""
         data = encode(lease_id, started_ms)
         if data is None:
-            return False
-        try:
-            with self._lock:
-                if self._closed:
-                    return False
-                written = gil_pwrite.pwrite(self._fd, data, slot * SLOT)  # keeps the GIL
-        except OSError as exc:
-            if not self._warned:
-                self._warned = True
-                log.warning(
-                    "cannot write start slot in %s (%s); marking starts in the database",
-                    self.path,
-                    os.strerror(exc.errno or errno.EIO),
-                )
-            return False
-        return written == SLOT
+            return None
+        with self._lock:
+            if self._closed:
+                return None
+            if self._free:
+                entry = self._free.pop()
+            elif self._used < MAX_ENTRIES:
+                entry, self._used = self._used, self._used + 1
+            else:
+                return None
+            try:
+                written = gil_pwrite.pwrite(self._fd, data, entry * SLOT)  # keeps the GIL
+            except OSError as exc:
+                self._free.append(entry)
+                if not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "cannot write start slot in %s (%s); marking starts in the database",
+                        self.path,
+                        os.strerror(exc.errno or errno.EIO),
+                    )
+                return None
+            if written != SLOT:
+                self._free.append(entry)
+                return None
+        return entry
+
+    def free(self, entry: int) -> None:
+        """The attempt `entry` names is done (recorded, or its lease lost): reuse it."""
+        with self._lock:
+            self._free.append(entry)
+
+    def held(self) -> int:
+        """Entries naming attempts not done yet."""
+        with self._lock:
+            return self._used - len(self._free)
 
     def close(self) -> None:
-        """Delete the file: the worker ended without a crash, so no attempt it leaves
-        unrecorded (its leases expire) took it down, and none is charged."""
+        """Delete the file, unless it names attempts not done: their outcomes are
+        unrecorded, their handlers began, and the sweep charges them once their leases
+        expire (it deletes the file then)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self.path.unlink(missing_ok=True)  # while locked: no sweep reads it half-gone
+            held = self._used - len(self._free)
+            if not held:
+                self.path.unlink(missing_ok=True)  # while locked: no sweep reads it half-gone
             with contextlib.suppress(OSError):
                 os.close(self._fd)  # lets go of the lock
+        if held:
+            log.warning(
+                "keeping %s: it names %d attempt(s) begun and not recorded; the sweep charges"
+                " them once their leases expire",
+                self.path,
+                held,
+            )
+            return
         with contextlib.suppress(OSError):
             self.path.parent.rmdir()  # the last worker out leaves no empty folder behind
 
 
 __all__ = [
+    "MAX_ENTRIES",
     "SLOT",
     "DeadFile",
     "StartSlots",

@@ -1,21 +1,25 @@
 """Start slots across real worker processes killed with SIGKILL on an SQLite file
 (DESIGN §6, crash accounting; `jobcore.start_slots`): what a dead worker noted is
 neither overwritten by its restart, nor deleted by a sweep while claims it names
-remain."""
+remain, nor lost when an executor runs ahead of the loop's commits."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
-from testenv import subprocess_env
+from testenv import subprocess_env, wait_for
 from worker_crashes import LEASE, run_cli, start_worker
 
 from jobcore import Queue, start_slots
 from jobcore.models import Job
 
 KILL = 'kill -9 "$WORKER_PID"'
+RAN = 10  # jobs that finish while the worker's commits wait
 
 
 def charged_once(job: Job | None) -> bool:
@@ -101,3 +105,93 @@ def test_a_sweep_keeps_a_dead_workers_note_of_claims_whose_leases_have_not_expir
         run_cli(sweep_env, tmp_path, "sweep")
         assert charged_once(queue.get(killer)), queue.get(killer).history
     assert not start_slots.folder(db).exists() or not list(start_slots.folder(db).iterdir())
+
+
+@contextmanager
+def commits_held_on_request(db: str, tmp: Path) -> Iterator[None]:
+    """Once a handler touches `want_lock`, this process takes the database's write lock
+    (the worker's commits wait) and touches `locked`; it lets go when the block ends."""
+    want, locked, done = tmp / "want_lock", tmp / "locked", threading.Event()
+
+    def hold() -> None:
+        conn = apsw.Connection(db)
+        conn.set_busy_timeout(30_000)
+        try:
+            while not want.exists():
+                if done.wait(0.005):
+                    return
+            conn.execute("BEGIN IMMEDIATE")
+            locked.touch()
+            done.wait()
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(30)
+
+
+def enqueue_run_ahead(queue: Queue, tmp: Path, last: str) -> tuple[list[str], list[str], str]:
+    """Short jobs (so the worker prefetches), a job asking for the write lock, short jobs
+    that finish while their outcomes cannot commit, and `last`, all claimed in advance."""
+    runs = tmp / "runs.log"
+    warm = [r.job.id for r in queue.enqueue_many("noop", [{}] * 40, priority=30)]
+    asks = f'touch "{tmp}/want_lock"; while [ ! -e "{tmp}/locked" ]; do sleep 0.01; done'
+    queue.enqueue("shell", {"command": asks}, priority=20)
+    note = {"command": f'echo run >> "{runs}"'}
+    ran = [r.job.id for r in queue.enqueue_many("shell", [note] * RAN, priority=10)]
+    final = queue.enqueue("shell", {"command": last}, priority=0).job.id
+    return warm, ran, final
+
+
+def test_jobs_whose_outcomes_never_committed_are_charged_when_the_worker_dies(
+    tmp_path: Path,
+) -> None:
+    """An executor runs ahead of the loop's commits: jobs whose handlers returned wait
+    for their outcomes to commit while it begins the next ones. The worker dies then:
+    those handlers ran, so each is charged an attempt (the next run is a re-run), as the
+    job that killed it is; none is given back as never started."""
+    db = str(tmp_path / "jobs.db")
+    env = subprocess_env(JOBCORE_DB=db)
+    log = tmp_path / "worker.log"
+    with Queue(db) as queue, commits_held_on_request(db, tmp_path):
+        _, ran, killer = enqueue_run_ahead(queue, tmp_path, KILL)
+        proc = start_worker(env, tmp_path, log)
+        assert proc.wait(60) == -9, log.read_text()[-3000:]
+    with Queue(db) as queue:
+        assert queue.get(killer).status == "claimed", "the killer was not prefetched"
+        assert (tmp_path / "runs.log").read_text().split() == ["run"] * RAN  # all of them ran
+        time.sleep(LEASE + 0.2)
+        run_cli({**env, "JOBCORE_LEASE": f"{LEASE}s"}, tmp_path, "sweep")
+        assert charged_once(queue.get(killer))
+        for job_id in ran:
+            job = queue.get(job_id)
+            assert charged_once(job), job.history
+
+
+def test_a_worker_stopping_with_outcomes_unrecorded_leaves_their_note_for_the_sweep(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the database takes no writes: the worker gives up ("stopping with N
+    outcome(s) unrecorded") and exits; the handlers of those jobs ran, so the sweep
+    charges each an attempt rather than giving it back as never started."""
+    db = str(tmp_path / "jobs.db")
+    env = subprocess_env(JOBCORE_DB=db, JOBCORE_BUSY_TIMEOUT="0.2s")
+    log = tmp_path / "worker.log"
+    with Queue(db) as queue, commits_held_on_request(db, tmp_path):
+        stop = 'kill -TERM "$WORKER_PID"; sleep 0.1'
+        _, ran, last = enqueue_run_ahead(queue, tmp_path, stop)
+        proc = start_worker(env, tmp_path, log, "--shutdown-timeout", "1s")
+        wait_for(lambda: "outcome(s) unrecorded" in log.read_text(), timeout=60)
+        assert proc.wait(60) == 1, log.read_text()[-3000:]
+    with Queue(db) as queue:
+        time.sleep(LEASE + 0.2)
+        run_cli({**env, "JOBCORE_LEASE": f"{LEASE}s"}, tmp_path, "sweep")
+        for job_id in [*ran, last]:
+            job = queue.get(job_id)
+            assert charged_once(job), job.history

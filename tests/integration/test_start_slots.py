@@ -44,7 +44,7 @@ def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
 ) -> None:
     storage, clock, (ran, waited) = claimed_pair(tmp_path)
     slots = StartSlots(storage.path, "dead")  # held by this (live) process: read, not taken
-    assert slots.note(0, ran.lease_id, clock.ms)  # the worker's lease ran out in this handler
+    assert slots.note(ran.lease_id, clock.ms) == 0  # the worker's lease ran out in this handler
     clock.ms += LEASE_MS + 1
     swept = {item.job.id: item.action for item in storage.sweep(force=True)}
     assert swept == {ran.job_id: "reclaimed", waited.job_id: "released"}
@@ -54,6 +54,7 @@ def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
     assert charged.history[-1]["started_at"] == clock.ms - LEASE_MS - 1
     assert (free.attempts, free.errors) == (0, [])
     assert slots.path.exists()  # its process lives: only it deletes its file
+    slots.free(0)
     slots.close()
     storage.close()
 
@@ -85,12 +86,13 @@ def test_a_slot_naming_an_older_lease_or_garbage_charges_nothing(tmp_path: Path)
 
 def test_a_lease_id_that_does_not_fit_a_slot_is_refused_not_cut(tmp_path: Path) -> None:
     slots = StartSlots(str(tmp_path / "jobs.db"), "w")
-    assert not slots.note(0, "x" * SLOT, 1)
-    assert not slots.note(0, "has space", 1)
-    assert slots.note(3, "abc", 7)
+    assert slots.note("x" * SLOT, 1) is None
+    assert slots.note("has space", 1) is None
+    assert slots.note("abc", 7) == 0
     assert start_slots.read(str(tmp_path / "jobs.db"), "w") == {"abc": 7}
+    slots.free(0)
     slots.close()
-    assert not slots.note(0, "abc", 8)  # closed: nothing written, nothing left behind
+    assert slots.note("abc", 8) is None  # closed: nothing written, nothing left behind
     assert not start_slots.folder(str(tmp_path / "jobs.db")).exists()
 
 
@@ -144,22 +146,32 @@ def test_a_worker_whose_slots_cannot_be_made_marks_starts_in_the_database(
 
 
 def test_a_slot_is_one_aligned_write_per_start(tmp_path: Path) -> None:
-    """Concurrent executors write distinct slots; none tears another's."""
+    """Concurrent executors write distinct entries; none tears another's. An entry is
+    reused only once freed, so the file holds no more than the attempts not yet done."""
     db = str(tmp_path / "jobs.db")
     slots = StartSlots(db, "w")
 
     def write(slot: int) -> None:
+        held = None
         for n in range(500):
-            assert slots.note(slot, f"lease{slot}", n)
+            entry = slots.note(f"lease{slot}-{n}", n)
+            assert entry is not None and entry != held
+            if held is not None:
+                slots.free(held)  # the previous attempt of this executor is done
+            held = entry
 
     threads = [threading.Thread(target=write, args=(slot,)) for slot in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert start_slots.read(db, "w") == {f"lease{slot}": 499 for slot in range(4)}
-    assert os.path.getsize(slots.path) == 4 * SLOT
+    begun = start_slots.read(db, "w")
+    assert {f"lease{slot}-499" for slot in range(4)} <= set(begun)
+    assert all(started == int(lease.split("-")[1]) for lease, started in begun.items())
+    assert slots.held() == 4
+    assert os.path.getsize(slots.path) <= 8 * SLOT
     slots.close()
+    assert slots.path.exists()  # it names attempts not done
 
 
 def test_start_slots_are_private_and_never_written_through_a_symlink(
