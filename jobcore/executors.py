@@ -18,8 +18,8 @@ import queue as stdqueue
 import threading
 
 from jobcore.attempt import AttemptRunner, describe_error
-from jobcore.inflight import Attempt, InFlight
-from jobcore.models import Failed, Lease, Outcome, replace_job
+from jobcore.inflight import Attempt, InFlight, Phase
+from jobcore.models import Failed, Lease, Outcome, Released, replace_job
 from jobcore.queue import Queue
 from jobcore.start_slots import StartSlots
 
@@ -62,6 +62,10 @@ class Executors:
         for _ in list(self._threads):
             self._ready.put(None)
         if self.slots is not None:
+            for attempt in self.inflight.in_phase(Phase.REPORTED):  # left unrecorded
+                if attempt.entry is not None and isinstance(attempt.outcome, Released):
+                    self.slots.clear(attempt.entry)  # a shutdown gave it back: no attempt
+                    attempt.entry = None
             self.slots.close()  # kept if it names attempts begun and not recorded
 
     def _main(self) -> None:

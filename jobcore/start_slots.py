@@ -26,7 +26,8 @@ same `--worker-id` never overwrites what its crashed predecessor noted. A file
 nobody holds belongs to a dead process: the sweep marks started every claim it
 names that is still claimed (those handlers began), and deletes it once that
 commits (`jobcore.storage.sqlite_starts`). At a clean exit a worker deletes its
-own file, unless attempts it noted are still unrecorded: those the sweep charges.
+own file, unless attempts it noted are still unrecorded: those the sweep charges,
+but for the ones a shutdown gave back (DESIGN §6), whose entries it blanks.
 
 This is the crash-accounting rule for stores on this machine's disk; a store
 without start slots (PostgreSQL, the hub's agents) marks starts in a group
@@ -50,6 +51,7 @@ from jobcore import gil_pwrite
 log = logging.getLogger("jobcore.worker")
 
 SLOT = 64  # bytes per entry: "<lease id> <start ms>", padded, newline-terminated
+BLANK = b" " * (SLOT - 1) + b"\n"  # an entry naming no attempt
 MAX_ENTRIES = 16384  # per process (1 MiB): more than `concurrency + prefetch` (<= 10,000)
 
 
@@ -245,6 +247,15 @@ class StartSlots:
                 self._free.append(entry)
                 return None
         return entry
+
+    def clear(self, entry: int) -> None:
+        """Blank `entry` and reuse it: the attempt it named was given back (a shutdown
+        stopped its handler), and no sweep is to charge it, recorded or not."""
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(OSError):  # then the sweep charges it: at most that
+                    gil_pwrite.pwrite(self._fd, BLANK, entry * SLOT)
+            self._free.append(entry)
 
     def free(self, entry: int) -> None:
         """The attempt `entry` names is done (recorded, or its lease lost): reuse it."""

@@ -179,19 +179,23 @@ def test_a_worker_stopping_with_outcomes_unrecorded_leaves_their_note_for_the_sw
 ) -> None:
     """SIGTERM while the database takes no writes: the worker gives up ("stopping with N
     outcome(s) unrecorded") and exits; the handlers of those jobs ran, so the sweep
-    charges each an attempt rather than giving it back as never started."""
+    charges each an attempt rather than giving it back as never started. The job whose
+    handler the shutdown stopped is given back without spending one, recorded or not."""
     db = str(tmp_path / "jobs.db")
-    env = subprocess_env(JOBCORE_DB=db, JOBCORE_BUSY_TIMEOUT="0.2s")
+    env = subprocess_env(JOBCORE_DB=db, JOBCORE_BUSY_TIMEOUT="0.2s", JOBCORE_STOP_GRACE="5s")
     log = tmp_path / "worker.log"
     with Queue(db) as queue, commits_held_on_request(db, tmp_path):
-        stop = 'kill -TERM "$WORKER_PID"; sleep 0.1'
+        stop = 'kill -TERM "$WORKER_PID"; sleep 60'  # stopped at the shutdown deadline
         _, ran, last = enqueue_run_ahead(queue, tmp_path, stop)
-        proc = start_worker(env, tmp_path, log, "--shutdown-timeout", "1s")
+        proc = start_worker(env, tmp_path, log, "--shutdown-timeout", "0.3s")
         wait_for(lambda: "outcome(s) unrecorded" in log.read_text(), timeout=60)
         assert proc.wait(60) == 1, log.read_text()[-3000:]
     with Queue(db) as queue:
         time.sleep(LEASE + 0.2)
         run_cli({**env, "JOBCORE_LEASE": f"{LEASE}s"}, tmp_path, "sweep")
-        for job_id in [*ran, last]:
+        for job_id in ran:
             job = queue.get(job_id)
             assert charged_once(job), job.history
+        stopped = queue.get(last)
+        assert stopped.status == "pending" and (stopped.attempts, stopped.errors) == (0, [])
+        assert [entry["outcome"] for entry in stopped.history] == ["released"]
