@@ -2,8 +2,9 @@
 
 An executor takes a claimed attempt from the ready queue, asks `InFlight` to
 begin it (refused once the loop released or cancelled it), records its start
-in its start slot (or, without slots, waits until the loop's group commit made
-its start marker durable: DESIGN §6, crash accounting), runs the handler and
+in a start-slot entry that stays the attempt's until its outcome committed (or,
+without slots, waits until the loop's group commit made its start marker
+durable: DESIGN §6, crash accounting), runs the handler and
 reports the outcome, beginning its next attempt in the same step (without
 slots, so that attempt's start marker rides in the commit of this outcome). An
 executor whose handler outlived its stop grace is replaced by a fresh thread;
@@ -17,8 +18,8 @@ import queue as stdqueue
 import threading
 
 from jobcore.attempt import AttemptRunner, describe_error
-from jobcore.inflight import Attempt, InFlight
-from jobcore.models import Failed, Lease, Outcome, replace_job
+from jobcore.inflight import Attempt, InFlight, Phase
+from jobcore.models import Failed, Lease, Outcome, Released, replace_job
 from jobcore.queue import Queue
 from jobcore.start_slots import StartSlots
 
@@ -38,13 +39,9 @@ class Executors:
         self._threads: set[threading.Thread] = set()
         self._stopped = False
         self.slots: StartSlots | None = None  # `open_slots`: executors note their starts
-        self._spawned = 0
 
     def spawn(self) -> None:
-        slot, self._spawned = self._spawned, self._spawned + 1  # a replacement gets a new one
-        thread = threading.Thread(
-            target=self._main, args=(slot,), name="jobcore-executor", daemon=True
-        )
+        thread = threading.Thread(target=self._main, name="jobcore-executor", daemon=True)
         self._threads.add(thread)
         thread.start()
 
@@ -54,6 +51,7 @@ class Executors:
         opener = getattr(self.queue.storage, "start_slots", None)
         self.slots = opener(worker) if opener is not None else None
         self.inflight.self_noting = self.slots is not None
+        self.inflight.free_entry = self.slots.free if self.slots is not None else None
 
     def submit(self, attempt: Attempt) -> None:
         self._ready.put(attempt)
@@ -64,9 +62,13 @@ class Executors:
         for _ in list(self._threads):
             self._ready.put(None)
         if self.slots is not None:
-            self.slots.close()  # a clean end: none of what it leaves unrecorded crashed it
+            for attempt in self.inflight.in_phase(Phase.REPORTED):  # left unrecorded
+                if attempt.entry is not None and isinstance(attempt.outcome, Released):
+                    self.slots.clear(attempt.entry)  # a shutdown gave it back: no attempt
+                    attempt.entry = None
+            self.slots.close()  # kept if it names attempts begun and not recorded
 
-    def _main(self, slot: int) -> None:
+    def _main(self) -> None:
         """Begin attempts and report their outcomes; never dies while the worker runs."""
         waiter = threading.Event()
         begun: Attempt | None = None  # begun with the previous report
@@ -80,7 +82,7 @@ class Executors:
             else:
                 attempt, begun = begun, None
             if self.slots is not None:
-                self._note(attempt, slot)
+                self._note(attempt)
             if not self._started(attempt, waiter):
                 continue  # given back, cancelled or lost before its start was marked
             try:
@@ -105,16 +107,19 @@ class Executors:
                 if attempt.replaced:
                     return  # a fresh executor took this slot
 
-    def _note(self, attempt: Attempt, slot: int) -> None:
-        """Record the start in this executor's slot before the handler may begin."""
+    def _note(self, attempt: Attempt) -> None:
+        """Record the start in a start-slot entry before the handler may begin; the entry
+        stays this attempt's until it is done (`InFlight.remove`), not just until this
+        executor begins its next one: an outcome may wait for its commit meanwhile."""
         assert self.slots is not None
         lease = attempt.lease
         started_ms = self.queue.storage.now()
-        if self.slots.note(slot, lease.lease_id, started_ms):
+        entry = self.slots.note(lease.lease_id, started_ms)
+        if entry is not None:
             if lease.job is not None:  # its outcome's statement records when it began
                 job = replace_job(lease.job, started_at=started_ms)
                 attempt.lease = Lease(lease.job_id, lease.lease_id, lease.worker, job)
-            self.inflight.noted(attempt)
+            self.inflight.noted(attempt, entry)
         else:
             self.inflight.needs_marker(attempt)
 

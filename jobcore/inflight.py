@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +86,7 @@ class Attempt:
     waiter: threading.Event | None = None  # set when a `starting` attempt may go on or is gone
     lost: bool = False  # its lease is gone: nothing it reports can be recorded
     replaced: bool = False  # its executor was given up on; a fresh thread took the slot
+    entry: int | None = None  # the start-slot entry naming it, freed once it is done
 
     @property
     def ran(self) -> bool:
@@ -110,8 +111,10 @@ class InFlight:
         self._inbox: list[Attempt] = []  # reported by executors since the loop last looked
         self._began: list[Attempt] = []  # taken by executors, start marker not yet asked for
         # Executors record starts themselves (start slots): no marker from the loop unless
-        # an executor asks for one (`needs_marker`).
+        # an executor asks for one (`needs_marker`). `free_entry` takes back the start-slot
+        # entry of an attempt that is done (recorded, or its lease lost), never before.
         self.self_noting = False
+        self.free_entry: Callable[[int], None] | None = None
 
     # -- executors -------------------------------------------------------------------
 
@@ -171,11 +174,15 @@ class InFlight:
             self._began.append(attempt)
         return True
 
-    def noted(self, attempt: Attempt) -> None:
-        """Its executor recorded its start in its start slot: the handler may begin."""
+    def noted(self, attempt: Attempt, entry: int) -> None:
+        """Its executor recorded its start in start-slot `entry`: the handler may begin."""
         with self._lock:
             if attempt.phase is Phase.STARTING:
                 attempt.start_marked = True
+                attempt.entry = entry
+                return
+        if self.free_entry is not None:  # given back or lost meanwhile: it never begins
+            self.free_entry(entry)
 
     def needs_marker(self, attempt: Attempt) -> None:
         """Its start slot could not be written: the loop's next commit marks it instead."""
@@ -223,11 +230,15 @@ class InFlight:
         return True
 
     def remove(self, attempt: Attempt) -> None:
+        """It is done: its outcome committed, or nothing is left to record."""
         with self._lock:
             if attempt.phase is not Phase.DONE:
                 self._move(attempt, Phase.DONE)
             if self._attempts.get(attempt.job.id) is attempt:
                 del self._attempts[attempt.job.id]
+            entry, attempt.entry = attempt.entry, None
+        if entry is not None and self.free_entry is not None:
+            self.free_entry(entry)
 
     def take_inbox(self) -> list[Attempt]:
         """Attempts executors reported since the last call (caller holds the lock)."""

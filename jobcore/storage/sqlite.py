@@ -56,7 +56,7 @@ from jobcore.storage.sqlite_identity import FileIdentity
 from jobcore.storage.sqlite_limits import SQLiteLimits
 from jobcore.storage.sqlite_outbox import AppConnections
 from jobcore.storage.sqlite_reads import Q, SQLiteReads
-from jobcore.storage.sqlite_starts import adopt_starts
+from jobcore.storage.sqlite_starts import Adoption
 from jobcore.storage.sqlite_statements import (
     EXTEND_SQL,
     FAIL_UNRECORDABLE_SQL,
@@ -572,13 +572,14 @@ class SQLiteStorage(SQLiteReads, SQLiteLimits, SQLiteAdmin):
             if held and held[0][0] != self.holder and held[0][1] > now:
                 return []
         swept: list[Swept] = []
-        with self._write() as conn:
+        # start-slot files of dead processes: deleted once what they name is committed
+        with Adoption(self.path) as adoption, self._write() as conn:
             now = self.now()
             hold = self.sweep_hold_ms if hold_ms is None else hold_ms
             if not self._acquire(conn, "sweep", self.holder, hold, now, force):
                 return []
             self._holds_sweep = True
-            adopt_starts(conn, self.path, now, only)  # before the sweep tells started apart
+            adoption.adopt(conn, now, only)  # before the sweep tells started apart
             for sql, error, action in SWEEP_SQL if only is None else SWEEP_ONLY_SQL:
                 for row in rows_of(conn, sql, {"now": now, "error": error, "only": S.listed(only)}):
                     swept.append(Swept(row_to_job(row), action))

@@ -27,13 +27,14 @@ def run_cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
     return done
 
 
-def start_worker(env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    """`jobcore run --until-empty` whose pid every job it runs finds in `$WORKER_PID`.
+def start_worker(env: dict[str, str], cwd: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """`jobcore run --until-empty` (then `extra` options) whose pid every job it runs
+    finds in `$WORKER_PID`.
 
     `exec` keeps the shell's pid, so `$$` is the worker's, however the shell plugin
     starts its commands (a wrapper process would change `$PPID`, not this).
     """
-    run = [*JOBCORE, "run", "--until-empty", "--concurrency", "1", "--lease", f"{LEASE}s"]
+    run = [*JOBCORE, "run", "--until-empty", "--concurrency", "1", "--lease", f"{LEASE}s", *extra]
     with open(log, "ab") as out:
         return subprocess.Popen(
             ["/bin/sh", "-c", 'WORKER_PID=$$; export WORKER_PID; exec "$@"', "sh", *run],

@@ -39,11 +39,13 @@ def test_a_start_note_goes_through_it(tmp_path: Path, monkeypatch: pytest.Monkey
     db = str(tmp_path / "jobs.db")
     slots = StartSlots(db, "w")
     try:
-        assert slots.note(2, "lease", 7)
+        assert slots.note("lease", 7) == 0
+        assert slots.note("other", 8) == 1
     finally:
         slots.close()
     assert [(data, offset) for _, data, offset in calls] == [
-        (start_slots.encode("lease", 7), 2 * start_slots.SLOT)
+        (start_slots.encode("lease", 7), 0),
+        (start_slots.encode("other", 8), start_slots.SLOT),
     ]
 
 
@@ -87,7 +89,7 @@ def spins_during(call: Callable[[], object], times: int) -> int:
 def test_a_start_note_lets_no_other_thread_run(tmp_path: Path, long_switch_interval: None) -> None:
     slots = StartSlots(str(tmp_path / "jobs.db"), "w")
     try:
-        assert spins_during(lambda: slots.note(0, "lease", 1), 20) == 0
+        assert spins_during(lambda: slots.note("lease", 1), 20) == 0
     finally:
         slots.close()
 
@@ -134,7 +136,7 @@ def test_a_note_that_cannot_be_written_says_so_and_the_start_goes_to_the_databas
     os.close(slots._fd)
     slots._fd = os.open(tmp_path / "ro", os.O_RDONLY | os.O_CREAT, 0o600)  # EBADF on write
     try:
-        assert slots.note(0, "lease", 1) is False
+        assert slots.note("lease", 1) is None
         assert "cannot write start slot" in caplog.text
         assert start_slots.read(db, "w") == {}
     finally:
@@ -170,6 +172,6 @@ def test_without_any_pwrite_a_note_fails_and_the_start_goes_to_the_database(
     assert raised.value.errno == errno.ENOSYS
     slots = StartSlots(str(tmp_path / "jobs.db"), "w")
     try:
-        assert slots.note(0, "lease", 1) is False
+        assert slots.note("lease", 1) is None
     finally:
         slots.close()

@@ -43,8 +43,8 @@ def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
     tmp_path: Path,
 ) -> None:
     storage, clock, (ran, waited) = claimed_pair(tmp_path)
-    slots = StartSlots(storage.path, "dead")
-    assert slots.note(0, ran.lease_id, clock.ms)  # the worker died in this handler
+    slots = StartSlots(storage.path, "dead")  # held by this (live) process: read, not taken
+    assert slots.note(ran.lease_id, clock.ms) == 0  # the worker's lease ran out in this handler
     clock.ms += LEASE_MS + 1
     swept = {item.job.id: item.action for item in storage.sweep(force=True)}
     assert swept == {ran.job_id: "reclaimed", waited.job_id: "released"}
@@ -53,6 +53,9 @@ def test_the_sweep_charges_the_claim_a_start_slot_names_and_releases_the_other(
     assert (charged.attempts, [e["error"] for e in charged.errors]) == (1, ["lease expired"])
     assert charged.history[-1]["started_at"] == clock.ms - LEASE_MS - 1
     assert (free.attempts, free.errors) == (0, [])
+    assert slots.path.exists()  # its process lives: only it deletes its file
+    slots.free(0)
+    slots.close()
     storage.close()
 
 
@@ -68,8 +71,8 @@ def test_without_a_start_slot_every_claim_of_a_dead_worker_is_released_uncharged
 
 def test_a_slot_naming_an_older_lease_or_garbage_charges_nothing(tmp_path: Path) -> None:
     storage, clock, leases = claimed_pair(tmp_path)
-    path = start_slots.file_of(storage.path, "dead")
-    path.parent.mkdir(exist_ok=True)
+    path = start_slots.folder(storage.path) / f"{start_slots.digest('dead')}-0"  # nobody's
+    path.parent.mkdir()
     older = start_slots.encode("0" * 32, clock.ms)  # a previous claim's lease
     assert older is not None
     torn = leases[0].lease_id[:10].encode()  # a write cut short by the crash
@@ -77,17 +80,19 @@ def test_a_slot_naming_an_older_lease_or_garbage_charges_nothing(tmp_path: Path)
     clock.ms += LEASE_MS + 1
     swept = {item.job.id: item.action for item in storage.sweep(force=True)}
     assert swept == {lease.job_id: "released" for lease in leases}
+    assert not path.exists()  # a dead process's file, whose claims are all handled
     storage.close()
 
 
 def test_a_lease_id_that_does_not_fit_a_slot_is_refused_not_cut(tmp_path: Path) -> None:
     slots = StartSlots(str(tmp_path / "jobs.db"), "w")
-    assert not slots.note(0, "x" * SLOT, 1)
-    assert not slots.note(0, "has space", 1)
-    assert slots.note(3, "abc", 7)
+    assert slots.note("x" * SLOT, 1) is None
+    assert slots.note("has space", 1) is None
+    assert slots.note("abc", 7) == 0
     assert start_slots.read(str(tmp_path / "jobs.db"), "w") == {"abc": 7}
+    slots.free(0)
     slots.close()
-    assert not slots.note(0, "abc", 8)  # closed: nothing written, nothing left behind
+    assert slots.note("abc", 8) is None  # closed: nothing written, nothing left behind
     assert not start_slots.folder(str(tmp_path / "jobs.db")).exists()
 
 
@@ -122,7 +127,7 @@ def test_a_handler_begins_only_once_its_slot_names_its_attempt(
         entry = job.history[-1]
         assert job.started_at is not None and entry["started_at"] == job.started_at
         assert entry["started_at"] <= entry["ended_at"]
-    assert not start_slots.file_of(db, worker_ids[0]).exists()
+    assert not start_slots.files_of(db, worker_ids[0])
     assert not start_slots.folder(db).exists()
 
 
@@ -141,25 +146,37 @@ def test_a_worker_whose_slots_cannot_be_made_marks_starts_in_the_database(
 
 
 def test_a_slot_is_one_aligned_write_per_start(tmp_path: Path) -> None:
-    """Concurrent executors write distinct slots; none tears another's."""
+    """Concurrent executors write distinct entries; none tears another's. An entry is
+    reused only once freed, so the file holds no more than the attempts not yet done."""
     db = str(tmp_path / "jobs.db")
     slots = StartSlots(db, "w")
 
     def write(slot: int) -> None:
+        held = None
         for n in range(500):
-            assert slots.note(slot, f"lease{slot}", n)
+            entry = slots.note(f"lease{slot}-{n}", n)
+            assert entry is not None and entry != held
+            if held is not None:
+                slots.free(held)  # the previous attempt of this executor is done
+            held = entry
 
     threads = [threading.Thread(target=write, args=(slot,)) for slot in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert start_slots.read(db, "w") == {f"lease{slot}": 499 for slot in range(4)}
-    assert os.path.getsize(start_slots.file_of(db, "w")) == 4 * SLOT
+    begun = start_slots.read(db, "w")
+    assert {f"lease{slot}-499" for slot in range(4)} <= set(begun)
+    assert all(started == int(lease.split("-")[1]) for lease, started in begun.items())
+    assert slots.held() == 4
+    assert os.path.getsize(slots.path) <= 8 * SLOT
     slots.close()
+    assert slots.path.exists()  # it names attempts not done
 
 
-def test_start_slots_are_private_and_never_written_through_a_symlink(tmp_path: Path) -> None:
+def test_start_slots_are_private_and_never_written_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = str(tmp_path / "jobs.db")
     slots = StartSlots(db, "w1")
     try:
@@ -169,8 +186,9 @@ def test_start_slots_are_private_and_never_written_through_a_symlink(tmp_path: P
         slots.close()
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
-    planted = start_slots.file_of(db, "w2")
-    planted.parent.mkdir(exist_ok=True)
+    monkeypatch.setattr(start_slots.os, "urandom", lambda n: b"\1" * n)  # a name foreseen
+    planted = start_slots.folder(db) / f"{start_slots.digest('w2')}-{'01' * 6}"
+    planted.parent.mkdir()
     planted.symlink_to(victim)
     assert StartSlots.open(db, "w2") is None  # refused (logged): starts go to the database
     assert victim.read_text() == "keep me\n"
