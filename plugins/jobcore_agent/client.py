@@ -198,7 +198,7 @@ class HubClient:
     ) -> None:
         self.base = hub.rstrip("/")
         self.max_answer = max_answer  # bytes of one hub answer; None: ANSWER_CAP (claims: more)
-        self._said: set[str] = set()  # bad register values already logged
+        self._said: set[str] = set()  # bad register values, too large answers: logged once
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.auth_headers = headers
         self.timeout = timeout
@@ -299,7 +299,10 @@ class HubClient:
                 f"{what}: the hub's answer is over {limit} bytes, this agent's limit "
                 "(max_answer); not read further, the hub is treated as unavailable"
             )
-            log.error("%s", message)
+            route = path.rsplit("/", 1)[-1]  # claim, reports, heartbeat, register…
+            say = log.debug if route in self._said else log.error  # callers log it again
+            self._said.add(route)
+            say("%s", message)
             raise AnswerTooLarge(message, response.status_code)
         response._content = b"".join(chunks)  # as httpx's own `read()` leaves it
         return response
@@ -337,8 +340,8 @@ class HubClient:
     def _bad_interval(self, name: str, value: Any, used: float) -> None:
         """The hub's register answer holds a bad `name`: said once (each re-register asks
         again), then at debug level."""
-        say = log.debug if name in self._said else log.warning
-        self._said.add(name)
+        say = log.debug if f"register {name}" in self._said else log.warning
+        self._said.add(f"register {name}")
         say(
             "the hub's register answer has %s %s, not a usable number of seconds; using %gs",
             name,
