@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,22 @@ log = logging.getLogger("jobcore.agent")
 
 DRAIN_HEADER = "X-Jobcore-Drain"
 CUT_GRACE = 3.0  # seconds a cut claim waits for the hub's answer before its socket is closed
+
+# The hub's intervals are used only inside these bounds (a hub answering -1 or NaN must not make
+# the agent spin, or stop heartbeating): a heartbeat at most every MIN_HEARTBEAT seconds and at
+# least every lease/2; a long-poll of MIN_POLL_WAIT..MAX_POLL_WAIT seconds (DESIGN §11: ≤ 30).
+MIN_HEARTBEAT = 0.5
+MIN_POLL_WAIT = 1.0
+MAX_POLL_WAIT = 30.0
+DEFAULT_LEASE = 60.0
+DEFAULT_HEARTBEAT = 10.0  # and at most lease/4, as the hub's own choice (DESIGN §8)
+DEFAULT_POLL_WAIT = 25.0
+
+# The largest hub answer read (`max_answer` unset): any answer 16 MiB; a claim's 4 MiB per job
+# asked for (a job's payload is at most the hub's max payload, 1 MiB by default, plus its error
+# history and fields), and never less than 16 MiB. A larger answer is not read further.
+ANSWER_CAP = 16 * 1024 * 1024
+JOB_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 class HubError(JobcoreError):
@@ -81,10 +98,63 @@ class Intervals:
     poll_wait: float
 
 
+def intervals_of(data: Any, warn: Callable[[str, Any, float], None] | None = None) -> Intervals:
+    """The register answer's intervals, each a finite number of seconds inside its bounds:
+    a value missing or 0 is the default; one that is not a positive finite number (-1, NaN,
+    "10", true) is the default too and `warn(name, value, used)` is called; one out of range
+    is clamped into it (and `warn` called)."""
+    if not isinstance(data, dict):
+        data = {}
+
+    def number(name: str, default: float) -> float:
+        value = data.get(name)
+        if value is None or (type(value) in (int, float) and value == 0):
+            return default
+        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+            if warn is not None:
+                warn(name, value, default)
+            return default
+        return float(value)
+
+    lease = number("lease", DEFAULT_LEASE)
+    default_beat = max(MIN_HEARTBEAT, min(DEFAULT_HEARTBEAT, lease / 4))
+    beat = number("heartbeat_interval", default_beat)
+    bounded = max(MIN_HEARTBEAT, min(beat, lease / 2))
+    if bounded != beat and warn is not None:
+        warn("heartbeat_interval", beat, bounded)
+    wait = number("poll_wait", DEFAULT_POLL_WAIT)
+    bounded_wait = max(MIN_POLL_WAIT, min(wait, MAX_POLL_WAIT))
+    if bounded_wait != wait and warn is not None:
+        warn("poll_wait", wait, bounded_wait)
+    return Intervals(heartbeat_interval=bounded, lease=lease, poll_wait=bounded_wait)
+
+
 @dataclass(frozen=True)
 class Claimed:
     jobs: list[dict[str, Any]]
     drain: bool
+
+
+class AnswerTooLarge(HubUnavailable):
+    """The hub's answer was over the agent's cap (`max_answer`); it was not read further."""
+
+
+def _json(response: httpx.Response, what: str) -> Any:
+    """The answer's JSON; an answer that is not JSON is the hub misbehaving (retry later)."""
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HubUnavailable(f"{what}: the hub's answer is not JSON ({exc})") from None
+
+
+def _object(response: httpx.Response, what: str) -> dict[str, Any]:
+    """The answer's JSON object ({} for an empty answer)."""
+    if not response.content:
+        return {}
+    data = _json(response, what)
+    if not isinstance(data, dict):
+        raise HubUnavailable(f"{what}: the hub's answer is not a JSON object")
+    return data
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -124,8 +194,11 @@ class HubClient:
         token: str | None,
         timeout: float = 30.0,
         verify: ssl.SSLContext | bool = True,
+        max_answer: int | None = None,
     ) -> None:
         self.base = hub.rstrip("/")
+        self.max_answer = max_answer  # bytes of one hub answer; None: ANSWER_CAP (claims: more)
+        self._said: set[str] = set()  # bad register values, too large answers: logged once
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.auth_headers = headers
         self.timeout = timeout
@@ -193,6 +266,47 @@ class HubClient:
         rest = url[len(prefix) :]
         return url.startswith(prefix) and rest.isalnum() and "/" not in rest
 
+    def _send(
+        self,
+        http: httpx.Client,
+        path: str,
+        *,
+        what: str,
+        cap: int | None = None,
+        **request: Any,
+    ) -> httpx.Response:
+        """POST `path`, reading the answer as a stream of at most `cap` bytes (decoded):
+        over it, the rest is not read, the connection is closed and `AnswerTooLarge` raised.
+        Transport errors are raised as they are (the caller names them)."""
+        limit = self.max_answer or cap or ANSWER_CAP
+        response = http.send(http.build_request("POST", path, **request), stream=True)
+        chunks: list[bytes] = []
+        try:
+            declared = response.headers.get("Content-Length", "")
+            too_large = declared.isdigit() and int(declared) > limit  # not even begun
+            size = 0
+            if not too_large:
+                for chunk in response.iter_bytes():  # decoded: a compressed answer counts whole
+                    size += len(chunk)
+                    if size > limit:
+                        too_large = True
+                        break
+                    chunks.append(chunk)
+        finally:
+            response.close()  # mid-answer: the connection is closed, not kept
+        if too_large:
+            message = (
+                f"{what}: the hub's answer is over {limit} bytes, this agent's limit "
+                "(max_answer); not read further, the hub is treated as unavailable"
+            )
+            route = path.rsplit("/", 1)[-1]  # claim, reports, heartbeat, register…
+            say = log.debug if route in self._said else log.error  # callers log it again
+            self._said.add(route)
+            say("%s", message)
+            raise AnswerTooLarge(message, response.status_code)
+        response._content = b"".join(chunks)  # as httpx's own `read()` leaves it
+        return response
+
     def _post(
         self,
         path: str,
@@ -203,8 +317,10 @@ class HubClient:
         headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         try:
-            response = self._http.post(
+            response = self._send(
+                self._http,
                 path,
+                what=what,
                 json=body,
                 headers=headers,
                 timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
@@ -218,13 +334,20 @@ class HubClient:
     def register(self, info: dict[str, Any]) -> tuple[Intervals, bool]:
         """`POST /api/workers/register`; returns the hub's intervals and whether to drain."""
         response = self._post("/api/workers/register", info, what="register")
-        data: dict[str, Any] = response.json() if response.content else {}
-        intervals = Intervals(
-            heartbeat_interval=float(data.get("heartbeat_interval") or 10.0),
-            lease=float(data.get("lease") or 60.0),
-            poll_wait=float(data.get("poll_wait") or 25.0),
+        data = _object(response, "register")
+        return intervals_of(data, self._bad_interval), _drain(response, data)
+
+    def _bad_interval(self, name: str, value: Any, used: float) -> None:
+        """The hub's register answer holds a bad `name`: said once (each re-register asks
+        again), then at debug level."""
+        say = log.debug if f"register {name}" in self._said else log.warning
+        self._said.add(f"register {name}")
+        say(
+            "the hub's register answer has %s %s, not a usable number of seconds; using %gs",
+            name,
+            json.dumps(value) if not isinstance(value, float) else repr(value),
+            used,
         )
-        return intervals, _drain(response, data)
 
     def declare_limits(
         self,
@@ -243,7 +366,7 @@ class HubClient:
         if rates is not None or unrated is not None:
             body |= {"rates": rates or [], "unrated": unrated or []}
         try:
-            response = self._http.post("/api/workers/limits", json=body)
+            response = self._send(self._http, "/api/workers/limits", what=what, json=body)
         except httpx.TransportError as exc:
             raise unavailable(what, exc) from None
         if response.status_code in (404, 405):
@@ -252,7 +375,7 @@ class HubClient:
             text = _error_text(response)
             if "rates: unknown field" in text or "unrated: unknown field" in text:
                 raise OldHubSchema(f"{what}: hub answered 400: {text}", 400)
-        data = check(response, what).json()
+        data = _json(check(response, what), what)
         return data if isinstance(data, dict) else {}
 
     def claim(
@@ -284,8 +407,11 @@ class HubClient:
         if self._claims_cut:
             return Claimed(jobs=[], drain=False)
         try:
-            response = self._claims_http.post(
+            response = self._send(
+                self._claims_http,
                 "/api/jobs/claim",
+                what="claim",
+                cap=max(ANSWER_CAP, JOB_ANSWER_BYTES * max_jobs),
                 json=body,
                 timeout=wait + self.timeout,
                 headers={"X-Idempotency-Key": key} if key else None,
@@ -298,9 +424,18 @@ class HubClient:
         check(response, "claim")
         if response.status_code == 204 or not response.content:
             return Claimed(jobs=[], drain=_drain(response, {}))
-        data = response.json()
-        jobs = data if isinstance(data, list) else data.get("jobs", [data])
-        return Claimed(jobs=list(jobs), drain=_drain(response, {}))
+        data = _json(response, "claim")
+        jobs = (
+            data
+            if isinstance(data, list)
+            else data.get("jobs", [data])
+            if isinstance(data, dict)
+            else None
+        )
+        if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
+            # the jobs it claimed come back when their leases lapse
+            raise HubUnavailable("claim: the hub's answer is not a job or a list of jobs")
+        return Claimed(jobs=jobs, drain=_drain(response, {}))
 
     def heartbeat(self, job_id: str, *, worker_id: str, lease_id: str | None) -> dict[str, Any]:
         """`POST /api/jobs/{id}/heartbeat` -> `{lease_expires_at, cancel_requested, drain?}`."""
@@ -312,7 +447,7 @@ class HubClient:
             body,
             what=f"heartbeat of job {job_id}",
         )
-        data: dict[str, Any] = response.json() if response.content else {}
+        data = _object(response, f"heartbeat of job {job_id}")
         data["drain"] = _drain(response, data)
         return data
 
@@ -324,15 +459,18 @@ class HubClient:
             what=f"{kind} of job {job_id}",
             headers={"X-Idempotency-Key": key},
         )
-        data: dict[str, Any] = response.json() if response.content else {}
-        return data
+        return _object(response, f"{kind} of job {job_id}")
 
     def reports(self, worker_id: str, items: list[dict[str, Any]]) -> Reported:
         """`POST /api/jobs/reports`: many results, failures, releases, heartbeats and starts
         at once."""
+        what = f"report of {len(items)} item(s)"
         try:
-            response = self._http.post(
-                "/api/jobs/reports", json={"worker_id": worker_id, "reports": items}
+            response = self._send(
+                self._http,
+                "/api/jobs/reports",
+                what=what,
+                json={"worker_id": worker_id, "reports": items},
             )
         except httpx.TransportError as exc:
             raise unavailable("report", exc) from None
@@ -341,7 +479,7 @@ class HubClient:
                 f"the hub has no batched reports route ({response.status_code})",
                 response.status_code,
             )
-        data = check(response, f"report of {len(items)} item(s)").json()
+        data = _json(check(response, what), what)
         results = data.get("results") if isinstance(data, dict) else None
         if not isinstance(results, list) or len(results) != len(items):
             raise HubUnavailable("report: the hub's answer does not answer every item")
@@ -352,15 +490,16 @@ class HubClient:
     def upload_artifact(self, data: bytes) -> dict[str, Any]:
         """`POST /api/artifacts` (admin): stores the bytes; answers `{sha256, size}`."""
         try:
-            response = self._http.post(
+            response = self._send(
+                self._http,
                 "/api/artifacts",
+                what="upload",
                 content=data,
                 headers={"Content-Type": "application/octet-stream"},
             )
         except httpx.TransportError as exc:
             raise unavailable("upload", exc) from None
-        result: dict[str, Any] = check(response, "upload").json()
-        return result
+        return _object(check(response, "upload"), "upload")
 
     @contextmanager
     def stream(self, url: str) -> Iterator[httpx.Response]:
@@ -374,10 +513,22 @@ class HubClient:
             follow_redirects=True,
             verify=self.verify,
         ) as response:
-            if response.status_code >= 300:
-                response.read()
+            if response.status_code >= 300:  # its error text: the first 64 KiB at most
+                _read_some(response, 64 * 1024)
             check(response, f"download {url}")
             yield response
+
+
+def _read_some(response: httpx.Response, limit: int) -> None:
+    """Read up to `limit` bytes of a streamed answer as its content (the rest is not read)."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    response._content = b"".join(chunks)[:limit]
 
 
 def unavailable(what: str, exc: httpx.TransportError) -> HubUnavailable:

@@ -103,6 +103,7 @@ def hub_client(settings: AgentSettings, token: str | None) -> HubClient:
         token=token,
         timeout=settings.request_timeout,
         verify=tls_trust(settings),
+        max_answer=settings.max_answer,
     )
 
 
