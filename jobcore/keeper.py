@@ -52,6 +52,7 @@ class Keeper:
         self.news: list[tuple[Attempt, str]] = []  # ("lost" | "cancel"), under the worker's cond
         self.swept_once = False  # the first sweep ran (or failed)
         self._event = threading.Event()  # heartbeat requested, or stop
+        self._asked = False  # a heartbeat was requested (ctx.heartbeat) and not yet served
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -66,47 +67,54 @@ class Keeper:
             self._thread.join(timeout=timeout)
 
     def request_heartbeat(self) -> None:
-        self._event.set()
+        if not self._asked:  # one pending request wakes the keeper; more add nothing
+            self._asked = True
+            self._event.set()
 
     def _main(self) -> None:
         lease_s = self.lease
         next_heartbeat = time.monotonic() + lease_s / 4
         next_sweep = time.monotonic()
+        retry_at = float("-inf")  # after a database error: no database work before this
         backoff = 0.0
         guard = SweepGuard(self.queue.storage.now, lease_s, logger=log)
         while not self._stop:
+            self._event.clear()  # what woke it is in `_asked` / `_stop` / the times below
             mono = time.monotonic()
-            try:
-                if guard.check("extending this worker's leases now and "):
-                    self._event.set()
-                    next_sweep = max(next_sweep, guard.held_until)
-                if self._event.is_set() or mono >= next_heartbeat:
-                    self._event.clear()
-                    self._extend_leases()
-                    next_heartbeat = mono + lease_s / 4
-                if mono >= next_sweep:
-                    # look again right before sweeping: a step while this turn ran (or while
-                    # the process was stopped in it) holds this sweep too
-                    if guard.check("extending this worker's leases now and "):
-                        self._extend_leases()
+            if mono >= retry_at:
+                try:
+                    stepped = guard.check("extending this worker's leases now and ")
+                    if stepped:
                         next_sweep = max(next_sweep, guard.held_until)
-                    else:
-                        self._sweep()
-                        next_sweep = mono + lease_s / 2
-                backoff = 0.0
-            except Exception as exc:
-                self.swept_once = True
-                backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
-                log.error(
-                    "database error extending leases or sweeping (%s); retrying in %.1fs",
-                    describe_error(exc),
-                    backoff,
-                )
-                next_heartbeat = min(next_heartbeat, mono + backoff)
-                next_sweep = max(next_sweep, mono + backoff)
+                    if stepped or self._asked or mono >= next_heartbeat:
+                        self._asked = False  # a request from now on is served next time
+                        self._extend_leases()
+                        next_heartbeat = mono + lease_s / 4
+                    if mono >= next_sweep:
+                        # look again right before sweeping: a step while this turn ran (or
+                        # while the process was stopped in it) holds this sweep too
+                        if guard.check("extending this worker's leases now and "):
+                            self._extend_leases()
+                            next_sweep = max(next_sweep, guard.held_until)
+                        else:
+                            self._sweep()
+                            next_sweep = mono + lease_s / 2
+                    backoff = 0.0
+                except Exception as exc:
+                    self.swept_once = True
+                    backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
+                    log.error(
+                        "database error extending leases or sweeping (%s); retrying in %.1fs",
+                        describe_error(exc),
+                        backoff,
+                    )
+                    # nothing before then: a heartbeat or sweep already due must not be
+                    # retried at once (it was: the keeper spun on a full disk)
+                    retry_at = mono + backoff
             if self._stop:
                 return
-            self._event.wait(max(0.0, min(next_heartbeat, next_sweep) - time.monotonic()))
+            due = min(next_heartbeat, next_sweep, mono if self._asked else next_sweep)
+            self._event.wait(max(0.0, max(due, retry_at) - time.monotonic()))
 
     def _extend_leases(self) -> None:
         with self._cond:
