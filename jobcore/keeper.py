@@ -67,6 +67,8 @@ class Keeper:
             self._thread.join(timeout=timeout)
 
     def request_heartbeat(self) -> None:
+        """Extend this worker's leases soon: at once, or lease/20 after the last extension
+        (requests coalesce; a handler may call `ctx.heartbeat()` for every item it does)."""
         if not self._asked:  # one pending request wakes the keeper; more add nothing
             self._asked = True
             self._event.set()
@@ -76,6 +78,8 @@ class Keeper:
         next_heartbeat = time.monotonic() + lease_s / 4
         next_sweep = time.monotonic()
         retry_at = float("-inf")  # after a database error: no database work before this
+        extended = float("-inf")  # when leases were last extended
+        coalesce = lease_s / 20  # requested heartbeats: at most one extension per lease/20
         backoff = 0.0
         guard = SweepGuard(self.queue.storage.now, lease_s, logger=log)
         while not self._stop:
@@ -86,8 +90,10 @@ class Keeper:
                     stepped = guard.check("extending this worker's leases now and ")
                     if stepped:
                         next_sweep = max(next_sweep, guard.held_until)
-                    if stepped or self._asked or mono >= next_heartbeat:
+                    asked = self._asked and mono >= extended + coalesce
+                    if stepped or asked or mono >= next_heartbeat:
                         self._asked = False  # a request from now on is served next time
+                        extended = mono
                         self._extend_leases()
                         next_heartbeat = mono + lease_s / 4
                     if mono >= next_sweep:
@@ -113,7 +119,9 @@ class Keeper:
                     retry_at = mono + backoff
             if self._stop:
                 return
-            due = min(next_heartbeat, next_sweep, mono if self._asked else next_sweep)
+            due = min(next_heartbeat, next_sweep)
+            if self._asked:  # a request came: served lease/20 after the last extension
+                due = min(due, extended + coalesce)
             self._event.wait(max(0.0, max(due, retry_at) - time.monotonic()))
 
     def _extend_leases(self) -> None:
