@@ -14,10 +14,11 @@ from collections.abc import Callable
 from functools import partial
 
 from jobcore.attempt import describe_error
-from jobcore.clockjump import SweepGuard
+from jobcore.clockjump import SweepGuard, confirm_wait
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.notifier import Notifier
 from jobcore.queue import Queue
+from jobcore.storage.base import Claim
 
 log = logging.getLogger("jobcore.worker")
 
@@ -30,7 +31,9 @@ class Keeper:
     Leases expire by the store's clock: when it steps ahead of elapsed time by more
     than lease/4, every live lease in the store may look expired. The keeper then
     extends its own leases at once and sweeps only one lease period later, so every
-    worker has renewed its leases before anyone re-queues their jobs.
+    worker has renewed its leases before anyone re-queues their jobs. A step just before
+    this keeper's first reading of the clock goes unseen: its first sweep looks, and
+    reclaims what it saw expired only `confirm_wait` (lease/4 + 1s) later, if unchanged.
     """
 
     def __init__(
@@ -54,6 +57,8 @@ class Keeper:
         self._event = threading.Event()  # heartbeat requested, or stop
         self._asked = False  # a heartbeat was requested (ctx.heartbeat) and not yet served
         self._stop = False
+        self._looked = False  # the first sweep's look was taken
+        self._confirming: list[Claim] | None = None  # what it saw expired, to sweep if still so
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -103,8 +108,7 @@ class Keeper:
                             self._extend_leases()
                             next_sweep = max(next_sweep, guard.held_until)
                         else:
-                            self._sweep()
-                            next_sweep = mono + lease_s / 2
+                            next_sweep = mono + self._sweep_turn()
                     backoff = 0.0
                 except Exception as exc:
                     self.swept_once = True
@@ -142,10 +146,32 @@ class Keeper:
                 self.news.extend(news)
                 self._cond.notify_all()
 
-    def _sweep(self) -> None:
+    def _sweep_turn(self) -> float:
+        """Sweep, or look first; answer the seconds until the next sweep."""
+        if not self._looked:
+            # A step of the store's clock just before this worker started (before its
+            # guard's first reading) makes live leases look expired: sweep those only if
+            # still unchanged once their keepers heartbeat, as `jobcore sweep` does.
+            expired = self.queue.expired_claims()
+            self._looked = True
+            if expired:
+                wait = confirm_wait(self.lease)
+                log.info(
+                    "%d lease(s) look expired; reclaiming those still so in %.1fs (a live "
+                    "worker extends its leases by then)",
+                    len(expired),
+                    wait,
+                )
+                self._confirming = expired
+                return wait
+        self._sweep(self._confirming)
+        self._confirming = None
+        return self.lease / 2
+
+    def _sweep(self, only: list[Claim] | None = None) -> None:
         # Hold the store's sweep lock for one interval: if this worker dies, another
         # worker takes the sweep over within that time.
-        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500))
+        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500), only=only)
         if swept:
             self._notifier.put([partial(self.queue.announce_swept, item) for item in swept])
         if not self.swept_once or any(item.action in ("reclaimed", "released") for item in swept):
