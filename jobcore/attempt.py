@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import traceback
 from typing import Any
 
@@ -210,12 +211,20 @@ class AttemptRunner:
         return self.retry_or_fail(attempt, JobTimeout(error), f"{self.timeout_label}: {error}")
 
     def retry_or_fail(self, attempt: Attempt, exc: BaseException, error: str) -> Outcome:
-        """Ask the retry policy (and plugins); never raises."""
+        """Ask the retry policy (and plugins); never raises.
+
+        A plugin's decision that raises, even a BaseException (`SystemExit` from a hook),
+        falls back to the default policy, as a notification hook's does; only Ctrl-C in
+        the main thread (a worker without signal handlers) still goes up."""
         job = attempt.job
         try:
             decision = self.queue.decide_retry(job, exc)
             delay = decision.delay
-        except Exception as hook_error:
+        except BaseException as hook_error:
+            if isinstance(hook_error, KeyboardInterrupt) and (
+                threading.current_thread() is threading.main_thread()
+            ):
+                raise
             log.error(
                 "retry decision failed for job %s (%s); using the default policy",
                 job.id,

@@ -37,6 +37,13 @@ class ClockJumps:
         return int(ahead) if ahead > self.tolerance_ms else 0
 
 
+def confirm_wait(lease_s: float) -> float:
+    """How long a sweeper without an earlier reading of the store's clock waits between
+    seeing leases expired and reclaiming those still unchanged: lease/4 + 1s, by when a
+    live worker's keeper (heartbeating every lease/4) has extended them, step or not."""
+    return lease_s / 4 + 1
+
+
 class SweepGuard:
     """When a periodic sweeper may sweep, given forward steps of the store's clock.
 
@@ -44,7 +51,8 @@ class SweepGuard:
     every live lease look expired. After one, no sweep until one lease of real
     elapsed time has passed: by then every live worker has extended its leases
     (its keeper heartbeats every lease/4, and at once when it notices the step).
-    The first `check()` takes the first reading: a step before it goes unnoticed.
+    The first `check()` takes the first reading: a step before it goes unnoticed, so
+    the first sweep after it confirms what it found expired (`confirm_wait`).
     """
 
     def __init__(

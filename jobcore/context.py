@@ -129,7 +129,10 @@ class JobContext:
             raise Interrupted(f"stopped: {self._stop_reason}")
 
     def heartbeat(self) -> None:
-        """Ask the worker to extend this job's lease now (it also does so every lease/4)."""
+        """Ask the worker to extend this job's lease (it also does so every lease/4).
+
+        Calls coalesce: the lease is extended at once, or lease/20 after the previous
+        extension, so calling this for every item a handler processes costs no more."""
         self._request_heartbeat()
 
     def judged(self) -> tuple[NewJob, ...]:

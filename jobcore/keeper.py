@@ -14,10 +14,11 @@ from collections.abc import Callable
 from functools import partial
 
 from jobcore.attempt import describe_error
-from jobcore.clockjump import SweepGuard
+from jobcore.clockjump import SweepGuard, confirm_wait
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.notifier import Notifier
 from jobcore.queue import Queue
+from jobcore.storage.base import Claim
 
 log = logging.getLogger("jobcore.worker")
 
@@ -30,7 +31,9 @@ class Keeper:
     Leases expire by the store's clock: when it steps ahead of elapsed time by more
     than lease/4, every live lease in the store may look expired. The keeper then
     extends its own leases at once and sweeps only one lease period later, so every
-    worker has renewed its leases before anyone re-queues their jobs.
+    worker has renewed its leases before anyone re-queues their jobs. A step just before
+    this keeper's first reading of the clock goes unseen: its first sweep looks, and
+    reclaims what it saw expired only `confirm_wait` (lease/4 + 1s) later, if unchanged.
     """
 
     def __init__(
@@ -52,7 +55,10 @@ class Keeper:
         self.news: list[tuple[Attempt, str]] = []  # ("lost" | "cancel"), under the worker's cond
         self.swept_once = False  # the first sweep ran (or failed)
         self._event = threading.Event()  # heartbeat requested, or stop
+        self._asked = False  # a heartbeat was requested (ctx.heartbeat) and not yet served
         self._stop = False
+        self._looked = False  # the first sweep's look was taken
+        self._confirming: list[Claim] | None = None  # what it saw expired, to sweep if still so
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -66,47 +72,61 @@ class Keeper:
             self._thread.join(timeout=timeout)
 
     def request_heartbeat(self) -> None:
-        self._event.set()
+        """Extend this worker's leases soon: at once, or lease/20 after the last extension
+        (requests coalesce; a handler may call `ctx.heartbeat()` for every item it does)."""
+        if not self._asked:  # one pending request wakes the keeper; more add nothing
+            self._asked = True
+            self._event.set()
 
     def _main(self) -> None:
         lease_s = self.lease
         next_heartbeat = time.monotonic() + lease_s / 4
         next_sweep = time.monotonic()
+        retry_at = float("-inf")  # after a database error: no database work before this
+        extended = float("-inf")  # when leases were last extended
+        coalesce = lease_s / 20  # requested heartbeats: at most one extension per lease/20
         backoff = 0.0
         guard = SweepGuard(self.queue.storage.now, lease_s, logger=log)
         while not self._stop:
+            self._event.clear()  # what woke it is in `_asked` / `_stop` / the times below
             mono = time.monotonic()
-            try:
-                if guard.check("extending this worker's leases now and "):
-                    self._event.set()
-                    next_sweep = max(next_sweep, guard.held_until)
-                if self._event.is_set() or mono >= next_heartbeat:
-                    self._event.clear()
-                    self._extend_leases()
-                    next_heartbeat = mono + lease_s / 4
-                if mono >= next_sweep:
-                    # look again right before sweeping: a step while this turn ran (or while
-                    # the process was stopped in it) holds this sweep too
-                    if guard.check("extending this worker's leases now and "):
-                        self._extend_leases()
+            if mono >= retry_at:
+                try:
+                    stepped = guard.check("extending this worker's leases now and ")
+                    if stepped:
                         next_sweep = max(next_sweep, guard.held_until)
-                    else:
-                        self._sweep()
-                        next_sweep = mono + lease_s / 2
-                backoff = 0.0
-            except Exception as exc:
-                self.swept_once = True
-                backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
-                log.error(
-                    "database error extending leases or sweeping (%s); retrying in %.1fs",
-                    describe_error(exc),
-                    backoff,
-                )
-                next_heartbeat = min(next_heartbeat, mono + backoff)
-                next_sweep = max(next_sweep, mono + backoff)
+                    asked = self._asked and mono >= extended + coalesce
+                    if stepped or asked or mono >= next_heartbeat:
+                        self._asked = False  # a request from now on is served next time
+                        extended = mono
+                        self._extend_leases()
+                        next_heartbeat = mono + lease_s / 4
+                    if mono >= next_sweep:
+                        # look again right before sweeping: a step while this turn ran (or
+                        # while the process was stopped in it) holds this sweep too
+                        if guard.check("extending this worker's leases now and "):
+                            self._extend_leases()
+                            next_sweep = max(next_sweep, guard.held_until)
+                        else:
+                            next_sweep = mono + self._sweep_turn()
+                    backoff = 0.0
+                except Exception as exc:
+                    self.swept_once = True
+                    backoff = min(MAX_DB_BACKOFF, lease_s / 4, max(0.05, backoff * 2))
+                    log.error(
+                        "database error extending leases or sweeping (%s); retrying in %.1fs",
+                        describe_error(exc),
+                        backoff,
+                    )
+                    # nothing before then: a heartbeat or sweep already due must not be
+                    # retried at once (it was: the keeper spun on a full disk)
+                    retry_at = mono + backoff
             if self._stop:
                 return
-            self._event.wait(max(0.0, min(next_heartbeat, next_sweep) - time.monotonic()))
+            due = min(next_heartbeat, next_sweep)
+            if self._asked:  # a request came: served lease/20 after the last extension
+                due = min(due, extended + coalesce)
+            self._event.wait(max(0.0, max(due, retry_at) - time.monotonic()))
 
     def _extend_leases(self) -> None:
         with self._cond:
@@ -126,10 +146,32 @@ class Keeper:
                 self.news.extend(news)
                 self._cond.notify_all()
 
-    def _sweep(self) -> None:
+    def _sweep_turn(self) -> float:
+        """Sweep, or look first; answer the seconds until the next sweep."""
+        if not self._looked:
+            # A step of the store's clock just before this worker started (before its
+            # guard's first reading) makes live leases look expired: sweep those only if
+            # still unchanged once their keepers heartbeat, as `jobcore sweep` does.
+            expired = self.queue.expired_claims()
+            self._looked = True
+            if expired:
+                wait = confirm_wait(self.lease)
+                log.info(
+                    "%d lease(s) look expired; reclaiming those still so in %.1fs (a live "
+                    "worker extends its leases by then)",
+                    len(expired),
+                    wait,
+                )
+                self._confirming = expired
+                return wait
+        self._sweep(self._confirming)
+        self._confirming = None
+        return self.lease / 2
+
+    def _sweep(self, only: list[Claim] | None = None) -> None:
         # Hold the store's sweep lock for one interval: if this worker dies, another
         # worker takes the sweep over within that time.
-        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500))
+        swept = self.queue.storage.sweep(hold_ms=int(self.lease * 500), only=only)
         if swept:
             self._notifier.put([partial(self.queue.announce_swept, item) for item in swept])
         if not self.swept_once or any(item.action in ("reclaimed", "released") for item in swept):

@@ -9,6 +9,7 @@ import click
 from jobcore.cli import CliState, cli, pass_state
 from jobcore.cli.output import emit_json, job_rows, short, table
 from jobcore.cli.params import DURATION, TEXT
+from jobcore.clockjump import confirm_wait
 from jobcore.models import JobStatus
 from jobcore.plugins import PluginInfo
 from jobcore.storage.base import Stats
@@ -131,7 +132,7 @@ def stats(state: CliState, as_json: bool) -> None:
 @pass_state
 def sweep(state: CliState, as_json: bool) -> None:
     """Reclaim jobs whose lease expired (their worker died), confirmed over lease/4 + 1s."""
-    confirm = state.config.core.lease / 4 + 1  # a live worker's keeper extends by then
+    confirm = confirm_wait(state.config.core.lease)  # a live worker's keeper extends by then
     swept = state.queue(create=False).sweep(force=True, confirm=confirm)
     if as_json:
         emit_json([{"action": item.action, "job": item.job.to_json()} for item in swept])

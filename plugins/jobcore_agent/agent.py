@@ -655,8 +655,9 @@ class Agent:
 
     def _request_heartbeat(self) -> None:
         with self._cond:
-            self._heartbeat_requested = True
-            self._cond.notify_all()
+            if not self._heartbeat_requested:  # one pending request wakes; more add nothing
+                self._heartbeat_requested = True
+                self._cond.notify_all()
 
     # -- outcomes ---------------------------------------------------------------------
 
@@ -1025,6 +1026,7 @@ class Agent:
 
     def _supervisor_main(self) -> None:
         next_beat = time.monotonic() + self.intervals.heartbeat_interval
+        last_beat = float("-inf")  # ctx.heartbeat() requests coalesce: one beat per lease/20
         while True:
             with self._cond:
                 if self._closed or self._fatal:
@@ -1036,15 +1038,21 @@ class Agent:
                     for when in (c.run.deadline, c.stop_until)
                     if when is not None
                 ]
+                coalesced = last_beat + self.intervals.lease / 20
                 until = min([next_beat, *deadlines])
+                if self._heartbeat_requested:
+                    until = min(until, coalesced)
                 remaining = until - time.monotonic()
-                if remaining > 0 and not self._heartbeat_requested:
+                if remaining > 0:
                     self._cond.wait(min(remaining, 1.0))
-                beat_now, self._heartbeat_requested = self._heartbeat_requested, False
-            now = time.monotonic()
+                now = time.monotonic()
+                beat = now >= next_beat or (self._heartbeat_requested and now >= coalesced)
+                if beat:
+                    self._heartbeat_requested = False
             self._check_timeouts(now)
             self._give_back_read_ahead(now)
-            if beat_now or now >= next_beat:
+            if beat:
+                last_beat = now
                 self._heartbeat()
                 next_beat = time.monotonic() + self.intervals.heartbeat_interval
 

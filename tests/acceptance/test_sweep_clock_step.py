@@ -8,8 +8,10 @@ claims still unchanged: the live worker's keeper extended its lease meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -104,3 +106,64 @@ def test_sweep_after_a_clock_step_spares_a_live_worker_and_reclaims_a_dead_ones(
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+
+
+def _state(db: Path, job_id: str) -> tuple[str, str | None]:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        status, lease_id = conn.execute(
+            "SELECT status, lease_id FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+    return status, lease_id
+
+
+def test_a_worker_started_right_after_a_clock_step_spares_a_live_workers_job(
+    tmp_path: Path,
+) -> None:
+    """A worker's keeper takes its first reading of the store's clock when it starts: a
+    step just before goes unseen. Before, it swept at once and re-queued the live job of
+    a worker that had not heartbeat since the step (it then ran twice). Now its first
+    sweep looks, and reclaims after lease/4 + 1s only the leases still unchanged."""
+    offset, db = tmp_path / "clock-offset", tmp_path / "jobs.db"
+    env = subprocess_env(
+        JOBCORE_DB=str(db),
+        JOBCORE_PLUGINS="jobcore_test_plugin,shifted_clock",
+        JOBCORE_TEST_CLOCK_OFFSET=str(offset),
+        JOBCORE_LEASE=LEASE,
+    )
+    live_id, live_started = _running(env, tmp_path, "live")
+    dead_id, dead_started = _running(env, tmp_path, "dead")
+    live, dead = _worker(env, tmp_path, "live"), _worker(env, tmp_path, "dead")
+    late: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(lambda: live_started.exists() and dead_started.exists(), timeout=30)
+        lease_id = _job(env, tmp_path, live_id)["lease_id"]
+        dead.send_signal(signal.SIGKILL)
+        assert dead.wait(10) == -signal.SIGKILL
+        live.send_signal(signal.SIGSTOP)  # its next heartbeat comes after the step
+        try:
+            step(offset, 40_000)
+            late = _worker(env, tmp_path, "late")  # claims nothing: only its keeper sweeps
+            looked = tmp_path / "worker-late.log"
+            wait_for(
+                lambda: (
+                    "look expired" in looked.read_text()
+                    or _state(db, live_id) != ("claimed", lease_id)
+                ),
+                timeout=30,
+            )
+        finally:
+            live.send_signal(signal.SIGCONT)
+        # the dead worker's job is reclaimed at the confirmation, lease/4 + 1s on
+        wait_for(lambda: _state(db, dead_id)[0] != "claimed", timeout=15)
+        kept = _job(env, tmp_path, live_id)
+        assert (kept["status"], kept["lease_id"], kept["errors"]) == ("claimed", lease_id, [])
+        reclaimed = _job(env, tmp_path, dead_id)
+        assert reclaimed["status"] == "pending"
+        assert [e["error"] for e in reclaimed["errors"]] == ["lease expired"]
+        assert live.poll() is None and late.poll() is None
+    finally:
+        for proc in (live, dead, late):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if proc is not None:
+                proc.wait(10)

@@ -46,7 +46,24 @@ def spawn(payload: SpawnPayload, ctx: JobContext) -> str:
     return "spawned"
 
 
+class BeatsPayload(Payload):
+    seconds: float = Field(ge=0)
+    every: float = Field(default=0.001, ge=0)
+
+
+def beats(payload: BeatsPayload, ctx: JobContext) -> int:
+    """Call `ctx.heartbeat()` every `every` seconds for `seconds` (once per item processed)."""
+    end = time.monotonic() + payload.seconds
+    calls = 0
+    while time.monotonic() < end:
+        ctx.heartbeat()
+        calls += 1
+        time.sleep(payload.every)
+    return calls
+
+
 @hookimpl
 def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
     register(JobType(name="stamp", payload_model=StampPayload, handler=stamp))
     register(JobType(name="spawn", payload_model=SpawnPayload, handler=spawn))
+    register(JobType(name="beats", payload_model=BeatsPayload, handler=beats))
