@@ -18,8 +18,8 @@ import queue as stdqueue
 import threading
 
 from jobcore.attempt import AttemptRunner, describe_error
-from jobcore.inflight import Attempt, InFlight, Phase
-from jobcore.models import Failed, Lease, Outcome, Released, replace_job
+from jobcore.inflight import Attempt, InFlight
+from jobcore.models import Failed, Lease, Outcome, replace_job
 from jobcore.queue import Queue
 from jobcore.start_slots import StartSlots
 
@@ -52,6 +52,7 @@ class Executors:
         self.slots = opener(worker) if opener is not None else None
         self.inflight.self_noting = self.slots is not None
         self.inflight.free_entry = self.slots.free if self.slots is not None else None
+        self.inflight.clear_entry = self.slots.clear if self.slots is not None else None
 
     def submit(self, attempt: Attempt) -> None:
         self._ready.put(attempt)
@@ -62,11 +63,7 @@ class Executors:
         for _ in list(self._threads):
             self._ready.put(None)
         if self.slots is not None:
-            for attempt in self.inflight.in_phase(Phase.REPORTED):  # left unrecorded
-                if attempt.entry is not None and isinstance(attempt.outcome, Released):
-                    self.slots.clear(attempt.entry)  # a shutdown gave it back: no attempt
-                    attempt.entry = None
-            self.slots.close()  # kept if it names attempts begun and not recorded
+            self.slots.close()  # a stop is no crash: what it names is charged to nobody
 
     def _main(self) -> None:
         """Begin attempts and report their outcomes; never dies while the worker runs."""

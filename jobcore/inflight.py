@@ -115,6 +115,8 @@ class InFlight:
         # entry of an attempt that is done (recorded, or its lease lost), never before.
         self.self_noting = False
         self.free_entry: Callable[[int], None] | None = None
+        # `clear_entry` blanks one as well: its attempt was given back before it began
+        self.clear_entry: Callable[[int], None] | None = None
 
     # -- executors -------------------------------------------------------------------
 
@@ -181,8 +183,8 @@ class InFlight:
                 attempt.start_marked = True
                 attempt.entry = entry
                 return
-        if self.free_entry is not None:  # given back or lost meanwhile: it never begins
-            self.free_entry(entry)
+        if self.clear_entry is not None:  # given back or lost meanwhile: it never begins,
+            self.clear_entry(entry)  # and no crash before its release commits charges it
 
     def needs_marker(self, attempt: Attempt) -> None:
         """Its start slot could not be written: the loop's next commit marks it instead."""

@@ -249,8 +249,8 @@ class StartSlots:
         return entry
 
     def clear(self, entry: int) -> None:
-        """Blank `entry` and reuse it: the attempt it named was given back (a shutdown
-        stopped its handler), and no sweep is to charge it, recorded or not."""
+        """Blank `entry` and reuse it: the attempt it named was given back before its
+        handler began, and no sweep is to charge it, recorded or not."""
         with self._lock:
             if not self._closed:
                 with contextlib.suppress(OSError):  # then the sweep charges it: at most that
@@ -268,26 +268,24 @@ class StartSlots:
             return self._used - len(self._free)
 
     def close(self) -> None:
-        """Delete the file, unless it names attempts not done: their outcomes are
-        unrecorded, their handlers began, and the sweep charges them once their leases
-        expire (it deletes the file then)."""
+        """Delete the file: the worker stops (it did not crash). An attempt it names whose
+        outcome is unrecorded (the database took no writes) is then given back by the
+        sweep once its lease expires, without an attempt spent: DESIGN §6 charges only a
+        handler that takes its worker down, and a stop gives unfinished jobs back free."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             held = self._used - len(self._free)
-            if not held:
-                self.path.unlink(missing_ok=True)  # while locked: no sweep reads it half-gone
+            self.path.unlink(missing_ok=True)  # while locked: no sweep reads it half-gone
             with contextlib.suppress(OSError):
                 os.close(self._fd)  # lets go of the lock
         if held:
             log.warning(
-                "keeping %s: it names %d attempt(s) begun and not recorded; the sweep charges"
-                " them once their leases expire",
-                self.path,
+                "%d attempt(s) stopped with their outcomes unrecorded: the sweep gives them"
+                " back once their leases expire, without an attempt spent, and they run again",
                 held,
             )
-            return
         with contextlib.suppress(OSError):
             self.path.parent.rmdir()  # the last worker out leaves no empty folder behind
 
