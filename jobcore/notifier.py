@@ -12,8 +12,9 @@ hook delays only itself.
 
 While a plugin's thread has been in one call for `STUCK_AFTER` seconds its name
 and hook are logged as a warning (and again, with how long, when it returns).
-A lane holds at most `BACKLOG` notifications; while it is full, newer ones for
-that plugin are dropped (the older ones it holds are kept, in order), counted,
+A lane holds at most `BACKLOG` notifications; while it is full, newer job ones for
+that plugin are dropped (the older ones it holds are kept, in order; the worker's
+own `jobcore_worker_*` notifications never are), counted,
 and logged with the plugin's name (the first at once, then at most once a
 minute, and the total when the worker stops). Idle lanes wait on a condition:
 no polling. The notifier thread wakes once a second only while some lane holds
@@ -41,6 +42,8 @@ STUCK_AFTER = 10.0  # seconds in one notification call before the plugin is repo
 BACKLOG = 10_000  # notifications a plugin's lane holds; newer ones are dropped while full
 REPORT_EVERY = 60.0  # seconds between two reports of drops for one plugin
 WATCH_EVERY = 1.0  # seconds between two looks at busy lanes
+# a full lane still takes these (`jobcore_worker_stopped`: plugins flush what they hold)
+WORKER_HOOKS = "jobcore_worker_"
 
 Notice = tuple[str, dict[str, Any]]  # hook name, keyword arguments
 Work = tuple[pluggy.HookImpl, str, dict[str, Any]]  # one call a lane makes
@@ -73,10 +76,12 @@ class Lane:
         with self._cond:
             if not self.held:  # it was idle: the watcher's clock for it starts now
                 self.seen_calls, self.seen_at = self.calls, time.monotonic()
-            room = self.limit - self.held
-            dropped = max(len(work) - room, 0)
-            if dropped:
-                work = work[:room]
+            room = max(self.limit - self.held, 0)
+            dropped = 0
+            if len(work) > room:  # the worker's own start and stop are never dropped
+                kept = [item for item in work[room:] if item[1].startswith(WORKER_HOOKS)]
+                dropped = len(work) - room - len(kept)
+                work = work[:room] + kept
                 self.dropped += dropped
             if work:
                 self._waiting.extend(work)

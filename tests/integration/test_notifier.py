@@ -52,6 +52,10 @@ class Stuck:
     def jobcore_job_failed(self, job: Job) -> None:
         self._called("failed", job)
 
+    @hookimpl
+    def jobcore_worker_stopped(self, worker: str) -> None:
+        self.seen.append(("worker_stopped", worker))
+
 
 @pytest.fixture
 def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,12 +124,13 @@ def test_a_hung_hook_holds_up_only_its_own_plugin(
     stopping = lines(caplog, "jobcore.worker", "as the worker stops")
     assert stopping == [
         f"plugin {hung_name(queue, hung)} is still in jobcore_job_failed as the worker stops: "
-        "601 notification(s) for it not delivered"
+        "602 notification(s) for it not delivered"
     ]
     hung.release.set()
-    until(lambda: len(hung.seen) == 1 + 1 + 600)  # claimed, failed, then what waited
+    until(lambda: len(hung.seen) == 1 + 1 + 600 + 1)  # claimed, failed, what waited, stopped
     for job in jobs:  # in order for each job, after what it was stuck in
         assert [event for event, i in hung.seen[2:] if i == job.id] == ["claimed", "completed"]
+    assert hung.seen[-1] == ("worker_stopped", worker.worker_id)
     assert lines(caplog, "jobcore.worker", "returned after") == []  # the worker had stopped
 
 
@@ -169,6 +174,31 @@ def test_a_stuck_plugin_holds_at_most_its_backlog_and_reports_what_it_drops(
     thread.join(10)
     assert not thread.is_alive()
     assert lines(caplog, "jobcore.worker", f"({lane.dropped} in all"), "the total is logged"
+
+
+@pytest.mark.usefixtures("fast_watch")
+def test_a_full_lane_still_takes_the_workers_stop(
+    jobcore_make_queue: MakeQueue, stuck_plugins: list[Stuck], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`jobcore_worker_stopped` is where plugins flush what they hold (otel's spans, dlq's
+    webhooks): a lane full of job notices drops newer job notices, never that one."""
+    monkeypatch.setattr("jobcore.notifier.BACKLOG", 5, raising=False)
+    hung = Stuck("claimed")
+    stuck_plugins.append(hung)
+    queue = jobcore_make_queue(tp, hung)
+    queue.enqueue("noop", {})
+    worker, thread = running(queue)
+    assert hung.entered.wait(20)
+    queue.enqueue_many("noop", [{} for _ in range(20)])
+    until(lambda: worker.stats["completed"] == 21)
+    lane = worker.notifier.lanes[hung_name(queue, hung)]
+    until(lambda: lane.dropped > 0)  # full: job notices are being dropped
+    worker.stop()
+    thread.join(20)
+    assert not thread.is_alive()
+    hung.release.set()
+    until(lambda: ("worker_stopped", worker.worker_id) in hung.seen)
+    assert hung.seen[-1] == ("worker_stopped", worker.worker_id)
 
 
 def test_notices_handed_from_other_threads_are_delivered_per_plugin(
