@@ -112,6 +112,14 @@ def _read(path: Path) -> dict[str, int]:
         return {}
 
 
+def _read_fd(fd: int) -> dict[str, int]:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 16, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return decode(b"".join(chunks))
+
+
 def read(db_path: str, worker: str) -> dict[str, int]:
     """What the executors of every process with `worker`'s id noted (`{lease_id:
     started_ms}`); {} without a file."""
@@ -130,9 +138,14 @@ class DeadFile:
     begun: dict[str, int]
 
     def remove(self) -> None:
-        """Delete it (what it named is in the database now) and let go of it."""
-        self.path.unlink(missing_ok=True)
-        self.release()
+        """Delete it (what it named is in the database now) and let go of it. A file that
+        cannot be deleted is read again by a later sweep: what it names is marked already."""
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot delete %s (%s); a later sweep tries again", self.path, exc)
+        finally:
+            self.release()
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
@@ -159,7 +172,7 @@ def dead_files(db_path: str) -> list[DeadFile]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if os.fstat(fd).st_nlink == 0:  # deleted by another sweep meanwhile
                 raise BlockingIOError
-            dead.append(DeadFile(path, fd, _read(path)))
+            dead.append(DeadFile(path, fd, _read_fd(fd)))  # what is locked, not a path again
         except OSError:  # held: its process lives
             os.close(fd)
     return dead

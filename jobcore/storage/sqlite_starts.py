@@ -47,7 +47,7 @@ class Adoption:
         dead, self.dead = self.dead, []
         for gone in dead:
             if exc_type is None:
-                gone.remove()
+                gone.remove()  # what cannot be deleted is logged, and let go of all the same
             else:
                 gone.release()
 

@@ -4,12 +4,15 @@ the sweep charges exactly the dead worker's claims its executors had begun."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testenv import open_fds_to, subprocess_env
 
 from jobcore import JobContext, JobType, Payload, Queue, Worker, hookimpl, start_slots
 from jobcore.models import Lease
@@ -192,3 +195,46 @@ def test_start_slots_are_private_and_never_written_through_a_symlink(
     planted.symlink_to(victim)
     assert StartSlots.open(db, "w2") is None  # refused (logged): starts go to the database
     assert victim.read_text() == "keep me\n"
+
+
+@pytest.fixture
+def immutable() -> Iterator[Callable[[Path], None]]:
+    """`immutable(folder)`: nothing in `folder` can be deleted, not even by root
+    (`chattr +i`), until the test ends."""
+    made: list[Path] = []
+
+    def make(path: Path) -> None:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not available on this file system")
+        made.append(path)
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_dead_file_that_cannot_be_deleted_is_let_go_of_and_swept_again(
+    tmp_path: Path, immutable: Callable[[Path], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep charges what a dead process's file names; a file it cannot delete is
+    logged and its descriptor (and lock) let go of, so a later sweep can take it again."""
+    storage, clock, (ran, waited) = claimed_pair(tmp_path)
+    note = (  # a worker process that noted a start, then died without closing its file
+        "import os, sys; from jobcore.start_slots import StartSlots; "
+        "StartSlots(sys.argv[1], 'dead').note(sys.argv[2], int(sys.argv[3])); os._exit(0)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", note, storage.path, ran.lease_id, str(clock.ms)],
+        env=subprocess_env(),
+        check=True,
+    )
+    [dead] = list(start_slots.folder(storage.path).iterdir())
+    immutable(dead.parent)
+    clock.ms += LEASE_MS + 1
+    swept = {item.job.id: item.action for item in storage.sweep(force=True)}
+    assert swept == {ran.job_id: "reclaimed", waited.job_id: "released"}
+    assert any("cannot delete" in r.getMessage() for r in caplog.records)
+    assert dead.exists() and open_fds_to(str(dead)) == 0  # let go of
+    [again] = start_slots.dead_files(storage.path)  # no process holds it: a sweep takes it
+    again.release()
+    storage.close()
