@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 from jobcore_shell.runner import check_output_limit, kept_bytes, run_command
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from jobcore import Interrupted, JobContext, JobType, Payload, PermanentError
 from jobcore.errors import JobcoreError
@@ -42,11 +42,6 @@ class ExecPayload(Payload):
         description="bytes kept per stream (the tail); at most 16 MiB, and at run time "
         "no more than max_result_bytes",
     )
-
-    @field_validator("output_limit")
-    @classmethod
-    def _output_limit(cls, value: int) -> int:
-        return check_output_limit(value)
 
 
 class DownloadFailed(JobcoreError):
@@ -147,4 +142,5 @@ EXEC = JobType(
     payload_model=ExecPayload,
     handler=run_exec,
     description="run a checksummed executable (by url or from the hub) with --params JSON",
+    check=check_output_limit,
 )

@@ -54,11 +54,6 @@ class ShellPayload(Payload):
         "no more than max_result_bytes",
     )
 
-    @field_validator("output_limit")
-    @classmethod
-    def _output_limit(cls, value: int) -> int:
-        return check_output_limit(value)
-
     @field_validator("command")
     @classmethod
     def _command(cls, value: str | None) -> str | None:
@@ -157,5 +152,6 @@ def jobcore_register_job_types(register: Callable[[JobType], None]) -> None:
             payload_model=ShellPayload,
             handler=run_shell,
             description="run a command; non-zero exit retries",
+            check=check_output_limit,
         )
     )

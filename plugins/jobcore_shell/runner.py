@@ -10,23 +10,28 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
+from jobcore.errors import InvalidPayload
 from jobcore.subprocesses import STOP_GRACE, GuardedProcess, shell_args, spawn
 
 KILL_GRACE = STOP_GRACE  # seconds between SIGTERM and SIGKILL to the command's tree
 MAX_OUTPUT_LIMIT = 16 << 20  # bytes kept per stream at most, whatever a payload asks
 
 
-def check_output_limit(value: int) -> int:
-    """A payload's `output_limit`, refused (ValueError) over MAX_OUTPUT_LIMIT."""
+def check_output_limit(payload: Any, config: Any = None) -> None:
+    """Enqueue-time check (`JobType.check`): `output_limit` over MAX_OUTPUT_LIMIT is refused.
+
+    Not a validator of the payload model: a job enqueued before this limit (or past it by
+    a producer's own store) still runs, its streams cut at run time (`kept_bytes`).
+    """
+    value = payload.output_limit
     if value > MAX_OUTPUT_LIMIT:
-        raise ValueError(
-            f"{value} bytes is over the maximum of {MAX_OUTPUT_LIMIT} (16 MiB) per stream; "
-            "the output is kept in the worker's memory, and a result over max_result_bytes "
-            "(256 KiB by default) is stored truncated anyway"
+        raise InvalidPayload(
+            f"output_limit: {value} bytes is over the maximum of {MAX_OUTPUT_LIMIT} (16 MiB) "
+            "per stream; the output is kept in the worker's memory, and a result over "
+            "max_result_bytes (256 KiB by default) is stored truncated anyway"
         )
-    return value
 
 
 def kept_bytes(output_limit: int, max_result_bytes: int) -> int:
