@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 
+from beating import BeatsPayload, beats
 from pydantic import Field
 
 from jobcore import JobContext, JobType, Payload, hookimpl
@@ -44,22 +45,6 @@ def spawn(payload: SpawnPayload, ctx: JobContext) -> str:
     for index in range(payload.children):
         ctx.enqueue("noop", {}, idempotency_key=f"{ctx.job.id}-{index}")
     return "spawned"
-
-
-class BeatsPayload(Payload):
-    seconds: float = Field(ge=0)
-    every: float = Field(default=0.001, ge=0)
-
-
-def beats(payload: BeatsPayload, ctx: JobContext) -> int:
-    """Call `ctx.heartbeat()` every `every` seconds for `seconds` (once per item processed)."""
-    end = time.monotonic() + payload.seconds
-    calls = 0
-    while time.monotonic() < end:
-        ctx.heartbeat()
-        calls += 1
-        time.sleep(payload.every)
-    return calls
 
 
 @hookimpl

@@ -6,31 +6,14 @@ item (every 0.5ms) made 2,255 lease-extending transactions in 3s.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import Field
+from beating import BeatsPayload, beats
 
-from jobcore import JobContext, JobStatus, JobType, Payload, Queue, Worker, hookimpl
+from jobcore import JobStatus, JobType, Queue, Worker, hookimpl
 
 MakeQueue = Callable[..., Queue]
-
-
-class BeatsPayload(Payload):
-    seconds: float = Field(ge=0)
-    every: float = Field(ge=0)
-
-
-def beats(payload: BeatsPayload, ctx: JobContext) -> int:
-    """Heartbeat every `every` seconds for `seconds`; answer how many times."""
-    end = time.monotonic() + payload.seconds
-    calls = 0
-    while time.monotonic() < end:
-        ctx.heartbeat()
-        calls += 1
-        time.sleep(payload.every)
-    return calls
 
 
 class Beats:
