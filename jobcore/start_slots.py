@@ -25,9 +25,10 @@ holds an exclusive `flock` on it while it lives: a worker restarted with the
 same `--worker-id` never overwrites what its crashed predecessor noted. A file
 nobody holds belongs to a dead process: the sweep marks started every claim it
 names that is still claimed (those handlers began), and deletes it once that
-commits (`jobcore.storage.sqlite_starts`). At a clean exit a worker deletes its
-own file, unless attempts it noted are still unrecorded: those the sweep charges,
-but for the ones a shutdown gave back (DESIGN §6), whose entries it blanks.
+commits (`jobcore.storage.sqlite_starts`). A worker that stops (it did not crash)
+deletes its own file: attempts it leaves unrecorded are then given back uncharged,
+as DESIGN §6 charges only a handler that takes its worker down. An entry whose
+attempt was given back before its handler began is blanked (`clear`).
 
 This is the crash-accounting rule for stores on this machine's disk; a store
 without start slots (PostgreSQL, the hub's agents) marks starts in a group
