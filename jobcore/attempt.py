@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import traceback
 from typing import Any
 
@@ -31,6 +30,7 @@ from jobcore.models import (
     finite,
     strict_json,
 )
+from jobcore.plugins import is_ctrl_c
 from jobcore.queue import Queue
 from jobcore.rates import push_seconds
 from jobcore.transitions import clamp_delay_ms
@@ -221,9 +221,7 @@ class AttemptRunner:
             decision = self.queue.decide_retry(job, exc)
             delay = decision.delay
         except BaseException as hook_error:
-            if isinstance(hook_error, KeyboardInterrupt) and (
-                threading.current_thread() is threading.main_thread()
-            ):
+            if is_ctrl_c(hook_error):
                 raise
             log.error(
                 "retry decision failed for job %s (%s); using the default policy",

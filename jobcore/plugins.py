@@ -570,11 +570,17 @@ def call_notification(impl: pluggy.HookImpl, hook_name: str, kwargs: dict[str, A
         else:
             impl.function(**{name: kwargs[name] for name in impl.argnames})
     except BaseException as exc:  # SystemExit from a plugin must not end the notifier
-        if isinstance(exc, KeyboardInterrupt) and (
-            threading.current_thread() is threading.main_thread()
-        ):
-            raise  # Ctrl-C at a prompt
+        if is_ctrl_c(exc):
+            raise
         log.exception("plugin %s failed in %s", impl.plugin_name, hook_name)
+
+
+def is_ctrl_c(exc: BaseException) -> bool:
+    """`exc` is Ctrl-C at a prompt (KeyboardInterrupt in the main thread): the one
+    BaseException from a plugin's code that is let through rather than logged."""
+    return isinstance(exc, KeyboardInterrupt) and (
+        threading.current_thread() is threading.main_thread()
+    )
 
 
 @contextmanager
