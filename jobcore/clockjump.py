@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobcore.storage.base import Claim
 
 log = logging.getLogger("jobcore")
 
@@ -42,6 +46,43 @@ def confirm_wait(lease_s: float) -> float:
     seeing leases expired and reclaiming those still unchanged: lease/4 + 1s, by when a
     live worker's keeper (heartbeating every lease/4) has extended them, step or not."""
     return lease_s / 4 + 1
+
+
+class FirstSweep:
+    """The first sweep of a periodic sweeper (a worker's keeper, the hub): a step of the
+    store's clock just before its `SweepGuard`'s first reading makes live leases look
+    expired, so it looks first and reclaims what it saw only if still so `confirm_wait`
+    later, as `jobcore sweep` does; every later sweep is a plain one."""
+
+    def __init__(self, lease_s: float, logger: logging.Logger = log) -> None:
+        self._lease_s = lease_s
+        self._log = logger
+        self._looked = False
+        self._confirming: list[Claim] | None = None
+
+    def wait(self, expired_claims: Callable[[], list[Claim]]) -> float:
+        """Seconds to wait before sweeping (the first time, when leases look expired);
+        0: sweep now, what `only()` names."""
+        if self._looked:
+            return 0.0
+        self._looked = True
+        expired = expired_claims()
+        if not expired:
+            return 0.0
+        self._confirming = expired
+        seconds = confirm_wait(self._lease_s)
+        self._log.info(
+            "%d lease(s) look expired; reclaiming those still so in %.1fs (a live worker "
+            "extends its leases by then)",
+            len(expired),
+            seconds,
+        )
+        return seconds
+
+    def only(self) -> list[Claim] | None:
+        """The claims this sweep may reclaim: those seen expired, once; then None (all)."""
+        confirming, self._confirming = self._confirming, None
+        return confirming
 
 
 class SweepGuard:

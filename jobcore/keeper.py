@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobcore.attempt import describe_error
-from jobcore.clockjump import SweepGuard, confirm_wait
+from jobcore.clockjump import FirstSweep, SweepGuard
 from jobcore.inflight import Attempt, InFlight, Phase
 from jobcore.notifier import Notifier
 from jobcore.queue import Queue
@@ -57,8 +57,7 @@ class Keeper:
         self._event = threading.Event()  # heartbeat requested, or stop
         self._asked = False  # a heartbeat was requested (ctx.heartbeat) and not yet served
         self._stop = False
-        self._looked = False  # the first sweep's look was taken
-        self._confirming: list[Claim] | None = None  # what it saw expired, to sweep if still so
+        self._first_sweep = FirstSweep(self.lease, log)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -147,25 +146,11 @@ class Keeper:
                 self._cond.notify_all()
 
     def _sweep_turn(self) -> float:
-        """Sweep, or look first; answer the seconds until the next sweep."""
-        if not self._looked:
-            # A step of the store's clock just before this worker started (before its
-            # guard's first reading) makes live leases look expired: sweep those only if
-            # still unchanged once their keepers heartbeat, as `jobcore sweep` does.
-            expired = self.queue.expired_claims()
-            self._looked = True
-            if expired:
-                wait = confirm_wait(self.lease)
-                log.info(
-                    "%d lease(s) look expired; reclaiming those still so in %.1fs (a live "
-                    "worker extends its leases by then)",
-                    len(expired),
-                    wait,
-                )
-                self._confirming = expired
-                return wait
-        self._sweep(self._confirming)
-        self._confirming = None
+        """Sweep, or look first (`FirstSweep`); answer the seconds until the next sweep."""
+        wait = self._first_sweep.wait(self.queue.expired_claims)
+        if wait:
+            return wait
+        self._sweep(self._first_sweep.only())
         return self.lease / 2
 
     def _sweep(self, only: list[Claim] | None = None) -> None:

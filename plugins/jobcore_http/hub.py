@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobcore import wakeup
-from jobcore.clockjump import SweepGuard, confirm_wait
+from jobcore.clockjump import FirstSweep, SweepGuard
 from jobcore.errors import JobTimeout
 from jobcore.models import Failed, Job, Lease, Released, Retrying
 from jobcore.queue import Queue
@@ -158,32 +158,19 @@ class Hub:
         interval = self.settings.timeout_check_interval
         sweep_every = self.lease_ms / 2000
         next_sweep = time.monotonic()
-        # A step of the store's clock just before the hub started (before its guard's first
-        # reading) makes live leases look expired: the first sweep looks, and reclaims
-        # what it saw only if unchanged `confirm_wait` later, as `jobcore sweep` does.
-        confirming: list[Claim] | None = None
-        looked = False
+        first_sweep = FirstSweep(self.lease_ms / 1000, log)  # looks, then confirms
         while not self._halt.wait(interval):
             try:
                 self.registry.flush()
                 self.enforce_timeouts()
                 self.sweep_guard.check()  # a forward step of the store's clock holds the sweep
                 if time.monotonic() >= next_sweep and self.sweep_guard.may_sweep():
-                    if not looked:
-                        confirming = self.queue.expired_claims() or None
-                        looked = True
-                        if confirming:
-                            wait = confirm_wait(self.lease_ms / 1000)
-                            log.info(
-                                "%d lease(s) look expired; reclaiming those still so in %.1fs",
-                                len(confirming),
-                                wait,
-                            )
-                            next_sweep = time.monotonic() + wait
-                            continue
+                    wait = first_sweep.wait(self.queue.expired_claims)
+                    if wait:
+                        next_sweep = time.monotonic() + wait
+                        continue
                     next_sweep = time.monotonic() + sweep_every
-                    self.sweep(only=confirming)
-                    confirming = None
+                    self.sweep(only=first_sweep.only())
             except Exception as exc:
                 log.warning("hub maintenance failed (will retry): %s", exc)
 
